@@ -1,0 +1,357 @@
+"""The command line: a thin edge over the core verbs.
+
+Every command takes ``--db PATH`` (or $SWITCHBOARD_DB) and ``--json`` (one
+JSON value on stdout). Exit codes: 0 ok; 1 refused (not found, conflict,
+forbidden); 2 usage or invalid argument; 3 the database cannot be used.
+The MCP SDK is never imported here: it costs about a second per command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__, todos
+from .clock import rfc3339
+from .errors import InvalidArgument, StoreUnusable, SwitchboardError
+from .store import DB_ENV, Store, default_path
+from .todos import STATES, NewTodo, Todo
+
+T = TypeVar("T")
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNUSABLE = 3
+
+
+# ---------------------------------------------------------------- plumbing
+
+
+class JsonValue(click.ParamType):
+    """A JSON text, ``@FILE`` to read one from a file, or ``@-`` for stdin."""
+
+    name = "JSON|@FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value
+        if value.startswith("@"):
+            source = value[1:]
+            try:
+                text = sys.stdin.read() if source == "-" else Path(source).read_text("utf-8")
+            except OSError as exc:
+                self.fail(f"cannot read {source}: {exc.strerror}", param, ctx)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", param, ctx)
+
+
+def common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--db and --json, accepted on every command (and on the group)."""
+    fn = click.option("--json", "as_json", is_flag=True, default=None, help="Print one JSON value on stdout.")(fn)
+    fn = click.option(
+        "--db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"Database file (default: ${DB_ENV}, else the user data dir).",
+    )(fn)
+    return fn
+
+
+class Out:
+    """Where a command's answer goes: JSON or text for people."""
+
+    def __init__(self, db: Path | None, as_json: bool | None) -> None:
+        parent = click.get_current_context().find_root().obj or {}
+        self.db = db if db is not None else parent.get("db")
+        self.json = bool(as_json if as_json is not None else parent.get("json"))
+
+    def run(self, verb: Callable[[Store], Awaitable[T]]) -> T:
+        """Open the store, run one core call, close; map core errors to exits."""
+
+        async def go() -> T:
+            async with await Store.open(self.db) as store:
+                return await verb(store)
+
+        try:
+            return asyncio.run(go())
+        except SwitchboardError as exc:
+            self.fail(exc)
+            raise AssertionError("unreachable")  # fail() exits
+
+    def fail(self, exc: SwitchboardError) -> None:
+        if self.json:
+            click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+        click.echo(f"switchboard-local: {exc}", err=True)
+        if isinstance(exc, InvalidArgument):
+            sys.exit(EXIT_USAGE)
+        if isinstance(exc, StoreUnusable):
+            sys.exit(EXIT_UNUSABLE)
+        sys.exit(EXIT_REFUSED)
+
+    def emit(self, value: Any, text: str) -> None:
+        click.echo(json.dumps(value, ensure_ascii=False, indent=2) if self.json else text)
+
+
+def _default_owner() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return "cli"
+
+
+# ---------------------------------------------------------------- text for people
+
+
+def _when(ms: int | None) -> str:
+    return rfc3339(ms) or "-"
+
+
+def _state(todo: Todo) -> str:
+    return "dead letter" if todo.dead_letter else todo.state
+
+
+def _todo_text(todo: Todo) -> str:
+    lines = [
+        f"todo {todo.id}: {todo.title}",
+        f"  queue        {todo.queue}",
+        f"  state        {_state(todo)}",
+        f"  attempt      {todo.attempt} of {todo.max_attempts}",
+        f"  priority     {todo.priority}",
+    ]
+    optional = [
+        ("kind", todo.kind),
+        ("assignee", todo.assignee),
+        ("owner", todo.owner),
+        ("lease until", rfc3339(todo.lease_expires_at)),
+        ("visible at", rfc3339(todo.visible_at)),
+        ("key", todo.idempotency_key),
+        ("event", todo.event_id),
+        ("last error", todo.last_error),
+    ]
+    lines += [f"  {name:<12} {value}" for name, value in optional if value is not None]
+    lines.append(f"  created      {_when(todo.created_at)}")
+    if todo.completed_at is not None:
+        lines.append(f"  completed    {_when(todo.completed_at)}")
+    if todo.payload is not None:
+        lines.append("  payload      " + json.dumps(todo.payload, ensure_ascii=False, indent=2).replace("\n", "\n  "))
+    if todo.result is not None:
+        lines.append("  result       " + json.dumps(todo.result, ensure_ascii=False, indent=2).replace("\n", "\n  "))
+    for a in todo.attempts or ():
+        ended = f"{a.outcome} at {_when(a.ended_at)}" if a.outcome else "open"
+        error = f": {a.error}" if a.error else ""
+        lines.append(f"  attempt {a.attempt}  {a.owner}  claimed {_when(a.claimed_at)}  {ended}{error}")
+    return "\n".join(lines)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+# ---------------------------------------------------------------- commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common
+@click.version_option(__version__, prog_name="switchboard-local")
+@click.pass_context
+def main(ctx: click.Context, db: Path | None, as_json: bool | None) -> None:
+    """switchboard-local: events in, durable todos out, drained by agents."""
+    ctx.obj = {"db": db, "json": as_json}
+
+
+@main.group()
+def todo() -> None:
+    """Create, inspect, claim and finish todos."""
+
+
+@todo.command("create")
+@click.option("--queue", required=True, help="Queue to put the todo on.")
+@click.option("--title", required=True, help="One human-readable line.")
+@click.option("--payload", type=JsonValue(), default=None, help="JSON, or @FILE, or @- for stdin.")
+@click.option("--kind", default=None, help="A free-form kind label.")
+@click.option("--key", "idempotency_key", default=None, help="Idempotency key: one live todo per (queue, key).")
+@click.option("--assignee", default=None, help="Only this owner may claim it.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@click.option("--max-attempts", type=click.IntRange(1, 1000), default=todos.DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
+@common
+def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: Any) -> None:
+    """Create a todo (or return the live one holding the same key)."""
+    out = Out(db, as_json)
+    try:
+        new = NewTodo(delay=delay, **fields)
+    except SwitchboardError as exc:
+        out.fail(exc)
+    todo, created = out.run(lambda store: todos.create(store, new))
+    verb = "created" if created else f"exists already (key {todo.idempotency_key!r}):"
+    out.emit({**todo.to_dict(), "created": created}, f"{verb} todo {todo.id} on {todo.queue}: {todo.title}")
+
+
+@todo.command("list")
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--state", type=click.Choice(STATES), default=None, help="Only this state.")
+@click.option("--limit", type=click.IntRange(1, todos.MAX_LIST_LIMIT), default=50, show_default=True)
+@common
+def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: str | None, limit: int) -> None:
+    """List todos, newest first."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.list_todos(store, queue=queue, state=state, limit=limit))
+    rows = [[t.id, _state(t), t.queue, t.priority, f"{t.attempt}/{t.max_attempts}", t.title] for t in found]
+    text = _table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "TITLE"], rows) if rows else "no todos"
+    out.emit([t.to_dict() for t in found], text)
+
+
+@todo.command("show")
+@click.argument("todo_id", metavar="ID", type=int)
+@common
+def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
+    """Show one todo in full, with its attempt history."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.get(store, todo_id))
+    out.emit(found.to_dict(), _todo_text(found))
+
+
+@todo.command("claim")
+@click.argument("todo_id", metavar="[ID]", type=int, required=False)
+@click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
+@click.option("--owner", default=None, help="Who claims (default: your user name).")
+@click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
+@common
+def todo_claim(
+    db: Path | None, as_json: bool | None, todo_id: int | None, queues: tuple[str, ...], owner: str | None, lease: float | None
+) -> None:
+    """Claim a todo by ID, or the next one in priority order.
+
+    The answer carries the lease token that heartbeat, complete, fail and
+    release require. Nothing claimable is not an error (JSON: null).
+    """
+    out = Out(db, as_json)
+    owner = owner or _default_owner()
+    if todo_id is not None and queues:
+        raise click.UsageError("give an ID or --queue, not both")
+    if todo_id is not None:
+        claimed: Todo | None = out.run(lambda store: todos.claim(store, todo_id, owner=owner, lease=lease))
+    else:
+        claimed = out.run(lambda store: todos.claim_next(store, owner=owner, queues=queues or None, lease=lease))
+    if claimed is None:
+        out.emit(None, "nothing to claim")
+        return
+    text = (
+        f"claimed todo {claimed.id} on {claimed.queue}: {claimed.title}\n"
+        f"attempt {claimed.attempt} of {claimed.max_attempts}, lease until {_when(claimed.lease_expires_at)}\n"
+        f"lease token: {claimed.lease_token}"
+    )
+    out.emit(claimed.to_dict(), text)
+
+
+token_option = click.option("--token", "lease_token", required=True, help="The lease token from the claim.")
+
+
+@todo.command("heartbeat")
+@click.argument("todo_id", metavar="ID", type=int)
+@token_option
+@click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
+@common
+def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, lease: float | None) -> None:
+    """Reset the lease to now + LEASE (capped at 12 h per attempt)."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.heartbeat(store, todo_id, lease_token, lease=lease))
+    out.emit(found.to_dict(), f"lease on todo {found.id} runs until {_when(found.lease_expires_at)}")
+
+
+@todo.command("complete")
+@click.argument("todo_id", metavar="ID", type=int)
+@token_option
+@click.option("--result", type=JsonValue(), default=None, help="JSON result, or @FILE.")
+@common
+def todo_complete(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, result: Any) -> None:
+    """Finish a claimed todo: it is done."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.complete(store, todo_id, lease_token, result=result))
+    out.emit(found.to_dict(), f"todo {found.id} done")
+
+
+@todo.command("fail")
+@click.argument("todo_id", metavar="ID", type=int)
+@token_option
+@click.option("--error", default=None, help="What went wrong (kept as last_error).")
+@common
+def todo_fail(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, error: str | None) -> None:
+    """Fail the attempt: retried after backoff, or a dead letter at the cap."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.fail(store, todo_id, lease_token, error=error))
+    if found.dead_letter:
+        text = f"todo {found.id} failed for good after {found.attempt} attempts (dead letter; see 'todo redrive')"
+    else:
+        text = f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {_when(found.visible_at)}"
+    out.emit(found.to_dict(), text)
+
+
+@todo.command("release")
+@click.argument("todo_id", metavar="ID", type=int)
+@token_option
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
+@common
+def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, delay: float) -> None:
+    """Give a claimed todo back untouched; the attempt is refunded."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.release(store, todo_id, lease_token, delay=delay))
+    out.emit(found.to_dict(), f"todo {found.id} released: pending from {_when(found.visible_at)}")
+
+
+@todo.command("redrive")
+@click.argument("todo_id", metavar="ID", type=int)
+@common
+def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
+    """Send a dead letter back to pending with a fresh attempt budget."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: todos.redrive(store, todo_id))
+    out.emit(found.to_dict(), f"todo {found.id} redriven: pending, {found.max_attempts} attempts left")
+
+
+@main.command("stats")
+@common
+def stats_command(db: Path | None, as_json: bool | None) -> None:
+    """Counts per queue and state, dead letters, oldest pending age."""
+    out = Out(db, as_json)
+    found = out.run(todos.stats)
+    rows = [
+        [
+            s.queue,
+            s.pending,
+            s.claimed,
+            s.done,
+            s.failed,
+            s.dead_letters,
+            "-" if s.oldest_pending_age_seconds is None else f"{s.oldest_pending_age_seconds:.0f}s",
+        ]
+        for s in found
+    ]
+    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING"]
+    out.emit({"queues": [s.to_dict() for s in found]}, _table(headers, rows) if rows else "no todos")
+
+
+@main.group("db")
+def db_group() -> None:
+    """The database file."""
+
+
+@db_group.command("path")
+@common
+def db_path(db: Path | None, as_json: bool | None) -> None:
+    """Print the database path in use."""
+    out = Out(db, as_json)
+    path = out.db if out.db is not None else default_path()
+    out.emit({"path": str(path)}, str(path))

@@ -1,0 +1,148 @@
+"""Events and the ingestion back half every producer ends in.
+
+Webhooks, Redis adapters and operators all call ``ingest``: one write
+transaction that stores the event (deduplicated on source + external id) and,
+only when it is new, the todos derived from it (each deduplicated on queue +
+idempotency key). The producer is answered after it returns, never before:
+store-then-ack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .clock import rfc3339
+from .errors import InvalidArgument, NotFound
+from .queries import Q
+from .store import Store, Transaction
+from .todos import NewTodo, insert
+
+FAMILIES = ("webhook", "queue", "operator")
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """One delivery as it arrived. Headers must already be redacted."""
+
+    source: str
+    family: str
+    type: str
+    external_id: str
+    trust_mode: str
+    verified: bool
+    body: bytes
+    verify_detail: str | None = None
+    content_type: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("source", "type", "external_id", "trust_mode"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"event {name} must be a non-empty string")
+        if self.family not in FAMILIES:
+            raise InvalidArgument(f"event family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        if not isinstance(self.body, (bytes, bytearray, memoryview)):
+            raise InvalidArgument("event body must be bytes")
+
+
+@dataclass(frozen=True)
+class Ingested:
+    event_id: int
+    duplicate: bool
+    todo_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    source: str
+    family: str
+    type: str
+    external_id: str
+    trust_mode: str
+    verified: bool
+    verify_detail: str | None
+    content_type: str | None
+    headers: dict[str, str]
+    body: bytes
+    size: int
+    received_at: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> Event:
+        return cls(
+            id=row["id"],
+            source=row["source"],
+            family=row["family"],
+            type=row["type"],
+            external_id=row["external_id"],
+            trust_mode=row["trust_mode"],
+            verified=bool(row["verified"]),
+            verify_detail=row["verify_detail"],
+            content_type=row["content_type"],
+            headers=json.loads(row["headers"]),
+            body=bytes(row["body"]),
+            size=row["size"],
+            received_at=row["received_at"],
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "family": self.family,
+            "type": self.type,
+            "external_id": self.external_id,
+            "trust_mode": self.trust_mode,
+            "verified": self.verified,
+            "verify_detail": self.verify_detail,
+            "content_type": self.content_type,
+            "size": self.size,
+            "received_at": rfc3339(self.received_at),
+        }
+
+
+async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo]) -> Ingested:
+    """Store an event and its todos in one transaction (the back half).
+
+    A redelivery of a stored event adds nothing and answers with the first
+    delivery's event id and todo ids. Any failure part-way rolls everything
+    back, so the producer, un-acked, redelivers.
+    """
+    params = {
+        "source": event.source,
+        "family": event.family,
+        "type": event.type,
+        "external_id": event.external_id,
+        "trust_mode": event.trust_mode,
+        "verified": int(event.verified),
+        "verify_detail": event.verify_detail,
+        "content_type": event.content_type,
+        "headers": json.dumps(dict(event.headers), ensure_ascii=False),
+        "body": bytes(event.body),
+        "size": len(event.body),
+    }
+
+    def body(tx: Transaction) -> Ingested:
+        now = store.clock.now_ms()
+        row = tx.one(Q.insert_event, {**params, "now": now})
+        if row is None:
+            existing = tx.one(Q.event_id_by_external_id, {"source": event.source, "external_id": event.external_id})
+            assert existing is not None, "insert_event conflicted without a stored event"
+            ids = tx.all(Q.todo_ids_of_event, {"event_id": existing["id"]})
+            return Ingested(existing["id"], True, tuple(r["id"] for r in ids))
+        todo_ids = tuple(insert(tx, todo, now=now, event_id=row["id"])[0].id for todo in todos)
+        return Ingested(row["id"], False, todo_ids)
+
+    return await store.write(body)
+
+
+async def get_event(store: Store, event_id: int) -> Event:
+    row = await store.read(lambda tx: tx.one(Q.get_event, {"id": event_id}))
+    if row is None:
+        raise NotFound(f"event {event_id} does not exist")
+    return Event.from_row(row)

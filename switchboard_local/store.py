@@ -1,0 +1,262 @@
+"""The one SQLite file: where it lives, how it is opened, and its transactions.
+
+Every connection runs in WAL mode with foreign keys on, a generous busy
+timeout and ``synchronous=FULL`` (acknowledgements to producers depend on the
+commit being on disk). Every write transaction starts with ``BEGIN IMMEDIATE``
+so that a read-then-write can never fail with "database is locked" half-way;
+reads run in autocommit mode, so no read transaction is ever left open to pin
+the WAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .clock import Clock, SystemClock
+from .errors import InvalidArgument, StoreUnusable
+
+APP_NAME = "switchboard-local"
+DB_ENV = "SWITCHBOARD_DB"
+
+# The schema version this code writes. A new version appends one migration
+# below (from the previous version) and updates schema.sql to the new shape.
+SCHEMA_VERSION = 1
+
+# version -> SQL script that upgrades a file from version - 1 to version.
+MIGRATIONS: dict[int, str] = {}
+
+BUSY_TIMEOUT_MS = 30_000
+SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+
+T = TypeVar("T")
+Params = Mapping[str, Any] | Sequence[Any]
+
+
+def default_path() -> Path:
+    """The database path: $SWITCHBOARD_DB, else the platform's user data dir."""
+    from_env = os.environ.get(DB_ENV)
+    if from_env:
+        return Path(from_env).expanduser()
+    import platformdirs
+
+    return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
+
+
+def schema_sql() -> str:
+    """schema.sql: the packaged copy in a wheel, else the repository root's."""
+    packaged = resources.files(__package__).joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text("utf-8")
+    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text("utf-8")
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into complete statements (triggers and all)."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    return statements
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create the folder (0700) and the file (0600) before SQLite touches them.
+
+    SQLite gives the -wal and -shm files the database file's mode, so they
+    inherit owner-only permissions from here.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _pragmas(synchronous: str) -> list[str]:
+    return [
+        f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
+        "PRAGMA journal_mode = WAL",
+        f"PRAGMA synchronous = {synchronous}",
+        "PRAGMA foreign_keys = ON",
+        # Bound the WAL file left behind after checkpoints.
+        "PRAGMA journal_size_limit = 67108864",
+    ]
+
+
+def _migrate(path: Path) -> None:
+    """Bring the file to SCHEMA_VERSION, or refuse it.
+
+    The version is checked again inside BEGIN IMMEDIATE, so several processes
+    opening a new file at once create the schema exactly once.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        for pragma in _pragmas("FULL"):
+            conn.execute(pragma)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        _refuse_newer(path, version)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            _refuse_newer(path, version)
+            if version == 0:
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                if tables:
+                    raise StoreUnusable(
+                        f"{path} is an SQLite database but not a switchboard-local one "
+                        "(it has tables and no schema version)"
+                    )
+                for statement in _statements(schema_sql()):
+                    conn.execute(statement)
+            else:
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in _statements(MIGRATIONS[target]):
+                        conn.execute(statement)
+            if version != SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as exc:
+        raise StoreUnusable(f"cannot open {path}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def _refuse_newer(path: Path, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(
+            f"{path} has schema version {version}, newer than this switchboard-local "
+            f"understands ({SCHEMA_VERSION}); upgrade switchboard-local to use it"
+        )
+
+
+class Store:
+    """An open database: one connection, owned by one thread.
+
+    Each call to ``write`` or ``read`` runs a whole transaction in that thread
+    in one hop from the event loop, so a transaction is never interleaved with
+    another of this process, and a cancelled caller never leaves one half-run:
+    it finishes (commits or rolls back) in the thread either way. Open with
+    ``await Store.open(path)``; use as an async context manager or call
+    ``close()``. The clock and the random source are injected so that tests
+    can move time and pin jitter.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        thread: ThreadPoolExecutor,
+        path: Path,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self._conn = conn
+        self._thread = thread
+        self.path = path
+        self.clock = clock
+        self.rng = rng
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        synchronous: str = "FULL",
+    ) -> Store:
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
+        db_path = Path(path).expanduser() if path is not None else default_path()
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-db")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(thread, _connect, db_path, synchronous)
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random())
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
+        self._thread.shutdown(wait=True)
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def write(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises)."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write, body)
+
+    async def read(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in autocommit mode: each statement sees the latest commit."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, body, Transaction(self._conn))
+
+    def _write(self, body: Callable[[Transaction], T]) -> T:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(Transaction(conn))
+            conn.execute("COMMIT")
+        except BaseException:
+            # SQLite may already have rolled back (e.g. on SQLITE_FULL);
+            # a second ROLLBACK would hide the real error.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    """Runs in the store's thread, which then owns the connection."""
+    _create_owner_only(path)
+    _migrate(path)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.row_factory = sqlite3.Row
+        for pragma in _pragmas(synchronous):
+            conn.execute(pragma)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Transaction:
+    """The statements a verb runs while it holds the connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
+        cursor = self._conn.execute(sql, params)
+        try:
+            return cursor.fetchone()
+        finally:
+            cursor.close()  # finish the statement (RETURNING rows included) before COMMIT
+
+    def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        """Execute; return the number of rows changed."""
+        return self._conn.execute(sql, params).rowcount

@@ -1,0 +1,529 @@
+"""Todos and their lifecycle: the verbs every edge calls.
+
+    create ─▶ pending ─claim─▶ claimed ─complete─▶ done
+                 ▲  ▲            │  │
+                 │  └─release / ─┘  └─fail─▶ failed ─(attempt < max, after backoff)─┐
+                 │    lease lapse                      attempt ≥ max: dead letter   │
+                 └──────────────── retry ◀──────────────────────────────────────────┘
+
+Each verb is one ``BEGIN IMMEDIATE`` transaction around named statements from
+queries.sql. A verb whose UPDATE changes no row never reports success: it
+reads the todo and raises the error that explains why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .clock import rfc3339
+from .errors import Conflict, Forbidden, InvalidArgument, NotFound
+from .queries import Q
+from .store import Store, Transaction
+
+STATES = ("pending", "claimed", "done", "failed")
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE_SECONDS = 300.0
+LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats included (as SQS)
+BACKOFF_BASE_SECONDS = 30.0
+BACKOFF_CAP_SECONDS = 15 * 60.0
+MAX_TITLE_LENGTH = 1000
+MAX_LIST_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    owner: str
+    claimed_at: int
+    ended_at: int | None
+    outcome: str | None
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "owner": self.owner,
+            "claimed_at": rfc3339(self.claimed_at),
+            "ended_at": rfc3339(self.ended_at),
+            "outcome": self.outcome,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Todo:
+    id: int
+    queue: str
+    title: str
+    kind: str | None
+    payload: Any
+    state: str
+    priority: int
+    assignee: str | None
+    attempt: int
+    max_attempts: int
+    owner: str | None
+    lease_expires_at: int | None
+    visible_at: int | None
+    idempotency_key: str | None
+    event_id: int | None
+    result: Any
+    last_error: str | None
+    created_at: int
+    updated_at: int
+    claimed_at: int | None
+    completed_at: int | None
+    # Only in the answer to a claim: the token is shown once and stored hashed.
+    lease_token: str | None = None
+    attempts: tuple[Attempt, ...] | None = field(default=None, compare=False)
+
+    @property
+    def dead_letter(self) -> bool:
+        """Failed with no retry coming: waits for an operator's redrive."""
+        return self.state == "failed" and self.visible_at is None
+
+    @classmethod
+    def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            title=row["title"],
+            kind=row["kind"],
+            payload=json.loads(row["payload"]),
+            state=row["state"],
+            priority=row["priority"],
+            assignee=row["assignee"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            owner=row["owner"],
+            lease_expires_at=row["lease_expires_at"],
+            visible_at=row["visible_at"],
+            idempotency_key=row["idempotency_key"],
+            event_id=row["event_id"],
+            result=None if row["result"] is None else json.loads(row["result"]),
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            claimed_at=row["claimed_at"],
+            completed_at=row["completed_at"],
+            lease_token=lease_token,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape every edge shows: schema names, RFC 3339 UTC times."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "queue": self.queue,
+            "title": self.title,
+            "kind": self.kind,
+            "payload": self.payload,
+            "state": self.state,
+            "dead_letter": self.dead_letter,
+            "priority": self.priority,
+            "assignee": self.assignee,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "owner": self.owner,
+            "lease_expires_at": rfc3339(self.lease_expires_at),
+            "visible_at": rfc3339(self.visible_at),
+            "idempotency_key": self.idempotency_key,
+            "event_id": self.event_id,
+            "result": self.result,
+            "last_error": self.last_error,
+            "created_at": rfc3339(self.created_at),
+            "updated_at": rfc3339(self.updated_at),
+            "claimed_at": rfc3339(self.claimed_at),
+            "completed_at": rfc3339(self.completed_at),
+        }
+        if self.lease_token is not None:
+            out["lease_token"] = self.lease_token
+        if self.attempts is not None:
+            out["attempts"] = [a.to_dict() for a in self.attempts]
+        return out
+
+
+@dataclass(frozen=True)
+class NewTodo:
+    """What a producer asks for; validated on construction."""
+
+    queue: str
+    title: str
+    payload: Any = None
+    kind: str | None = None
+    assignee: str | None = None
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require_name("queue", self.queue)
+        if not isinstance(self.title, str):
+            raise InvalidArgument("title must be a string")
+        # A title is one human-readable line: fold newlines and runs of blanks.
+        title = " ".join(self.title.split())
+        if not title:
+            raise InvalidArgument("title must not be empty")
+        if len(title) > MAX_TITLE_LENGTH:
+            raise InvalidArgument(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        object.__setattr__(self, "title", title)
+        for name in ("kind", "assignee", "idempotency_key"):
+            value = getattr(self, name)
+            if value is not None:
+                _require_name(name, value)
+        _require_int("priority", self.priority)
+        _require_int("max_attempts", self.max_attempts, low=1, high=1000)
+        _require_seconds("delay", self.delay, low=0.0)
+        _dump_json("payload", self.payload)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _require_name(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name} must be a non-empty string")
+    if len(value) > 512:
+        raise InvalidArgument(f"{name} is longer than 512 characters")
+
+
+def _require_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be an integer")
+    if low is not None and value < low or high is not None and value > high:
+        raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
+
+
+def _require_seconds(name: str, value: object, low: float, high: float | None = None) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise InvalidArgument(f"{name} must be a number of seconds")
+    if value < low or (high is not None and value > high):
+        bound = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
+        raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
+
+
+def _dump_json(name: str, value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def _lease_ms(lease: float | None) -> int:
+    seconds = DEFAULT_LEASE_SECONDS if lease is None else lease
+    _require_seconds("lease", seconds, low=1.0, high=LEASE_CAP_SECONDS)
+    return round(seconds * 1000)
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- create
+
+
+async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
+    """Create a pending todo; returns it and whether it was created.
+
+    A live todo already holding (queue, idempotency_key) is returned instead,
+    with ``False``.
+    """
+    return await store.write(lambda tx: insert(tx, todo, now=store.clock.now_ms()))
+
+
+def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> tuple[Todo, bool]:
+    """The insert shared by ``create`` and the ingestion back half."""
+    row = tx.one(
+        Q.insert_todo,
+        {
+            "queue": todo.queue,
+            "assignee": todo.assignee,
+            "title": todo.title,
+            "kind": todo.kind,
+            "payload": _dump_json("payload", todo.payload),
+            "event_id": event_id,
+            "idempotency_key": todo.idempotency_key,
+            "priority": todo.priority,
+            "max_attempts": todo.max_attempts,
+            "visible_at": now + round(todo.delay * 1000),
+            "now": now,
+        },
+    )
+    if row is not None:
+        return Todo.from_row(row), True
+    existing = tx.one(Q.live_todo_by_key, {"queue": todo.queue, "idempotency_key": todo.idempotency_key})
+    assert existing is not None, "insert_todo conflicted without a live todo holding the key"
+    return Todo.from_row(existing), False
+
+
+# ---------------------------------------------------------------- reads
+
+
+async def get(store: Store, todo_id: int) -> Todo:
+    """One todo with its attempt history."""
+
+    def body(tx: Transaction) -> Todo:
+        row = tx.one(Q.get_todo, {"id": todo_id})
+        if row is None:
+            raise NotFound(f"todo {todo_id} does not exist")
+        attempts = tuple(
+            Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
+            for r in tx.all(Q.attempts_of_todo, {"todo_id": todo_id})
+        )
+        return replace(Todo.from_row(row), attempts=attempts)
+
+    return await store.read(body)
+
+
+async def list_todos(
+    store: Store, *, queue: str | None = None, state: str | None = None, limit: int = 50
+) -> list[Todo]:
+    """Newest first, optionally filtered by queue and state."""
+    if state is not None and state not in STATES:
+        raise InvalidArgument(f"state must be one of {', '.join(STATES)}, got {state!r}")
+    _require_int("limit", limit, low=1, high=MAX_LIST_LIMIT)
+    rows = await store.read(lambda tx: tx.all(Q.list_todos, {"queue": queue, "state": state, "limit": limit}))
+    return [Todo.from_row(r) for r in rows]
+
+
+# ---------------------------------------------------------------- claim
+
+
+async def claim(
+    store: Store, todo_id: int, *, owner: str, lease: float | None = None, agent: str | None = None
+) -> Todo:
+    """Claim one todo by id; the answer carries the lease token (shown once).
+
+    ``agent`` is the name an assignee must equal (default: ``owner``).
+    """
+    _require_name("owner", owner)
+    lease_ms = _lease_ms(lease)
+
+    def body(tx: Transaction) -> Todo:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        token = secrets.token_urlsafe(24)
+        row = tx.one(Q.claim_by_id, {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id})
+        if row is None:
+            raise _why_not_claimable(tx, todo_id, agent or owner, now)
+        tx.run(Q.open_attempt, {"todo_id": row["id"], "attempt": row["attempt"], "owner": owner, "now": now})
+        return Todo.from_row(row, lease_token=token)
+
+    return await store.write(body)
+
+
+async def claim_next(
+    store: Store,
+    *,
+    owner: str,
+    queues: Sequence[str] | None = None,
+    lease: float | None = None,
+    agent: str | None = None,
+) -> Todo | None:
+    """Claim the oldest highest-priority visible todo in ``queues`` (all when None).
+
+    Returns None when nothing is claimable; that is not an error.
+    """
+    _require_name("owner", owner)
+    lease_ms = _lease_ms(lease)
+    if queues is not None:
+        queues = list(queues)
+        if not queues:
+            raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
+        for q in queues:
+            _require_name("queue", q)
+
+    def body(tx: Transaction) -> Todo | None:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        token = secrets.token_urlsafe(24)
+        params = _claim_params(owner, agent, token, now, lease_ms)
+        if queues is None:
+            row = tx.one(Q.claim_next_any, params)
+        elif len(queues) == 1:
+            row = tx.one(Q.claim_next_in_queue, {**params, "queue": queues[0]})
+        else:
+            row = tx.one(Q.claim_next_in_queues, {**params, "queues": json.dumps(queues)})
+        if row is None:
+            return None
+        tx.run(Q.open_attempt, {"todo_id": row["id"], "attempt": row["attempt"], "owner": owner, "now": now})
+        return Todo.from_row(row, lease_token=token)
+
+    return await store.write(body)
+
+
+def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms: int) -> dict[str, Any]:
+    return {
+        "owner": owner,
+        "agent": agent or owner,
+        "lease_token_hash": _token_hash(token),
+        "lease_expires_at": now + lease_ms,
+        "now": now,
+    }
+
+
+def _recover_lapsed(tx: Transaction, now: int) -> None:
+    """Take back lapsed leases before claiming: takeover never waits for a sweeper."""
+    tx.run(Q.close_lapsed_attempts, {"now": now})
+    tx.run(Q.recover_lapsed_leases, {"now": now})
+
+
+def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None:
+        return NotFound(f"todo {todo_id} does not exist")
+    todo = Todo.from_row(row)
+    if todo.assignee is not None and todo.assignee != agent:
+        return Forbidden(f"todo {todo_id} is assigned to {todo.assignee!r}")
+    if todo.state == "claimed":
+        return Conflict(f"todo {todo_id} is claimed by {todo.owner} until {rfc3339(todo.lease_expires_at)}")
+    if todo.state == "done":
+        return Conflict(f"todo {todo_id} is done")
+    if todo.dead_letter:
+        return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempts; redrive it first")
+    assert todo.visible_at is not None and todo.visible_at > now
+    return Conflict(f"todo {todo_id} is not visible until {rfc3339(todo.visible_at)}")
+
+
+# ---------------------------------------------------------------- the leased verbs
+
+
+async def heartbeat(store: Store, todo_id: int, lease_token: str, *, lease: float | None = None) -> Todo:
+    """Reset the lease to now + lease (default 300 s), within the 12 h cap per attempt."""
+    params = {"lease_ms": _lease_ms(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
+    return await _leased(store, Q.heartbeat, todo_id, lease_token, params)
+
+
+async def complete(store: Store, todo_id: int, lease_token: str, *, result: Any = None) -> Todo:
+    """claimed → done, with an optional JSON result."""
+    params = {"result": _dump_json("result", result)}
+    return await _leased(store, Q.complete, todo_id, lease_token, params, outcome="completed")
+
+
+async def fail(store: Store, todo_id: int, lease_token: str, *, error: str | None = None) -> Todo:
+    """claimed → failed: retried after backoff, or a dead letter at the attempt cap."""
+    if error is not None and not isinstance(error, str):
+        raise InvalidArgument("error must be a string")
+    params = {
+        "error": error,
+        "backoff_base_ms": round(BACKOFF_BASE_SECONDS * 1000),
+        "backoff_cap_ms": round(BACKOFF_CAP_SECONDS * 1000),
+        # Equal jitter: between half and all of the backoff, so the retries
+        # of many todos that failed together spread out.
+        "jitter": store.rng.uniform(0.5, 1.0),
+    }
+    return await _leased(store, Q.fail, todo_id, lease_token, params, outcome="failed")
+
+
+async def release(store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0) -> Todo:
+    """claimed → pending (after ``delay`` seconds), the attempt refunded."""
+    _require_seconds("delay", delay, low=0.0)
+    params = {"delay_ms": round(delay * 1000)}
+    return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released")
+
+
+async def _leased(
+    store: Store, sql: str, todo_id: int, lease_token: str, params: dict[str, Any], *, outcome: str | None = None
+) -> Todo:
+    """Run a verb that needs the current lease; refuse a missing or stale token."""
+    if not lease_token or not isinstance(lease_token, str):
+        raise Conflict(f"a lease token is required to change todo {todo_id}")
+    token_hash = _token_hash(lease_token)
+
+    def body(tx: Transaction) -> Todo:
+        now = store.clock.now_ms()
+        row = tx.one(sql, {**params, "id": todo_id, "lease_token_hash": token_hash, "now": now})
+        if row is None:
+            raise _why_token_refused(tx, todo_id, token_hash)
+        if outcome is not None:
+            tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": outcome, "error": params.get("error"), "now": now})
+        return Todo.from_row(row)
+
+    return await store.write(body)
+
+
+def _why_token_refused(tx: Transaction, todo_id: int, token_hash: str) -> Exception:
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None:
+        return NotFound(f"todo {todo_id} does not exist")
+    todo = Todo.from_row(row)
+    if todo.state != "claimed":
+        return Conflict(f"todo {todo_id} is {todo.state}, not claimed; the lease token is stale")
+    if row["lease_token_hash"] != token_hash:
+        return Conflict(f"the lease token does not match the current lease on todo {todo_id} (held by {todo.owner})")
+    return Conflict(f"the lease on todo {todo_id} expired at {rfc3339(todo.lease_expires_at)}")
+
+
+# ---------------------------------------------------------------- operator verbs
+
+
+async def redrive(store: Store, todo_id: int) -> Todo:
+    """A dead letter back to pending with a fresh attempt budget."""
+
+    def body(tx: Transaction) -> Todo:
+        try:
+            row = tx.one(Q.redrive, {"id": todo_id, "now": store.clock.now_ms()})
+        except sqlite3.IntegrityError:  # the unique index on live (queue, key)
+            raise Conflict(
+                f"todo {todo_id} cannot be redriven: a newer live todo holds its idempotency key"
+            ) from None
+        if row is not None:
+            return Todo.from_row(row)
+        current = tx.one(Q.get_todo, {"id": todo_id})
+        if current is None:
+            raise NotFound(f"todo {todo_id} does not exist")
+        todo = Todo.from_row(current)
+        detail = "awaiting a retry" if todo.state == "failed" else todo.state
+        raise Conflict(f"todo {todo_id} is {detail}, not a dead letter; only dead letters can be redriven")
+
+    return await store.write(body)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    pending: int
+    claimed: int
+    done: int
+    failed: int
+    dead_letters: int
+    oldest_pending_age_seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+async def stats(store: Store) -> list[QueueStats]:
+    """Counts per queue and state, dead letters, and the oldest pending todo's age.
+
+    Lapsed leases are recovered first, so a todo whose last attempt lapsed
+    counts as the dead letter it is.
+    """
+
+    def body(tx: Transaction) -> tuple[int, list[Any]]:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        return now, tx.all(Q.stats, {})
+
+    now, rows = await store.write(body)
+    return [
+        QueueStats(
+            queue=r["queue"],
+            pending=r["pending"],
+            claimed=r["claimed"],
+            done=r["done"],
+            failed=r["failed"],
+            dead_letters=r["dead_letters"],
+            oldest_pending_age_seconds=(
+                None if r["oldest_pending_created_at"] is None else max(0, now - r["oldest_pending_created_at"]) / 1000
+            ),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,43 @@
+"""A draining agent as its own OS process, for the concurrency tests.
+
+    python tests/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first]
+
+Claims and completes until the queue is empty, printing one JSON line per
+completed todo. With --hang-on-first it claims one todo, prints it, and
+sleeps (the test kills it: a crashed agent holding a lease).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from switchboard_local import todos
+from switchboard_local.store import Store
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("db")
+    parser.add_argument("owner")
+    parser.add_argument("queue")
+    parser.add_argument("--lease", type=float, default=300.0)
+    parser.add_argument("--hang-on-first", action="store_true")
+    args = parser.parse_args()
+    async with await Store.open(args.db) as store:
+        while True:
+            todo = await todos.claim_next(store, owner=args.owner, queues=[args.queue], lease=args.lease)
+            if todo is None:
+                return 0
+            if args.hang_on_first:
+                print(json.dumps({"claimed": todo.id, "token": todo.lease_token}), flush=True)
+                time.sleep(3600)
+            done = await todos.complete(store, todo.id, todo.lease_token, result={"by": args.owner})
+            print(json.dumps({"completed": done.id, "attempt": done.attempt}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,96 @@
+"""Many OS processes on one file: each todo is completed exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from switchboard_local import todos
+from switchboard_local.errors import Conflict
+from switchboard_local.store import Store
+
+pytestmark = pytest.mark.anyio
+
+WORKER = str(Path(__file__).with_name("drain_worker.py"))
+
+
+def start_worker(db: Path, owner: str, queue: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, WORKER, str(db), owner, queue, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db_path: Path) -> None:
+    count = 2400
+    async with await Store.open(db_path) as store:
+        created = [
+            (await todos.create(store, todos.NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
+        ]
+
+    workers = [start_worker(db_path, f"worker-{n}", "work") for n in range(4)]
+    reports: dict[str, list[int]] = {}
+    for n, proc in enumerate(workers):
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        assert "database is locked" not in stderr
+        reports[f"worker-{n}"] = [json.loads(line)["completed"] for line in stdout.splitlines()]
+
+    completed = [todo_id for ids in reports.values() for todo_id in ids]
+    assert sorted(completed) == sorted(created)  # every todo, none twice
+    assert all(reports.values()), "each process should have drained some of the work"
+
+    with sqlite3.connect(db_path) as conn:
+        states = dict(conn.execute("SELECT state, count(*) FROM todos GROUP BY state").fetchall())
+        attempts = conn.execute(
+            "SELECT todo_id, count(*), min(outcome), max(outcome), min(owner) FROM attempts GROUP BY todo_id"
+        ).fetchall()
+    assert states == {"done": count}
+    # One claim per todo, ended by completion: nobody else ever held it.
+    assert len(attempts) == count
+    assert all(n == 1 and lo == hi == "completed" for _, n, lo, hi, _ in attempts)
+    owner_of = {todo_id: owner for todo_id, _, _, _, owner in attempts}
+    for owner, ids in reports.items():
+        assert all(owner_of[todo_id] == owner for todo_id in ids)
+
+
+async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path: Path) -> None:
+    async with await Store.open(db_path) as store:
+        todo, _ = await todos.create(store, todos.NewTodo(queue="work", title="fragile"))
+
+    crashed = start_worker(db_path, "crasher", "work", "--lease", "1", "--hang-on-first")
+    assert crashed.stdout is not None
+    first = json.loads(crashed.stdout.readline())
+    assert first["claimed"] == todo.id
+    os.kill(crashed.pid, signal.SIGKILL)
+    crashed.wait(timeout=10)
+
+    # While the lease holds, nobody else gets the todo.
+    async with await Store.open(db_path) as store:
+        assert await todos.claim_next(store, owner="early", queues=["work"]) is None
+    time.sleep(1.2)  # real processes, real clock: let the 1 s lease lapse
+
+    rescuer = start_worker(db_path, "rescuer", "work")
+    stdout, stderr = rescuer.communicate(timeout=60)
+    assert rescuer.returncode == 0, stderr
+    assert [json.loads(line) for line in stdout.splitlines()] == [{"completed": todo.id, "attempt": 2}]
+
+    async with await Store.open(db_path) as store:
+        final = await todos.get(store, todo.id)
+        with pytest.raises(Conflict):
+            await todos.complete(store, todo.id, first["token"])
+    assert final.state == "done"
+    assert [(a.owner, a.outcome) for a in final.attempts or ()] == [
+        ("crasher", "lease_expired"),
+        ("rescuer", "completed"),
+    ]
