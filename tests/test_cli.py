@@ -1,0 +1,209 @@
+"""The command line: JSON shapes, exit codes, and refusals that write nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from switchboard_local.cli import main
+
+TODO_FIELDS = {
+    "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
+    "attempt", "max_attempts", "owner", "lease_expires_at", "visible_at", "idempotency_key",
+    "event_id", "result", "last_error", "created_at", "updated_at", "claimed_at", "completed_at",
+}  # fmt: skip
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+@pytest.fixture
+def cli(db_path: Path):
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None) -> tuple[int, str, str]:
+        result = runner.invoke(main, [*args, "--db", str(db_path)], input=input)
+        return result.exit_code, result.stdout, result.stderr
+
+    return invoke
+
+
+def as_json(cli, *args: str, input: str | None = None):
+    code, out, err = cli(*args, "--json", input=input)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def count_todos(db_path: Path) -> int:
+    if not db_path.exists():  # refused before the database was even opened
+        return 0
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute("SELECT count(*) FROM todos").fetchone()[0]
+
+
+def test_round_trip_create_claim_complete(cli) -> None:
+    created = as_json(cli, "todo", "create", "--queue", "review", "--title", "Review PR 42", "--payload", '{"pr": 42}')
+    assert created["created"] is True
+    assert set(created) == TODO_FIELDS | {"created"}
+    assert created["state"] == "pending" and created["payload"] == {"pr": 42}
+    assert RFC3339.match(created["created_at"])
+
+    claimed = as_json(cli, "todo", "claim", "--queue", "review", "--owner", "alice")
+    assert set(claimed) == TODO_FIELDS | {"lease_token"}
+    assert claimed["id"] == created["id"] and claimed["owner"] == "alice" and claimed["attempt"] == 1
+    assert RFC3339.match(claimed["lease_expires_at"])
+
+    done = as_json(cli, "todo", "complete", str(claimed["id"]), "--token", claimed["lease_token"], "--result", '{"ok": true}')
+    assert done["state"] == "done" and done["result"] == {"ok": True}
+    assert "lease_token" not in done
+
+    shown = as_json(cli, "todo", "show", str(created["id"]))
+    assert [(a["owner"], a["outcome"]) for a in shown["attempts"]] == [("alice", "completed")]
+
+
+def test_create_with_a_live_key_returns_the_existing_todo(cli, db_path: Path) -> None:
+    first = as_json(cli, "todo", "create", "--queue", "q", "--title", "one", "--key", "k")
+    again = as_json(cli, "todo", "create", "--queue", "q", "--title", "two", "--key", "k")
+    assert again["created"] is False and again["id"] == first["id"] and again["title"] == "one"
+    assert count_todos(db_path) == 1
+
+
+def test_claim_with_nothing_claimable_prints_null_and_exits_zero(cli) -> None:
+    code, out, _ = cli("todo", "claim", "--json")
+    assert (code, json.loads(out)) == (0, None)
+    code, out, _ = cli("todo", "claim")
+    assert (code, out.strip()) == (0, "nothing to claim")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["todo", "create", "--queue", "q", "--title", "t", "--payload", "{bad"], "--payload"),
+        (["todo", "create", "--queue", "q", "--title", "t", "--delay", "-1"], "--delay"),
+        (["todo", "create", "--queue", "q", "--title", "t", "--max-attempts", "0"], "--max-attempts"),
+        (["todo", "create", "--queue", "q", "--title", "t", "--priority", "high"], "--priority"),
+        (["todo", "create", "--queue", "q", "--title", "   "], "title"),
+        (["todo", "create", "--queue", "q", "--title", "t", "--payload", "@/nonexistent/file.json"], "--payload"),
+        (["todo", "list", "--state", "sleeping"], "--state"),
+        (["todo", "claim", "--lease", "-5"], "--lease"),
+        (["todo", "heartbeat", "1", "--token", "x", "--lease", "0"], "--lease"),
+        (["todo", "complete", "1", "--token", "x", "--result", "nope"], "--result"),
+        (["todo", "complete", "1"], "--token"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_bad_arguments_exit_2_name_the_argument_and_write_nothing(cli, db_path: Path, args, named) -> None:
+    code, out, err = cli(*args)
+    assert code == 2
+    assert named in err
+    assert count_todos(db_path) == 0
+
+
+def test_payload_from_a_file_and_from_stdin(cli, tmp_path: Path) -> None:
+    payload_file = tmp_path / "payload.json"
+    payload_file.write_text('{"from": "file"}')
+    from_file = as_json(cli, "todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{payload_file}")
+    from_stdin = as_json(cli, "todo", "create", "--queue", "q", "--title", "t", "--payload", "@-", input='["stdin"]')
+    assert from_file["payload"] == {"from": "file"}
+    assert from_stdin["payload"] == ["stdin"]
+
+
+def test_stale_token_is_refused_with_exit_1_and_a_conflict_code(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    claimed = as_json(cli, "todo", "claim")
+    code, out, err = cli("todo", "complete", str(claimed["id"]), "--token", "not-the-token", "--json")
+    assert code == 1
+    assert json.loads(out)["error"]["code"] == "conflict"
+    assert "conflict:" in err
+    assert as_json(cli, "todo", "show", str(claimed["id"]))["state"] == "claimed"
+
+
+def test_unknown_id_exits_1_with_not_found(cli) -> None:
+    code, _, err = cli("todo", "show", "404")
+    assert code == 1 and "not_found: todo 404 does not exist" in err
+
+
+def test_fail_to_dead_letter_then_redrive(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t", "--max-attempts", "1")
+    claimed = as_json(cli, "todo", "claim", str(todo["id"]))
+    failed = as_json(cli, "todo", "fail", str(todo["id"]), "--token", claimed["lease_token"], "--error", "boom")
+    assert failed["state"] == "failed" and failed["dead_letter"] is True and failed["last_error"] == "boom"
+    stats = as_json(cli, "stats")["queues"]
+    assert stats == [
+        {"queue": "q", "pending": 0, "claimed": 0, "done": 0, "failed": 1, "dead_letters": 1,
+         "oldest_pending_age_seconds": None}
+    ]  # fmt: skip
+    redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
+    assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)
+
+
+def test_release_puts_the_todo_back_with_the_attempt_refunded(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    claimed = as_json(cli, "todo", "claim")
+    released = as_json(cli, "todo", "release", str(todo["id"]), "--token", claimed["lease_token"])
+    assert (released["state"], released["attempt"], released["owner"]) == ("pending", 0, None)
+
+
+def test_list_filters_by_queue_and_state_newest_first(cli) -> None:
+    for queue, title in [("a", "one"), ("b", "two"), ("a", "three")]:
+        as_json(cli, "todo", "create", "--queue", queue, "--title", title)
+    as_json(cli, "todo", "claim", "--queue", "b")
+    assert [t["title"] for t in as_json(cli, "todo", "list", "--queue", "a")] == ["three", "one"]
+    assert [t["title"] for t in as_json(cli, "todo", "list", "--state", "claimed")] == ["two"]
+    assert [t["title"] for t in as_json(cli, "todo", "list", "--limit", "1")] == ["three"]
+
+
+def test_db_option_works_before_the_command_and_env_var_is_honoured(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    result = runner.invoke(main, ["--db", str(first), "--json", "todo", "create", "--queue", "q", "--title", "t"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["id"] == 1
+    result = runner.invoke(main, ["db", "path"], env={"SWITCHBOARD_DB": str(second)})
+    assert result.stdout.strip() == str(second)
+    result = runner.invoke(main, ["todo", "list", "--json"], env={"SWITCHBOARD_DB": str(first)})
+    assert [t["title"] for t in json.loads(result.stdout)] == ["t"]
+
+
+def test_a_database_from_a_newer_version_is_refused_with_exit_3(cli, db_path: Path) -> None:
+    as_json(cli, "todo", "list")
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA user_version = 999")
+    code, _, err = cli("todo", "list")
+    assert code == 3
+    assert "schema version 999" in err and "upgrade switchboard-local" in err
+
+
+def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SWITCHBOARD_DB": str(db)}
+    return subprocess.run(
+        [sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_python_dash_m_runs_the_cli_as_a_real_process(db_path: Path) -> None:
+    created = run_cli("todo", "create", "--queue", "q", "--title", "t", "--json", db=db_path)
+    assert created.returncode == 0, created.stderr
+    missing = run_cli("todo", "show", "99", db=db_path)
+    assert missing.returncode == 1 and "not_found" in missing.stderr
+    usage = run_cli("todo", "list", "--state", "nope", db=db_path)
+    assert usage.returncode == 2
+
+
+def test_cli_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from switchboard_local.cli import main\n"
+        f"r = CliRunner().invoke(main, ['todo', 'create', '--queue', 'q', '--title', 't', '--db', {str(db_path)!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
