@@ -98,3 +98,12 @@ CREATE TABLE IF NOT EXISTS attempts (
 );
 
 CREATE INDEX IF NOT EXISTS attempts_by_todo ON attempts (todo_id, id);
+
+-- Agent profiles for the MCP server: the queues an agent may drain and the
+-- tools it may use (NULL: every tool).
+CREATE TABLE IF NOT EXISTS agents (
+    name        TEXT    PRIMARY KEY CHECK (name <> ''),
+    queues      TEXT    NOT NULL,                 -- JSON array of queue names
+    tools       TEXT,                             -- JSON array of tool names, or NULL for all
+    created_at  INTEGER NOT NULL
+);

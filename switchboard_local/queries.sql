@@ -92,17 +92,23 @@ RETURNING *;
 
 -- name: claim_next_in_queues
 -- The oldest highest-priority visible todo in any of several queues
--- (:queues is a JSON array of names).
+-- (:queues is a JSON array of names): one index seek per queue for its head,
+-- then the best of those heads, so a deep backlog is never sorted.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 WHERE id = (
-    SELECT id FROM todos
-    WHERE queue IN (SELECT value FROM json_each(:queues))
-      AND visible_at <= :now
-      AND (assignee IS NULL OR assignee = :agent)
-    ORDER BY priority DESC, id
+    SELECT head.id
+    FROM json_each(:queues) AS q
+    JOIN todos AS head ON head.id = (
+        SELECT id FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = q.value
+          AND visible_at <= :now
+          AND (assignee IS NULL OR assignee = :agent)
+        ORDER BY priority DESC, id
+        LIMIT 1)
+    ORDER BY head.priority DESC, head.id
     LIMIT 1)
 RETURNING *;
 
