@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS todos (
     title            TEXT    NOT NULL,
     kind             TEXT,
     payload          TEXT    NOT NULL DEFAULT 'null',  -- JSON
-    event_id         INTEGER REFERENCES events (id),
+    event_id         INTEGER REFERENCES events (id) ON DELETE SET NULL,
     idempotency_key  TEXT,
     state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed')),
     priority         INTEGER NOT NULL DEFAULT 0,  -- higher first
@@ -84,6 +84,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS todos_live_key
     ON todos (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
 
+-- For each event, the todos its first delivery answered with (created, or
+-- found live under the same key), so a redelivery gets the same answer.
+-- Replays add todos with the event's id but no rows here.
+CREATE TABLE IF NOT EXISTS event_todos (
+    event_id  INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    position  INTEGER NOT NULL,
+    todo_id   INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    PRIMARY KEY (event_id, position)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS event_todos_by_todo ON event_todos (todo_id);
+
 -- One row per claim: who held the todo, when, and how the attempt ended.
 CREATE TABLE IF NOT EXISTS attempts (
     id          INTEGER PRIMARY KEY,
@@ -107,3 +119,43 @@ CREATE TABLE IF NOT EXISTS agents (
     tools       TEXT,                             -- JSON array of tool names, or NULL for all
     created_at  INTEGER NOT NULL
 );
+
+-- The adapter registry: configured producers. Webhook sources (family
+-- 'webhook') and Redis adapters (family 'queue'); an event's source is a
+-- name from here. Health fields are written by running adapters.
+CREATE TABLE IF NOT EXISTS adapters (
+    name                 TEXT    PRIMARY KEY CHECK (name <> ''),
+    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue')),
+    kind                 TEXT    NOT NULL,        -- github, stripe, hmac, open, stream, list, ...
+    trust_mode           TEXT    NOT NULL,        -- how its events are trusted (the kind, 'open', 'queue')
+    enabled              INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
+    config               TEXT    NOT NULL DEFAULT '{}',  -- JSON: kind options, default queue, limits
+    secrets              TEXT    NOT NULL DEFAULT '[]',  -- JSON array of secret references, oldest first
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    last_poll_at         INTEGER,
+    last_error           TEXT,
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    messages_stored      INTEGER NOT NULL DEFAULT 0
+);
+
+-- Routing rules, applied in position order to each new event of their
+-- source: every matching rule adds a todo until a 'stop' or 'drop' rule.
+CREATE TABLE IF NOT EXISTS rules (
+    id            INTEGER PRIMARY KEY,
+    position      INTEGER NOT NULL,
+    source        TEXT    NOT NULL,
+    type          TEXT,                            -- glob on the event type; NULL: any
+    conditions    TEXT    NOT NULL DEFAULT '[]',   -- JSON: [{"path", "op": eq|in|glob|exists, "value"}]
+    action        TEXT    NOT NULL CHECK (action IN ('todo', 'drop')),
+    queue         TEXT,
+    title         TEXT,                            -- template: {dotted.path} from the payload
+    assignee      TEXT,
+    priority      INTEGER NOT NULL DEFAULT 0,
+    max_attempts  INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    stop          INTEGER NOT NULL DEFAULT 0 CHECK (stop IN (0, 1)),
+    created_at    INTEGER NOT NULL,
+    CHECK ((action = 'todo') = (queue IS NOT NULL))
+);
+
+CREATE INDEX IF NOT EXISTS rules_by_source ON rules (source, position);

@@ -10,7 +10,7 @@ store-then-ack.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,12 +106,18 @@ class Event:
         }
 
 
-async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo]) -> Ingested:
+# Derives an event's todos inside the ingest transaction (routing reads its
+# rules there, so a delivery sees the rules as of its own commit).
+Derive = Callable[[Transaction, int, NewEvent], Sequence[NewTodo]]
+
+
+async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:
     """Store an event and its todos in one transaction (the back half).
 
-    A redelivery of a stored event adds nothing and answers with the first
-    delivery's event id and todo ids. Any failure part-way rolls everything
-    back, so the producer, un-acked, redelivers.
+    ``todos`` is the list to create, or a function that derives it once the
+    event is known to be new. A redelivery of a stored event adds nothing and
+    answers with the first delivery's event id and todo ids. Any failure
+    part-way rolls everything back, so the producer, un-acked, redelivers.
     """
     params = {
         "source": event.source,
@@ -135,8 +141,14 @@ async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo]) -> Ing
             assert existing is not None, "insert_event conflicted without a stored event"
             ids = tx.all(Q.todo_ids_of_event, {"event_id": existing["id"]})
             return Ingested(existing["id"], True, tuple(r["id"] for r in ids))
-        todo_ids = tuple(insert(tx, todo, now=now, event_id=row["id"])[0].id for todo in todos)
-        return Ingested(row["id"], False, todo_ids)
+        event_id = row["id"]
+        derived = todos(tx, event_id, event) if callable(todos) else todos
+        todo_ids = []
+        for position, todo in enumerate(derived):
+            stored, _created = insert(tx, todo, now=now, event_id=event_id)
+            tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": stored.id})
+            todo_ids.append(stored.id)
+        return Ingested(event_id, False, tuple(todo_ids))
 
     return await store.write(body)
 

@@ -195,8 +195,12 @@ RETURNING id;
 -- name: event_id_by_external_id
 SELECT id FROM events WHERE source = :source AND external_id = :external_id;
 
+-- name: link_event_todo
+INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
+
 -- name: todo_ids_of_event
-SELECT id FROM todos WHERE event_id = :event_id ORDER BY id;
+-- The todos the event's first delivery answered with, in that order.
+SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY position;
 
 -- name: get_event
 SELECT * FROM events WHERE id = :id;

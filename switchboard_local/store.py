@@ -103,23 +103,20 @@ def _migrate(path: Path) -> None:
     """
     conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
-        for pragma in _pragmas("FULL"):
-            conn.execute(pragma)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
         _refuse_newer(path, version)
+        _refuse_foreign(conn, path, version)  # before WAL: a refused file is left as it was
+        for pragma in _pragmas("FULL"):
+            conn.execute(pragma)
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             _refuse_newer(path, version)
             if version == 0:
-                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-                if tables:
-                    raise StoreUnusable(
-                        f"{path} is an SQLite database but not a switchboard-local one "
-                        "(it has tables and no schema version)"
-                    )
+                _refuse_foreign(conn, path, version)
                 for statement in _statements(schema_sql()):
                     conn.execute(statement)
             else:
@@ -136,6 +133,13 @@ def _migrate(path: Path) -> None:
         raise StoreUnusable(f"cannot open {path}: {exc}") from exc
     finally:
         conn.close()
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path, version: int) -> None:
+    if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise StoreUnusable(
+            f"{path} is an SQLite database but not a switchboard-local one (it has tables and no schema version)"
+        )
 
 
 def _refuse_newer(path: Path, version: int) -> None:

@@ -1,0 +1,181 @@
+"""The ingestion back half (DESIGN §3): one transaction stores an event and its todos."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from switchboard_local import events, todos
+from switchboard_local.errors import InvalidArgument, NotFound
+from switchboard_local.events import NewEvent
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+# Not UTF-8, with a NUL and CRLF: what arrived must come back byte for byte.
+RAW_BODY = b'\x00\xff{"action": "opened",  "n": 1}\r\n'
+
+
+def push(external_id="delivery-1", source="github", body=RAW_BODY, **fields):
+    return NewEvent(
+        source=source,
+        family="webhook",
+        type="push",
+        external_id=external_id,
+        trust_mode="hmac-sha256",
+        verified=True,
+        body=body,
+        verify_detail="X-Hub-Signature-256 matched",
+        content_type="application/json",
+        headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": "[redacted]"},
+        **fields,
+    )
+
+
+def work(*titles, queue="builds", key_prefix="github:delivery-1"):
+    return [NewTodo(queue=queue, title=t, idempotency_key=f"{key_prefix}:{t}") for t in titles]
+
+
+def sql(db_path, statement, params=()):
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        return conn.execute(statement, params).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path, row_count):
+    got = await events.ingest(store, push(), work("first", "second"))
+    assert got.duplicate is False
+    assert len(got.todo_ids) == 2
+    event = await events.get_event(store, got.event_id)
+    assert event.body == RAW_BODY
+    assert event.size == len(RAW_BODY)
+    assert event.headers == {"X-GitHub-Event": "push", "X-Hub-Signature-256": "[redacted]"}
+    assert (event.source, event.family, event.type, event.external_id) == ("github", "webhook", "push", "delivery-1")
+    assert (event.trust_mode, event.verified, event.verify_detail) == ("hmac-sha256", True, "X-Hub-Signature-256 matched")
+    assert (event.content_type, event.received_at) == ("application/json", clock.now_ms())
+    # On disk, as a BLOB, not re-encoded text.
+    assert sql(db_path, "SELECT body, typeof(body) FROM events") == [(RAW_BODY, "blob")]
+    stored = [await todos.get(store, i) for i in got.todo_ids]
+    assert [(t.title, t.event_id, t.state) for t in stored] == [
+        ("first", got.event_id, "pending"),
+        ("second", got.event_id, "pending"),
+    ]
+    assert (row_count("events"), row_count("todos")) == (1, 2)
+
+
+async def test_event_with_no_todos_is_stored_alone(store, row_count):
+    got = await events.ingest(store, push(), [])
+    assert (got.duplicate, got.todo_ids) == (False, ())
+    assert (row_count("events"), row_count("todos")) == (1, 0)
+
+
+async def test_redelivery_is_a_duplicate_and_adds_nothing(store, clock, row_count):
+    first = await events.ingest(store, push(), work("first", "second"))
+    clock.advance(60)
+    again = await events.ingest(store, push(body=b"a different body"), work("first", "second", "third"))
+    assert again.duplicate is True
+    assert (again.event_id, again.todo_ids) == (first.event_id, first.todo_ids)
+    assert (row_count("events"), row_count("todos")) == (1, 2)
+    assert (await events.get_event(store, first.event_id)).body == RAW_BODY
+
+
+async def test_redelivery_after_the_todos_are_done_adds_nothing(store, row_count):
+    first = await events.ingest(store, push(), work("only"))
+    claimed = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, claimed.id, claimed.lease_token)
+    again = await events.ingest(store, push(), work("only"))
+    assert (again.duplicate, again.todo_ids) == (True, first.todo_ids)
+    assert (row_count("events"), row_count("todos")) == (1, 1)
+
+
+async def test_same_external_id_from_another_source_is_a_new_event(store, row_count):
+    a = await events.ingest(store, push(source="hook-a"), work("t", key_prefix="hook-a:delivery-1"))
+    b = await events.ingest(store, push(source="hook-b"), work("t", key_prefix="hook-b:delivery-1"))
+    assert b.duplicate is False
+    assert b.event_id != a.event_id
+    assert set(a.todo_ids).isdisjoint(b.todo_ids)
+    assert (row_count("events"), row_count("todos")) == (2, 2)
+
+
+async def test_todo_whose_key_is_live_collapses_into_the_existing_one(store, row_count):
+    existing, _ = await todos.create(store, NewTodo(queue="builds", title="made by hand", idempotency_key="k"))
+    got = await events.ingest(store, push(), [NewTodo(queue="builds", title="from event", idempotency_key="k")])
+    assert got.duplicate is False
+    assert got.todo_ids == (existing.id,)
+    kept = await todos.get(store, existing.id)
+    assert (kept.title, kept.event_id) == ("made by hand", None)
+    assert (row_count("events"), row_count("todos")) == (1, 1)
+
+
+async def test_redelivery_answers_with_the_collapsed_todo_ids_too(store, row_count):
+    # events.ingest promises a redelivery "answers with the first delivery's
+    # event id and todo ids"; a todo collapsed into a live one belongs to it.
+    existing, _ = await todos.create(store, NewTodo(queue="builds", title="made by hand", idempotency_key="k"))
+    todo_list = [NewTodo(queue="builds", title="from event", idempotency_key="k")]
+    first = await events.ingest(store, push(), todo_list)
+    again = await events.ingest(store, push(), todo_list)
+    assert again.duplicate is True
+    assert (row_count("events"), row_count("todos")) == (1, 1)
+    assert again.todo_ids == first.todo_ids == (existing.id,)
+
+
+async def test_two_todos_of_one_event_with_the_same_key_collapse(store, row_count):
+    same = [NewTodo(queue="q", title=t, idempotency_key="k") for t in ("a", "b")]
+    got = await events.ingest(store, push(), same)
+    assert got.todo_ids[0] == got.todo_ids[1]
+    assert row_count("todos") == 1
+
+
+async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(store, db_path, row_count):
+    sql(
+        db_path,
+        "CREATE TRIGGER fail_second BEFORE INSERT ON todos WHEN NEW.title = 'second' "
+        "BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="injected fault"):
+        await events.ingest(store, push(), work("first", "second"))
+    assert (row_count("events"), row_count("todos")) == (0, 0)
+
+    sql(db_path, "DROP TRIGGER fail_second")
+    stored = await events.ingest(store, push(), work("first", "second"))
+    assert stored.duplicate is False
+    again = await events.ingest(store, push(), work("first", "second"))
+    assert (again.duplicate, again.event_id, again.todo_ids) == (True, stored.event_id, stored.todo_ids)
+    assert (row_count("events"), row_count("todos")) == (1, 2)
+    assert sql(db_path, "SELECT DISTINCT event_id FROM todos") == [(stored.event_id,)]
+
+
+async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
+    sql(db_path, "CREATE TRIGGER fail_all BEFORE INSERT ON todos BEGIN SELECT RAISE(ABORT, 'no'); END")
+    with pytest.raises(sqlite3.IntegrityError):
+        await events.ingest(store, push(), work("first"))
+    sql(db_path, "DROP TRIGGER fail_all")
+    todo, created = await todos.create(store, NewTodo(queue="q", title="after"))
+    assert created and (await todos.get(store, todo.id)).title == "after"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"family": "email"},
+        {"body": "text, not bytes"},
+        {"source": ""},
+        {"external_id": ""},
+    ],
+    ids=["unknown-family", "str-body", "empty-source", "empty-external-id"],
+)
+async def test_malformed_event_is_refused_before_anything_is_written(store, row_count, fields):
+    base = dict(
+        source="github", family="webhook", type="push", external_id="d", trust_mode="open", verified=False, body=b"{}"
+    )
+    with pytest.raises(InvalidArgument):
+        await events.ingest(store, NewEvent(**{**base, **fields}), work("t"))
+    assert (row_count("events"), row_count("todos")) == (0, 0)
+
+
+async def test_unknown_event_is_not_found(store):
+    with pytest.raises(NotFound):
+        await events.get_event(store, 77)

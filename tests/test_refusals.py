@@ -1,0 +1,157 @@
+"""Refusals (DESIGN §2): transitions not in the diagram, unknown ids, invalid arguments.
+
+A refused call raises and leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard_local import todos
+from switchboard_local.errors import Conflict, InvalidArgument, NotFound
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+UNKNOWN_ID = 4242
+
+
+async def new(store, title="t", **fields):
+    todo, _ = await todos.create(store, NewTodo(queue="q", title=title, **fields))
+    return todo
+
+
+# ---------------------------------------------------------------- transitions not in the diagram
+# Each case: a setup that brings a todo to a state and returns (id, token), then
+# the refused call.
+
+
+async def pending_with_stale_token(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    await todos.release(store, todo.id, claimed.lease_token)
+    return todo.id, claimed.lease_token
+
+
+async def done(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    await todos.complete(store, todo.id, claimed.lease_token)
+    return todo.id, claimed.lease_token
+
+
+async def claimed_live(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    return todo.id, claimed.lease_token
+
+
+async def failed(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    await todos.fail(store, todo.id, claimed.lease_token, error="e")
+    return todo.id, claimed.lease_token
+
+
+async def dead_letter(store):
+    todo = await new(store, max_attempts=1)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    await todos.fail(store, todo.id, claimed.lease_token, error="e")
+    return todo.id, claimed.lease_token
+
+
+REFUSED = [
+    (pending_with_stale_token, lambda s, i, t: todos.complete(s, i, t), "complete-a-pending-todo"),
+    (done, lambda s, i, t: todos.complete(s, i, t), "complete-a-done-todo"),
+    (done, lambda s, i, t: todos.fail(s, i, t, error="x"), "fail-a-done-todo"),
+    (done, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-done-todo"),
+    (pending_with_stale_token, lambda s, i, t: todos.release(s, i, t), "release-a-pending-todo"),
+    (done, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-done-todo"),
+    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="other"), "claim-a-claimed-todo"),
+    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="w"), "reclaim-own-live-lease"),
+    (failed, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-failed-todo"),
+    (failed, lambda s, i, t: todos.complete(s, i, t), "complete-a-failed-todo"),
+    (failed, lambda s, i, t: todos.release(s, i, t), "release-a-failed-todo"),
+    (dead_letter, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-dead-letter"),
+    (dead_letter, lambda s, i, t: todos.fail(s, i, t), "fail-a-dead-letter"),
+]
+
+
+@pytest.mark.parametrize("setup, call", [(s, c) for s, c, _ in REFUSED], ids=[i for _, _, i in REFUSED])
+async def test_transition_not_in_the_diagram_is_refused_and_changes_nothing(store, setup, call):
+    todo_id, token = await setup(store)
+    before = await todos.get(store, todo_id)
+    with pytest.raises(Conflict):
+        await call(store, todo_id, token)
+    after = await todos.get(store, todo_id)
+    assert after == before
+    assert after.attempts == before.attempts
+
+
+# ---------------------------------------------------------------- unknown ids
+
+VERBS_ON_AN_ID = [
+    (lambda s, i: todos.get(s, i), "get"),
+    (lambda s, i: todos.claim(s, i, owner="w"), "claim"),
+    (lambda s, i: todos.heartbeat(s, i, "token"), "heartbeat"),
+    (lambda s, i: todos.complete(s, i, "token"), "complete"),
+    (lambda s, i: todos.fail(s, i, "token", error="e"), "fail"),
+    (lambda s, i: todos.release(s, i, "token"), "release"),
+    (lambda s, i: todos.redrive(s, i), "redrive"),
+]
+
+
+@pytest.mark.parametrize("call", [c for c, _ in VERBS_ON_AN_ID], ids=[i for _, i in VERBS_ON_AN_ID])
+async def test_unknown_id_is_not_found_for_every_verb(store, row_count, call):
+    await new(store)  # something else exists, untouched
+    with pytest.raises(NotFound):
+        await call(store, UNKNOWN_ID)
+    assert (row_count("todos"), row_count("attempts")) == (1, 0)
+
+
+# ---------------------------------------------------------------- invalid arguments
+# Each call gets the store, a claimed todo's id and its token.
+
+INVALID = [
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=-1)), "negative-delay"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("nan"))), "nan-delay"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", max_attempts=0)), "max-attempts-0"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=1.5)), "float-priority"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority="1")), "str-priority"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=True)), "bool-priority"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload={1, 2})), "set-payload"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload=float("inf"))), "inf-payload"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="", title="t")), "empty-queue"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="  ", title="t")), "blank-queue"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title=" \n ")), "blank-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="")), "empty-assignee"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="")), "empty-key"),
+    (lambda s, i, t: todos.claim(s, i, owner="w", lease=0), "claim-lease-0"),
+    (lambda s, i, t: todos.claim(s, i, owner="w", lease=12 * 3600 + 1), "claim-lease-over-12h"),
+    (lambda s, i, t: todos.claim(s, i, owner=""), "claim-empty-owner"),
+    (lambda s, i, t: todos.claim_next(s, owner=""), "claim-next-empty-owner"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", lease=0), "claim-next-lease-0"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[]), "claim-next-no-queues"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[""]), "claim-next-empty-queue"),
+    (lambda s, i, t: todos.heartbeat(s, i, t, lease=0), "heartbeat-lease-0"),
+    (lambda s, i, t: todos.heartbeat(s, i, t, lease=12 * 3600 + 1), "heartbeat-lease-over-12h"),
+    (lambda s, i, t: todos.complete(s, i, t, result={1}), "complete-set-result"),
+    (lambda s, i, t: todos.fail(s, i, t, error=42), "fail-non-string-error"),
+    (lambda s, i, t: todos.release(s, i, t, delay=-1), "release-negative-delay"),
+    (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state"),
+    (lambda s, i, t: todos.list_todos(s, limit=0), "list-limit-0"),
+]
+
+
+@pytest.mark.parametrize("call", [c for c, _ in INVALID], ids=[i for _, i in INVALID])
+async def test_invalid_argument_is_refused_and_writes_nothing(store, row_count, call):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    await new(store, title="other pending")
+    before = [await todos.get(store, t.id) for t in await todos.list_todos(store)]
+    with pytest.raises(InvalidArgument):
+        await call(store, todo.id, claimed.lease_token)
+    after = [await todos.get(store, t.id) for t in await todos.list_todos(store)]
+    assert after == before
+    assert [a.attempts for a in after] == [b.attempts for b in before]
+    assert (row_count("todos"), row_count("attempts")) == (2, 1)

@@ -1,0 +1,200 @@
+"""The one SQLite file (DESIGN §6): where it lives, how it is opened, its schema version."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from switchboard_local import store as store_module
+from switchboard_local import todos
+from switchboard_local.errors import InvalidArgument, StoreUnusable
+from switchboard_local.store import Store
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def sql(path, statement):
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        return conn.execute(statement).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def permissive_umask():
+    """Owner-only must not depend on the user's umask being strict."""
+    previous = os.umask(0)
+    yield
+    os.umask(previous)
+
+
+# ---------------------------------------------------------------- files
+
+
+async def test_new_file_folder_and_wal_files_are_owner_only(tmp_path, clock, permissive_umask):
+    path = tmp_path / "fresh" / "switchboard.db"
+    async with await Store.open(path, clock=clock) as opened:
+        await todos.create(opened, NewTodo(queue="q", title="t"))  # a write makes -wal and -shm exist
+        assert mode(path.parent) == 0o700
+        assert mode(path) == 0o600
+        for suffix in ("-wal", "-shm"):
+            sidecar = path.with_name(path.name + suffix)
+            assert sidecar.exists(), suffix
+            assert mode(sidecar) == 0o600, suffix
+
+
+async def test_reopening_a_file_keeps_its_data(db_path, clock):
+    async with await Store.open(db_path, clock=clock) as first:
+        todo, _ = await todos.create(first, NewTodo(queue="q", title="kept"))
+    async with await Store.open(db_path, clock=clock) as second:
+        assert (await todos.get(second, todo.id)).title == "kept"
+
+
+# ---------------------------------------------------------------- connection settings
+
+
+async def pragma(opened: Store, name: str):
+    return await opened.read(lambda tx: tx.one(f"PRAGMA {name}")[0])
+
+
+async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(store):
+    assert await pragma(store, "journal_mode") == "wal"
+    assert await pragma(store, "foreign_keys") == 1
+    assert await pragma(store, "busy_timeout") >= 5000
+    assert await pragma(store, "synchronous") == 2  # FULL
+
+
+async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
+    async with await Store.open(db_path, synchronous="NORMAL") as opened:
+        assert await pragma(opened, "synchronous") == 1
+    with pytest.raises(InvalidArgument):
+        await Store.open(db_path, synchronous="OFF")
+
+
+async def test_foreign_keys_are_enforced(store):
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.write(
+            lambda tx: tx.run(
+                "INSERT INTO todos (queue, title, state, visible_at, event_id, created_at, updated_at)"
+                " VALUES ('q', 't', 'pending', 0, 12345, 0, 0)"
+            )
+        )
+
+
+# ---------------------------------------------------------------- schema and versions
+
+
+async def test_new_file_gets_the_schema_and_the_current_version(store, db_path):
+    tables = {name for (name,) in sql(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"events", "todos", "attempts"} <= tables
+    assert sql(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+
+
+def test_schema_sql_is_the_repository_root_file():
+    assert store_module.schema_sql() == (REPO_ROOT / "schema.sql").read_text("utf-8")
+
+
+async def test_older_file_is_upgraded_in_place_keeping_its_data(db_path, clock, monkeypatch):
+    async with await Store.open(db_path, clock=clock) as v1:
+        todo, _ = await todos.create(v1, NewTodo(queue="q", title="from v1"))
+    assert sql(db_path, "PRAGMA user_version") == [(1,)]
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_module, "MIGRATIONS", {2: "ALTER TABLE todos ADD COLUMN test_extra TEXT;"})
+    async with await Store.open(db_path, clock=clock) as v2:
+        assert (await todos.get(v2, todo.id)).title == "from v1"
+    columns = [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
+    assert "test_extra" in columns
+    assert sql(db_path, "PRAGMA user_version") == [(2,)]
+
+
+async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, clock, monkeypatch):
+    async with await Store.open(db_path, clock=clock) as v1:
+        await todos.create(v1, NewTodo(queue="q", title="from v1"))
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(
+        store_module,
+        "MIGRATIONS",
+        {2: "ALTER TABLE todos ADD COLUMN half_done TEXT;\nALTER TABLE no_such_table ADD COLUMN x TEXT;"},
+    )
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path, clock=clock)
+    assert sql(db_path, "PRAGMA user_version") == [(1,)]
+    assert "half_done" not in [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
+    assert sql(db_path, "SELECT title FROM todos") == [("from v1",)]
+
+
+async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
+    async with await Store.open(db_path, clock=clock):
+        pass
+    sql(db_path, "PRAGMA user_version = 99")
+    with pytest.raises(StoreUnusable) as refused:
+        await Store.open(db_path, clock=clock)
+    message = str(refused.value).replace(str(db_path), "<path>")
+    assert re.search(r"\b99\b", message)
+    assert re.search(rf"\b{store_module.SCHEMA_VERSION}\b", message)
+    assert sql(db_path, "PRAGMA user_version") == [(99,)]
+
+
+async def test_foreign_sqlite_file_is_refused(db_path):
+    sql(db_path, "CREATE TABLE notes (body TEXT)")
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path)
+    tables = [name for (name,) in sql(db_path, "SELECT name FROM sqlite_master")]
+    assert tables == ["notes"]
+    assert sql(db_path, "PRAGMA user_version") == [(0,)]
+
+
+async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
+    # Refusing a file must not change it: a user who points SWITCHBOARD_DB at
+    # the wrong database should find it exactly as it was.
+    sql(db_path, "CREATE TABLE notes (body TEXT)")
+    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path)
+    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+
+
+async def test_a_file_that_is_not_sqlite_is_refused(db_path):
+    db_path.write_bytes(b"this is a text file, not a database\n" * 50)
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path)
+
+
+# ---------------------------------------------------------------- where the file lives
+
+
+def test_default_path_honours_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SWITCHBOARD_DB", str(tmp_path / "from-env.db"))
+    assert store_module.default_path() == tmp_path / "from-env.db"
+    monkeypatch.setenv("SWITCHBOARD_DB", "~/elsewhere/sb.db")
+    assert store_module.default_path() == Path.home() / "elsewhere" / "sb.db"
+
+
+def test_default_path_without_the_environment_is_the_user_data_dir(monkeypatch):
+    import platformdirs
+
+    monkeypatch.delenv("SWITCHBOARD_DB", raising=False)
+    path = store_module.default_path()
+    assert path == platformdirs.user_data_path("switchboard-local") / "switchboard.db"
+
+
+async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, clock):
+    target = tmp_path / "env" / "switchboard.db"
+    monkeypatch.setenv("SWITCHBOARD_DB", str(target))
+    async with await Store.open(clock=clock) as opened:
+        assert opened.path == target
+        await todos.create(opened, NewTodo(queue="q", title="t"))
+    assert sql(target, "SELECT title FROM todos") == [("t",)]
