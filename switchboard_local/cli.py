@@ -8,98 +8,22 @@ The MCP SDK is never imported here: it costs about a second per command.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from . import __version__, todos
+from .cli_common import JsonValue, Out, common, table, when
 from .clock import rfc3339
-from .errors import InvalidArgument, StoreUnusable, SwitchboardError
-from .store import DB_ENV, Store, default_path
+from .errors import SwitchboardError
+from .store import default_path
 from .todos import STATES, NewTodo, Todo
 
-T = TypeVar("T")
 
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNUSABLE = 3
-
-
-# ---------------------------------------------------------------- plumbing
-
-
-class JsonValue(click.ParamType):
-    """A JSON text, ``@FILE`` to read one from a file, or ``@-`` for stdin."""
-
-    name = "JSON|@FILE"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        text = value
-        if value.startswith("@"):
-            source = value[1:]
-            try:
-                text = sys.stdin.read() if source == "-" else Path(source).read_text("utf-8")
-            except OSError as exc:
-                self.fail(f"cannot read {source}: {exc.strerror}", param, ctx)
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            self.fail(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", param, ctx)
-
-
-def common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--db and --json, accepted on every command (and on the group)."""
-    fn = click.option("--json", "as_json", is_flag=True, default=None, help="Print one JSON value on stdout.")(fn)
-    fn = click.option(
-        "--db",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help=f"Database file (default: ${DB_ENV}, else the user data dir).",
-    )(fn)
-    return fn
-
-
-class Out:
-    """Where a command's answer goes: JSON or text for people."""
-
-    def __init__(self, db: Path | None, as_json: bool | None) -> None:
-        parent = click.get_current_context().find_root().obj or {}
-        self.db = db if db is not None else parent.get("db")
-        self.json = bool(as_json if as_json is not None else parent.get("json"))
-
-    def run(self, verb: Callable[[Store], Awaitable[T]]) -> T:
-        """Open the store, run one core call, close; map core errors to exits."""
-
-        async def go() -> T:
-            async with await Store.open(self.db) as store:
-                return await verb(store)
-
-        try:
-            return asyncio.run(go())
-        except SwitchboardError as exc:
-            self.fail(exc)
-            raise AssertionError("unreachable")  # fail() exits
-
-    def fail(self, exc: SwitchboardError) -> None:
-        if self.json:
-            click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
-        click.echo(f"switchboard-local: {exc}", err=True)
-        if isinstance(exc, InvalidArgument):
-            sys.exit(EXIT_USAGE)
-        if isinstance(exc, StoreUnusable):
-            sys.exit(EXIT_UNUSABLE)
-        sys.exit(EXIT_REFUSED)
-
-    def emit(self, value: Any, text: str) -> None:
-        click.echo(json.dumps(value, ensure_ascii=False, indent=2) if self.json else text)
+# ---------------------------------------------------------------- text for people
 
 
 def _default_owner() -> str:
@@ -108,12 +32,6 @@ def _default_owner() -> str:
     except Exception:  # no user name in this environment
         return "cli"
 
-
-# ---------------------------------------------------------------- text for people
-
-
-def _when(ms: int | None) -> str:
-    return rfc3339(ms) or "-"
 
 
 def _state(todo: Todo) -> str:
@@ -139,24 +57,18 @@ def _todo_text(todo: Todo) -> str:
         ("last error", todo.last_error),
     ]
     lines += [f"  {name:<12} {value}" for name, value in optional if value is not None]
-    lines.append(f"  created      {_when(todo.created_at)}")
+    lines.append(f"  created      {when(todo.created_at)}")
     if todo.completed_at is not None:
-        lines.append(f"  completed    {_when(todo.completed_at)}")
+        lines.append(f"  completed    {when(todo.completed_at)}")
     if todo.payload is not None:
         lines.append("  payload      " + json.dumps(todo.payload, ensure_ascii=False, indent=2).replace("\n", "\n  "))
     if todo.result is not None:
         lines.append("  result       " + json.dumps(todo.result, ensure_ascii=False, indent=2).replace("\n", "\n  "))
     for a in todo.attempts or ():
-        ended = f"{a.outcome} at {_when(a.ended_at)}" if a.outcome else "open"
+        ended = f"{a.outcome} at {when(a.ended_at)}" if a.outcome else "open"
         error = f": {a.error}" if a.error else ""
-        lines.append(f"  attempt {a.attempt}  {a.owner}  claimed {_when(a.claimed_at)}  {ended}{error}")
+        lines.append(f"  attempt {a.attempt}  {a.owner}  claimed {when(a.claimed_at)}  {ended}{error}")
     return "\n".join(lines)
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [headers] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
 
 
 # ---------------------------------------------------------------- commands
@@ -209,7 +121,7 @@ def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: s
     out = Out(db, as_json)
     found = out.run(lambda store: todos.list_todos(store, queue=queue, state=state, limit=limit))
     rows = [[t.id, _state(t), t.queue, t.priority, f"{t.attempt}/{t.max_attempts}", t.title] for t in found]
-    text = _table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "TITLE"], rows) if rows else "no todos"
+    text = table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "TITLE"], rows) if rows else "no todos"
     out.emit([t.to_dict() for t in found], text)
 
 
@@ -250,7 +162,7 @@ def todo_claim(
         return
     text = (
         f"claimed todo {claimed.id} on {claimed.queue}: {claimed.title}\n"
-        f"attempt {claimed.attempt} of {claimed.max_attempts}, lease until {_when(claimed.lease_expires_at)}\n"
+        f"attempt {claimed.attempt} of {claimed.max_attempts}, lease until {when(claimed.lease_expires_at)}\n"
         f"lease token: {claimed.lease_token}"
     )
     out.emit(claimed.to_dict(), text)
@@ -268,7 +180,7 @@ def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_to
     """Reset the lease to now + LEASE (capped at 12 h per attempt)."""
     out = Out(db, as_json)
     found = out.run(lambda store: todos.heartbeat(store, todo_id, lease_token, lease=lease))
-    out.emit(found.to_dict(), f"lease on todo {found.id} runs until {_when(found.lease_expires_at)}")
+    out.emit(found.to_dict(), f"lease on todo {found.id} runs until {when(found.lease_expires_at)}")
 
 
 @todo.command("complete")
@@ -295,7 +207,7 @@ def todo_fail(db: Path | None, as_json: bool | None, todo_id: int, lease_token: 
     if found.dead_letter:
         text = f"todo {found.id} failed for good after {found.attempt} attempts (dead letter; see 'todo redrive')"
     else:
-        text = f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {_when(found.visible_at)}"
+        text = f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {when(found.visible_at)}"
     out.emit(found.to_dict(), text)
 
 
@@ -308,7 +220,7 @@ def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_toke
     """Give a claimed todo back untouched; the attempt is refunded."""
     out = Out(db, as_json)
     found = out.run(lambda store: todos.release(store, todo_id, lease_token, delay=delay))
-    out.emit(found.to_dict(), f"todo {found.id} released: pending from {_when(found.visible_at)}")
+    out.emit(found.to_dict(), f"todo {found.id} released: pending from {when(found.visible_at)}")
 
 
 @todo.command("redrive")
@@ -340,7 +252,7 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
         for s in found
     ]
     headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING"]
-    out.emit({"queues": [s.to_dict() for s in found]}, _table(headers, rows) if rows else "no todos")
+    out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 
 @main.group("db")
@@ -355,3 +267,15 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
     out = Out(db, as_json)
     path = out.db if out.db is not None else default_path()
     out.emit({"path": str(path)}, str(path))
+
+
+def _register_edges() -> None:
+    from . import cli_events, cli_sources
+
+    cli_sources.register(main)
+    cli_events.register(main)
+
+
+_register_edges()
+from .cli_agents import register as _register_agents  # noqa: E402  (the mcp and agent commands)
+_register_agents(main)

@@ -153,8 +153,59 @@ async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo] | Deriv
     return await store.write(body)
 
 
-async def get_event(store: Store, event_id: int) -> Event:
-    row = await store.read(lambda tx: tx.one(Q.get_event, {"id": event_id}))
+async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None = None) -> Event:
+    """One event; with ``queues`` (an agent's scope), only one a todo in them came from."""
+    scope = None if queues is None else json.dumps(list(queues))
+
+    def body(tx: Transaction) -> Any:
+        if scope is not None and tx.one(Q.event_in_queues, {"event_id": event_id, "queues": scope}) is None:
+            return None  # out of scope: answered exactly like an unknown id
+        return tx.one(Q.get_event, {"id": event_id})
+
+    row = await store.read(body)
     if row is None:
         raise NotFound(f"event {event_id} does not exist")
     return Event.from_row(row)
+
+
+MAX_LIST_LIMIT = 1000
+
+
+async def list_events(
+    store: Store,
+    *,
+    source: str | None = None,
+    type: str | None = None,
+    after_id: int | None = None,
+    limit: int = 50,
+    queues: Sequence[str] | None = None,
+    since: int | None = None,
+) -> list[Event]:
+    """Events oldest first after ``after_id`` (the last id of the previous page).
+
+    ``queues`` (an agent's scope) keeps only events that a todo in them came
+    from; ``since`` (milliseconds) keeps those received at or after it.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit!r}")
+    if after_id is not None and (not isinstance(after_id, int) or isinstance(after_id, bool)):
+        raise InvalidArgument("after_id must be an integer")
+    params = {
+        "source": source,
+        "type": type,
+        "after_id": after_id,
+        "since": since,
+        "limit": limit,
+        "queues": None if queues is None else json.dumps(list(queues)),
+    }
+    rows = await store.read(lambda tx: tx.all(Q.list_events, params))
+    return [Event.from_row(r) for r in rows]
+
+
+async def recent_events(store: Store, *, source: str | None = None, type: str | None = None, limit: int = 50) -> list[Event]:
+    """The newest ``limit`` events, oldest of them first."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit!r}")
+    params = {"source": source, "type": type, "limit": limit}
+    rows = await store.read(lambda tx: tx.all(Q.recent_events, params))
+    return [Event.from_row(r) for r in reversed(rows)]

@@ -22,10 +22,13 @@ WHERE queue = :queue AND idempotency_key = :idempotency_key
 SELECT * FROM todos WHERE id = :id;
 
 -- name: list_todos
--- Newest first; either filter may be NULL.
+-- Newest first, before a cursor (:before_id, NULL for the newest); any filter
+-- may be NULL; :queues is a JSON array of names (an agent's scope).
 SELECT * FROM todos
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR state = :state)
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
 LIMIT :limit;
 
@@ -204,3 +207,147 @@ SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY positi
 
 -- name: get_event
 SELECT * FROM events WHERE id = :id;
+
+-- name: recent_events
+-- The newest :limit events (any filter may be NULL), newest first.
+SELECT * FROM events
+WHERE (:source IS NULL OR source = :source)
+  AND (:type IS NULL OR type = :type)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- ---- adapters (the registry of webhook sources and Redis adapters) ----
+
+-- name: insert_adapter
+INSERT INTO adapters (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at)
+VALUES (:name, :family, :kind, :trust_mode, 1, :config, :secrets, :now, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: get_adapter
+SELECT * FROM adapters WHERE name = :name;
+
+-- name: list_adapters
+SELECT * FROM adapters WHERE (:family IS NULL OR family = :family) ORDER BY name;
+
+-- name: delete_adapter
+DELETE FROM adapters WHERE name = :name;
+
+-- name: set_adapter_enabled
+UPDATE adapters SET enabled = :enabled, updated_at = :now WHERE name = :name RETURNING *;
+
+-- name: set_adapter_secrets
+UPDATE adapters SET secrets = :secrets, updated_at = :now WHERE name = :name RETURNING *;
+
+-- name: record_adapter_health
+-- A running adapter's poll: success resets the failure count, failure bumps it.
+UPDATE adapters
+SET last_poll_at = :now,
+    last_error = CASE WHEN :error IS NULL THEN last_error ELSE :error END,
+    consecutive_failures = CASE WHEN :error IS NULL THEN 0 ELSE consecutive_failures + 1 END,
+    messages_stored = messages_stored + :stored
+WHERE name = :name;
+
+-- ---- agents ----
+-- Agent profiles for the MCP server (agents.py) and the statements that keep
+-- an agent inside its scope.
+
+-- name: insert_agent
+-- An existing name inserts nothing and returns no row.
+INSERT INTO agents (name, queues, tools, created_at)
+VALUES (:name, :queues, :tools, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: get_agent
+SELECT * FROM agents WHERE name = :name;
+
+-- name: list_agents
+SELECT * FROM agents ORDER BY name;
+
+-- name: delete_agent
+DELETE FROM agents WHERE name = :name RETURNING *;
+
+-- name: list_events
+-- Oldest first after a cursor (:after_id, NULL for the start); any filter may
+-- be NULL. With :queues (a JSON array) only events that at least one todo in
+-- those queues came from.
+SELECT * FROM events
+WHERE (:after_id IS NULL OR id > :after_id)
+  AND (:since IS NULL OR received_at >= :since)
+  AND (:source IS NULL OR source = :source)
+  AND (:type IS NULL OR type = :type)
+  AND (:queues IS NULL OR EXISTS (
+        SELECT 1 FROM todos
+        WHERE todos.event_id = events.id AND todos.queue IN (SELECT value FROM json_each(:queues))))
+ORDER BY id
+LIMIT :limit;
+
+-- name: event_in_queues
+-- Whether at least one todo in the queues (a JSON array) came from the event.
+SELECT 1 FROM todos
+WHERE event_id = :event_id AND queue IN (SELECT value FROM json_each(:queues))
+LIMIT 1;
+
+-- name: data_version
+-- Changes when another connection commits to the file (not for this
+-- connection's own commits; the store counts those itself).
+PRAGMA data_version;
+
+-- name: last_todo_id
+SELECT COALESCE(MAX(id), 0) AS id FROM todos;
+
+-- name: todo_arrivals
+-- Todos created after :after_id that :agent could claim (no assignee, or
+-- itself) in the queues (a JSON array, or NULL for all), oldest first, with
+-- the source of the event each came from: what the doorbell rings for.
+SELECT todos.id, todos.queue, todos.title, todos.state, events.source
+FROM todos LEFT JOIN events ON events.id = todos.event_id
+WHERE todos.id > :after_id
+  AND (:queues IS NULL OR todos.queue IN (SELECT value FROM json_each(:queues)))
+  AND (todos.assignee IS NULL OR todos.assignee = :agent)
+ORDER BY todos.id
+LIMIT :limit;
+
+-- ---- rules (routing, applied in position order) ----
+
+-- name: insert_rule
+INSERT INTO rules (position, source, type, conditions, action, queue, title, assignee,
+                   priority, max_attempts, stop, created_at)
+VALUES ((SELECT COALESCE(MAX(position), 0) + 1 FROM rules), :source, :type, :conditions, :action,
+        :queue, :title, :assignee, :priority, :max_attempts, :stop, :now)
+RETURNING *;
+
+-- name: list_rules
+SELECT * FROM rules WHERE (:source IS NULL OR source = :source) ORDER BY position;
+
+-- name: rules_of_source
+SELECT * FROM rules INDEXED BY rules_by_source WHERE source = :source ORDER BY position;
+
+-- name: get_rule
+SELECT * FROM rules WHERE id = :id;
+
+-- name: delete_rule
+DELETE FROM rules WHERE id = :id;
+
+-- name: set_rule_position
+UPDATE rules SET position = :position WHERE id = :id;
+
+-- ---- retention ----
+
+-- name: prune_finished_todos
+-- Done todos and dead letters last touched before the cutoff. Live todos are
+-- never pruned.
+DELETE FROM todos
+WHERE (state = 'done' OR (state = 'failed' AND visible_at IS NULL))
+  AND updated_at < :cutoff;
+
+-- name: prune_events
+-- Events received before the cutoff, or beyond the newest :max_events, unless
+-- a live todo still points to one.
+DELETE FROM events
+WHERE (received_at < :cutoff
+       OR id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET :max_events))
+  AND NOT EXISTS (
+      SELECT 1 FROM todos
+      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL));

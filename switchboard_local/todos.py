@@ -266,12 +266,12 @@ def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = N
 # ---------------------------------------------------------------- reads
 
 
-async def get(store: Store, todo_id: int) -> Todo:
-    """One todo with its attempt history."""
+async def get(store: Store, todo_id: int, *, queues: Sequence[str] | None = None) -> Todo:
+    """One todo with its attempt history (``queues``: a scope it must be in)."""
 
     def body(tx: Transaction) -> Todo:
         row = tx.one(Q.get_todo, {"id": todo_id})
-        if row is None:
+        if row is None or (queues is not None and row["queue"] not in queues):
             raise NotFound(f"todo {todo_id} does not exist")
         attempts = tuple(
             Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
@@ -283,13 +283,30 @@ async def get(store: Store, todo_id: int) -> Todo:
 
 
 async def list_todos(
-    store: Store, *, queue: str | None = None, state: str | None = None, limit: int = 50
+    store: Store,
+    *,
+    queue: str | None = None,
+    state: str | None = None,
+    limit: int = 50,
+    queues: Sequence[str] | None = None,
+    before_id: int | None = None,
 ) -> list[Todo]:
-    """Newest first, optionally filtered by queue and state."""
+    """Newest first, optionally filtered by queue and state.
+
+    ``queues`` limits the answer to a scope; ``before_id`` pages backwards
+    (the last id of the previous page).
+    """
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state must be one of {', '.join(STATES)}, got {state!r}")
     _require_int("limit", limit, low=1, high=MAX_LIST_LIMIT)
-    rows = await store.read(lambda tx: tx.all(Q.list_todos, {"queue": queue, "state": state, "limit": limit}))
+    params = {
+        "queue": queue,
+        "state": state,
+        "limit": limit,
+        "queues": None if queues is None else json.dumps(list(queues)),
+        "before_id": before_id,
+    }
+    rows = await store.read(lambda tx: tx.all(Q.list_todos, params))
     return [Todo.from_row(r) for r in rows]
 
 
@@ -297,16 +314,24 @@ async def list_todos(
 
 
 async def claim(
-    store: Store, todo_id: int, *, owner: str, lease: float | None = None, agent: str | None = None
+    store: Store,
+    todo_id: int,
+    *,
+    owner: str,
+    lease: float | None = None,
+    agent: str | None = None,
+    queues: Sequence[str] | None = None,
 ) -> Todo:
     """Claim one todo by id; the answer carries the lease token (shown once).
 
-    ``agent`` is the name an assignee must equal (default: ``owner``).
+    ``agent`` is the name an assignee must equal (default: ``owner``);
+    ``queues`` is a scope the todo must be in.
     """
     _require_name("owner", owner)
     lease_ms = _lease_ms(lease)
 
     def body(tx: Transaction) -> Todo:
+        _check_scope(tx, todo_id, queues)
         now = store.clock.now_ms()
         _recover_lapsed(tx, now)
         token = secrets.token_urlsafe(24)
@@ -359,6 +384,15 @@ async def claim_next(
     return await store.write(body)
 
 
+def _check_scope(tx: Transaction, todo_id: int, queues: Sequence[str] | None) -> None:
+    """A todo outside the caller's scope is answered exactly like an unknown one."""
+    if queues is None:
+        return
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None or row["queue"] not in queues:
+        raise NotFound(f"todo {todo_id} does not exist")
+
+
 def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms: int) -> dict[str, Any]:
     return {
         "owner": owner,
@@ -395,19 +429,28 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
 # ---------------------------------------------------------------- the leased verbs
 
 
-async def heartbeat(store: Store, todo_id: int, lease_token: str, *, lease: float | None = None) -> Todo:
+# Each takes ``queues``: a scope the todo must be in (outside it: not found).
+
+
+async def heartbeat(
+    store: Store, todo_id: int, lease_token: str, *, lease: float | None = None, queues: Sequence[str] | None = None
+) -> Todo:
     """Reset the lease to now + lease (default 300 s), within the 12 h cap per attempt."""
     params = {"lease_ms": _lease_ms(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
-    return await _leased(store, Q.heartbeat, todo_id, lease_token, params)
+    return await _leased(store, Q.heartbeat, todo_id, lease_token, params, queues=queues)
 
 
-async def complete(store: Store, todo_id: int, lease_token: str, *, result: Any = None) -> Todo:
+async def complete(
+    store: Store, todo_id: int, lease_token: str, *, result: Any = None, queues: Sequence[str] | None = None
+) -> Todo:
     """claimed → done, with an optional JSON result."""
     params = {"result": _dump_json("result", result)}
-    return await _leased(store, Q.complete, todo_id, lease_token, params, outcome="completed")
+    return await _leased(store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues)
 
 
-async def fail(store: Store, todo_id: int, lease_token: str, *, error: str | None = None) -> Todo:
+async def fail(
+    store: Store, todo_id: int, lease_token: str, *, error: str | None = None, queues: Sequence[str] | None = None
+) -> Todo:
     """claimed → failed: retried after backoff, or a dead letter at the attempt cap."""
     if error is not None and not isinstance(error, str):
         raise InvalidArgument("error must be a string")
@@ -419,18 +462,27 @@ async def fail(store: Store, todo_id: int, lease_token: str, *, error: str | Non
         # of many todos that failed together spread out.
         "jitter": store.rng.uniform(0.5, 1.0),
     }
-    return await _leased(store, Q.fail, todo_id, lease_token, params, outcome="failed")
+    return await _leased(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues)
 
 
-async def release(store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0) -> Todo:
+async def release(
+    store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
+) -> Todo:
     """claimed → pending (after ``delay`` seconds), the attempt refunded."""
     _require_seconds("delay", delay, low=0.0)
     params = {"delay_ms": round(delay * 1000)}
-    return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released")
+    return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
 
 
 async def _leased(
-    store: Store, sql: str, todo_id: int, lease_token: str, params: dict[str, Any], *, outcome: str | None = None
+    store: Store,
+    sql: str,
+    todo_id: int,
+    lease_token: str,
+    params: dict[str, Any],
+    *,
+    outcome: str | None = None,
+    queues: Sequence[str] | None = None,
 ) -> Todo:
     """Run a verb that needs the current lease; refuse a missing or stale token."""
     if not lease_token or not isinstance(lease_token, str):
@@ -438,6 +490,7 @@ async def _leased(
     token_hash = _token_hash(lease_token)
 
     def body(tx: Transaction) -> Todo:
+        _check_scope(tx, todo_id, queues)
         now = store.clock.now_ms()
         row = tx.one(sql, {**params, "id": todo_id, "lease_token_hash": token_hash, "now": now})
         if row is None:
@@ -500,11 +553,12 @@ class QueueStats:
         return dict(self.__dict__)
 
 
-async def stats(store: Store) -> list[QueueStats]:
+async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
     """Counts per queue and state, dead letters, and the oldest pending todo's age.
 
     Lapsed leases are recovered first, so a todo whose last attempt lapsed
-    counts as the dead letter it is.
+    counts as the dead letter it is. ``queues`` limits the answer to a scope
+    (each of its queues listed, empty ones with zero counts).
     """
 
     def body(tx: Transaction) -> tuple[int, list[Any]]:
@@ -513,7 +567,7 @@ async def stats(store: Store) -> list[QueueStats]:
         return now, tx.all(Q.stats, {})
 
     now, rows = await store.write(body)
-    return [
+    found = [
         QueueStats(
             queue=r["queue"],
             pending=r["pending"],
@@ -527,3 +581,7 @@ async def stats(store: Store) -> list[QueueStats]:
         )
         for r in rows
     ]
+    if queues is None:
+        return found
+    by_queue = {s.queue: s for s in found}
+    return [by_queue.get(q) or QueueStats(q, 0, 0, 0, 0, 0, None) for q in sorted(set(queues))]

@@ -127,6 +127,8 @@ async def test_two_todos_of_one_event_with_the_same_key_collapse(store, row_coun
     got = await events.ingest(store, push(), same)
     assert got.todo_ids[0] == got.todo_ids[1]
     assert row_count("todos") == 1
+    again = await events.ingest(store, push(), same)
+    assert (again.duplicate, again.todo_ids) == (True, got.todo_ids)
 
 
 async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(store, db_path, row_count):

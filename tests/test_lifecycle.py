@@ -169,13 +169,24 @@ async def test_claim_next_in_one_queue_ignores_other_queues(store):
     assert await todos.claim_next(store, owner="w", queues=["mine"]) is None
 
 
-async def test_claim_next_across_several_queues_keeps_priority_order(store):
-    low = await new(store, queue="q1", priority=1)
-    high = await new(store, queue="q2", priority=9)
-    await new(store, queue="q3", priority=50)
-    got = [await todos.claim_next(store, owner="w", queues=["q1", "q2"]) for _ in range(3)]
-    assert [t.id for t in got[:2]] == [high.id, low.id]
-    assert got[2] is None
+async def test_claim_next_in_one_queue_takes_highest_priority_then_oldest(store):
+    ids = {}
+    for title, priority in [("a", 0), ("b", 2), ("c", 2), ("d", 1)]:
+        ids[(await new(store, title=title, priority=priority)).id] = title
+    order = []
+    while (claimed := await todos.claim_next(store, owner="w", queues=["q"])) is not None:
+        order.append(ids[claimed.id])
+    assert order == ["b", "c", "d", "a"]
+
+
+async def test_claim_next_across_several_queues_keeps_priority_then_fifo_order(store):
+    ids = {}
+    for queue, title, priority in [("q1", "a", 0), ("q1", "b", 3), ("q2", "c", 3), ("q2", "d", 1), ("q3", "e", 9)]:
+        ids[(await new(store, queue=queue, title=title, priority=priority)).id] = title
+    order = []
+    while (claimed := await todos.claim_next(store, owner="w", queues=["q2", "q1"])) is not None:
+        order.append(ids[claimed.id])
+    assert order == ["b", "c", "d", "a"]  # never q3's, whatever its priority
 
 
 async def test_claim_next_without_queues_drains_every_queue(store):
@@ -206,10 +217,12 @@ async def test_assignee_matches_the_agent_name_when_given(store):
     assert claimed.owner == "alice-session-2"
 
 
-async def test_others_skip_an_assigned_todo_and_take_the_pool(store):
+@pytest.mark.parametrize("queues", [None, ["q"], ["q", "other"]], ids=["all-queues", "one-queue", "several-queues"])
+async def test_others_skip_an_assigned_todo_and_take_the_pool(store, queues):
     await new(store, title="for alice", assignee="alice", priority=10)
     pool = await new(store, title="pool")
-    assert (await todos.claim_next(store, owner="bob")).id == pool.id
+    assert (await todos.claim_next(store, owner="bob", queues=queues)).id == pool.id
+    assert await todos.claim_next(store, owner="bob", queues=queues) is None
 
 
 async def test_claim_by_id_of_a_todo_assigned_to_another_is_forbidden(store):

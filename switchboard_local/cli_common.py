@@ -1,0 +1,104 @@
+"""What every command shares: --db and --json, output, and error mapping.
+
+Exit codes: 0 ok; 1 refused (not found, conflict, forbidden); 2 usage or
+invalid argument; 3 the database cannot be used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .clock import rfc3339
+from .errors import InvalidArgument, StoreUnusable, SwitchboardError
+from .store import DB_ENV, Store
+
+T = TypeVar("T")
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNUSABLE = 3
+
+
+class JsonValue(click.ParamType):
+    """A JSON text, ``@FILE`` to read one from a file, or ``@-`` for stdin."""
+
+    name = "JSON|@FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value
+        if value.startswith("@"):
+            source = value[1:]
+            try:
+                text = sys.stdin.read() if source == "-" else Path(source).read_text("utf-8")
+            except OSError as exc:
+                self.fail(f"cannot read {source}: {exc.strerror}", param, ctx)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", param, ctx)
+
+
+def common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--db and --json, accepted on every command (and on the group)."""
+    fn = click.option("--json", "as_json", is_flag=True, default=None, help="Print one JSON value on stdout.")(fn)
+    fn = click.option(
+        "--db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"Database file (default: ${DB_ENV}, else the user data dir).",
+    )(fn)
+    return fn
+
+
+class Out:
+    """Where a command's answer goes: JSON or text for people."""
+
+    def __init__(self, db: Path | None, as_json: bool | None) -> None:
+        parent = click.get_current_context().find_root().obj or {}
+        self.db = db if db is not None else parent.get("db")
+        self.json = bool(as_json if as_json is not None else parent.get("json"))
+
+    def run(self, verb: Callable[[Store], Awaitable[T]]) -> T:
+        """Open the store, run one core call, close; map core errors to exits."""
+
+        async def go() -> T:
+            async with await Store.open(self.db) as store:
+                return await verb(store)
+
+        try:
+            return asyncio.run(go())
+        except SwitchboardError as exc:
+            self.fail(exc)
+            raise AssertionError("unreachable")  # fail() exits
+
+    def fail(self, exc: SwitchboardError) -> None:
+        if self.json:
+            click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+        click.echo(f"switchboard-local: {exc}", err=True)
+        if isinstance(exc, InvalidArgument):
+            sys.exit(EXIT_USAGE)
+        if isinstance(exc, StoreUnusable):
+            sys.exit(EXIT_UNUSABLE)
+        sys.exit(EXIT_REFUSED)
+
+    def emit(self, value: Any, text: str) -> None:
+        click.echo(json.dumps(value, ensure_ascii=False, indent=2) if self.json else text)
+
+
+def when(ms: int | None) -> str:
+    return rfc3339(ms) or "-"
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

@@ -1,0 +1,147 @@
+"""`events`, `prune` and `serve`: the audit surface and the receiver."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import events, retention, routing
+from .cli_common import Out, common, table, when
+from .events import Event
+
+
+class SinceValue(click.ParamType):
+    """An event id (events after it) or an RFC 3339 / ISO time (events since it)."""
+
+    name = "TIME|ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        if value.isdigit():
+            return ("id", int(value))
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{value!r} is neither an event id nor a time like 2026-11-29T12:00:00Z", param, ctx)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return ("time", round(moment.timestamp() * 1000))
+
+
+def _body_view(event: Event) -> dict[str, str]:
+    try:
+        return {"body": event.body.decode("utf-8"), "body_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(event.body).decode(), "body_encoding": "base64"}
+
+
+def register(main: click.Group) -> None:
+    main.add_command(events_group)
+    main.add_command(prune_command)
+    main.add_command(serve_command)
+
+
+@click.group("events")
+def events_group() -> None:
+    """Stored deliveries: list, show, replay."""
+
+
+@events_group.command("list")
+@click.option("--source", default=None)
+@click.option("--type", "type_", default=None)
+@click.option("--since", type=SinceValue(), default=None, help="Events after this id, or received since this time.")
+@click.option("--limit", type=click.IntRange(1, events.MAX_LIST_LIMIT), default=50, show_default=True)
+@common
+def events_list(db: Path | None, as_json: bool | None, source: str | None, type_: str | None, since: Any, limit: int) -> None:
+    """List events, oldest first (without --since: the newest LIMIT)."""
+    out = Out(db, as_json)
+    if since is None:
+        found = out.run(lambda store: events.recent_events(store, source=source, type=type_, limit=limit))
+    else:
+        kind, value = since
+        after_id, since_ms = (value, None) if kind == "id" else (None, value)
+        found = out.run(
+            lambda store: events.list_events(
+                store, source=source, type=type_, after_id=after_id, since=since_ms, limit=limit
+            )
+        )
+    rows = [[e.id, when(e.received_at), e.source, e.type, "yes" if e.verified else "NO", e.size, e.external_id] for e in found]
+    text = table(["ID", "RECEIVED", "SOURCE", "TYPE", "VERIFIED", "BYTES", "DELIVERY"], rows) if rows else "no events"
+    out.emit([e.summary() for e in found], text)
+
+
+@events_group.command("show")
+@click.argument("event_id", metavar="ID", type=int)
+@click.option("--raw", is_flag=True, help="Write the body bytes exactly as received, and nothing else.")
+@common
+def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool) -> None:
+    """Show one event: its headers (redacted) and body."""
+    out = Out(db, as_json)
+    event = out.run(lambda store: events.get_event(store, event_id))
+    if raw:
+        sys.stdout.buffer.write(event.body)
+        sys.stdout.buffer.flush()
+        return
+    view = {**event.summary(), "headers": event.headers, **_body_view(event)}
+    lines = [f"event {event.id}: {event.type} from {event.source}"]
+    lines += [f"  {k:<14} {v}" for k, v in event.summary().items() if k not in ("id", "type", "source")]
+    lines += [f"  header {k}: {v}" for k, v in event.headers.items()]
+    lines.append(f"  body ({view['body_encoding']}):")
+    lines.append("    " + view["body"].replace("\n", "\n    "))
+    out.emit(view, "\n".join(lines))
+
+
+@events_group.command("replay")
+@click.argument("event_id", metavar="ID", type=int)
+@common
+def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
+    """Route a stored event again (its new todos are marked as a replay)."""
+    out = Out(db, as_json)
+    ids = out.run(lambda store: routing.replay(store, event_id))
+    out.emit({"event_id": event_id, "todos": ids}, f"event {event_id} replayed: todos {', '.join(map(str, ids)) or 'none'}")
+
+
+@click.command("prune")
+@click.option("--older-than", "older_than", type=click.FloatRange(min=0), default=retention.DEFAULT_OLDER_THAN_DAYS,
+              show_default=True, help="Days.")  # fmt: skip
+@click.option("--max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@common
+def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_events: int) -> None:
+    """Delete old events and finished todos; live work and its events stay."""
+    out = Out(db, as_json)
+    pruned = out.run(lambda store: retention.prune(store, older_than_days=older_than, max_events=max_events))
+    out.emit({"events": pruned.events, "todos": pruned.todos}, f"pruned {pruned.events} events and {pruned.todos} todos")
+
+
+async def _check_store(store: Any) -> None:
+    return None
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option("--prune-older-than", type=click.FloatRange(min=0), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
+@click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@common
+def serve_command(
+    db: Path | None, as_json: bool | None, host: str, port: int, prune_older_than: float, prune_max_events: int
+) -> None:
+    """Run the webhook receiver (POST /hooks/NAME, GET /healthz) until stopped."""
+    from . import web  # starlette and uvicorn only for this command
+
+    out = Out(db, as_json)
+    out.run(_check_store)  # a database that cannot be used stops us here, with its exit code
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    app = web.create_app(out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events)
+    server = web.server(app, host, port)
+    logging.getLogger("switchboard_local.serve").info("serving on http://%s:%d", host, port)
+    server.run()
+    if not server.started:
+        sys.exit(1)

@@ -1,0 +1,286 @@
+"""`source` and `rule`: the webhook receivers and the routing rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import adapters, routing, rules, webhooks
+from .adapters import Adapter
+from .cli_common import JsonValue, Out, common, table, when
+from .errors import NotFound, SwitchboardError
+from .todos import DEFAULT_MAX_ATTEMPTS
+
+
+def _secret_options(fn: Any) -> Any:
+    fn = click.option("--secret", "secret_value", default=None, help="The secret itself (kept in the owner-only database).")(fn)
+    fn = click.option("--secret-file", default=None, type=click.Path(dir_okay=False), help="Read the secret from this file at each delivery.")(fn)
+    fn = click.option("--secret-env", default=None, metavar="VAR", help="Read the secret from this environment variable of `serve`.")(fn)
+    return fn
+
+
+def _ref(out: Out, secret_env: str | None, secret_file: str | None, secret_value: str | None) -> dict[str, str]:
+    try:
+        ref = adapters.secret_ref(env=secret_env, file=secret_file, value=secret_value)
+    except SwitchboardError as exc:
+        out.fail(exc)
+    if "file" in ref:
+        ref["file"] = str(Path(ref["file"]).expanduser().resolve())
+    return ref
+
+
+def _source_text(s: Adapter) -> str:
+    lines = [
+        f"source {s.name}: {s.kind} ({'enabled' if s.enabled else 'disabled'})",
+        f"  receives at  POST /hooks/{s.name}",
+        f"  queue        {s.config.get('queue') or s.name} (when no rule matches)",
+        f"  trust        {s.trust_mode}" + ("  (events are labelled unverified)" if s.kind == "open" else ""),
+        f"  secrets      {', '.join(adapters.mask_secret(r) for r in s.secrets) or '-'}",
+        f"  tolerance    {s.config.get('tolerance')} s",
+        f"  max body     {s.config.get('max_body')} bytes",
+    ]
+    for key in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header"):
+        if s.config.get(key):
+            lines.append(f"  {key:<12} {s.config[key]}")
+    lines.append(f"  created      {when(s.created_at)}")
+    return "\n".join(lines)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(source)
+    main.add_command(rule)
+
+
+@click.group()
+def source() -> None:
+    """Webhook sources: where deliveries come from and how they are verified."""
+
+
+@source.command("add")
+@click.argument("name")
+@click.option("--kind", required=True, type=click.Choice(webhooks.KINDS), help="Signature scheme.")
+@_secret_options
+@click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
+@click.option("--tolerance", type=click.IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
+@click.option("--max-body", type=click.IntRange(min=1), default=None, help="Body cap, bytes (default 5 MiB).")
+@click.option("--header", default=None, help="hmac: the signature header; token: the token header (default Authorization).")
+@click.option("--algorithm", type=click.Choice(webhooks.ALGORITHMS), default=None, help="hmac: digest (default sha256).")
+@click.option("--encoding", type=click.Choice(webhooks.ENCODINGS), default=None, help="hmac: signature encoding (default hex).")
+@click.option("--prefix", default=None, help="hmac: text before the signature, e.g. 'sha256='.")
+@click.option("--id-header", default=None, help="hmac/token/open: header holding the delivery id.")
+@click.option("--type-header", default=None, help="hmac/token/open: header holding the event type.")
+@common
+def source_add(
+    db: Path | None, as_json: bool | None, name: str, kind: str, secret_env: str | None, secret_file: str | None,
+    secret_value: str | None, **options: Any,
+) -> None:  # fmt: skip
+    """Add a webhook source NAME, received at POST /hooks/NAME."""
+    out = Out(db, as_json)
+    try:
+        config = webhooks.source_config(kind, options)
+        if webhooks.needs_secret(kind):
+            secrets = [_ref(out, secret_env, secret_file, secret_value)]
+        elif secret_env or secret_file or secret_value:
+            raise click.UsageError("kind open takes no secret")
+        else:
+            secrets = []
+    except SwitchboardError as exc:
+        out.fail(exc)
+    trust = kind
+    added = out.run(
+        lambda store: adapters.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets)
+    )
+    out.emit(added.to_dict(), _source_text(added))
+
+
+@source.command("list")
+@common
+def source_list(db: Path | None, as_json: bool | None) -> None:
+    """List webhook sources."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: adapters.list_adapters(store, family="webhook"))
+    rows = [[s.name, s.kind, "enabled" if s.enabled else "disabled", s.config.get("queue") or s.name] for s in found]
+    out.emit([s.to_dict() for s in found], table(["NAME", "KIND", "STATE", "QUEUE"], rows) if rows else "no sources")
+
+
+def _one(name: str) -> Any:
+    async def get(store: Any) -> Adapter:
+        found = await adapters.get(store, name)
+        if found.family != "webhook":
+            raise NotFound(f"no webhook source named {name!r}")
+        return found
+
+    return get
+
+
+@source.command("show")
+@click.argument("name")
+@common
+def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Show a source (secrets masked)."""
+    out = Out(db, as_json)
+    found = out.run(_one(name))
+    out.emit(found.to_dict(), _source_text(found))
+
+
+@source.command("remove")
+@click.argument("name")
+@common
+def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Remove a source (its stored events stay)."""
+    out = Out(db, as_json)
+
+    async def remove(store: Any) -> None:
+        await _one(name)(store)
+        await adapters.remove(store, name)
+
+    out.run(remove)
+    out.emit({"removed": name}, f"removed source {name}")
+
+
+def _toggle(enabled: bool) -> Any:
+    @click.argument("name")
+    @common
+    def command(db: Path | None, as_json: bool | None, name: str) -> None:
+        out = Out(db, as_json)
+
+        async def change(store: Any) -> Adapter:
+            await _one(name)(store)
+            return await adapters.set_enabled(store, name, enabled)
+
+        changed = out.run(change)
+        out.emit(changed.to_dict(), f"source {name} {'enabled' if enabled else 'disabled'}")
+
+    return command
+
+
+source.command("enable", help="Accept deliveries again.")(_toggle(True))
+source.command("disable", help="Answer 404 to deliveries (the provider keeps them).")(_toggle(False))
+
+
+@source.command("rotate")
+@click.argument("name")
+@_secret_options
+@common
+def source_rotate(
+    db: Path | None, as_json: bool | None, name: str, secret_env: str | None, secret_file: str | None, secret_value: str | None
+) -> None:
+    """Add a second active secret; both verify until `retire-secret`."""
+    out = Out(db, as_json)
+    ref = _ref(out, secret_env, secret_file, secret_value)
+    changed = out.run(lambda store: adapters.rotate_secret(store, name, ref))
+    out.emit(changed.to_dict(), f"source {name} now verifies with {len(changed.secrets)} secrets")
+
+
+@source.command("retire-secret")
+@click.argument("name")
+@common
+def source_retire(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Drop the older secret after a rotation."""
+    out = Out(db, as_json)
+    changed = out.run(lambda store: adapters.retire_secret(store, name))
+    out.emit(changed.to_dict(), f"source {name} now verifies with its newest secret only")
+
+
+# ---------------------------------------------------------------- rules
+
+
+@click.group()
+def rule() -> None:
+    """Routing rules: which todos an event makes."""
+
+
+def _rules_text(found: list[rules.Rule]) -> str:
+    if not found:
+        return "no rules (each source's events go to its default queue)"
+    rows = []
+    for r in found:
+        then = "drop" if r.action == "drop" else f"-> {r.queue}" + (" (stop)" if r.stop else "")
+        extra = []
+        if r.assignee:
+            extra.append(f"assignee={r.assignee}")
+        if r.priority:
+            extra.append(f"priority={r.priority}")
+        if r.title:
+            extra.append(f"title={r.title!r}")
+        rows.append([r.position, r.id, r.source, r.type or "*", " ".join(str(c) for c in r.conditions) or "-", then, " ".join(extra)])
+    return table(["POS", "ID", "SOURCE", "TYPE", "WHERE", "THEN", ""], rows)
+
+
+@rule.command("add")
+@click.option("--source", required=True, help="The source whose events this rule sees.")
+@click.option("--type", "type_", default=None, help="Event type (a glob: 'pull_request*').")
+@click.option("--where", multiple=True, help="PATH=VALUE, PATH=A|B, 'PATH~GLOB' or 'PATH?' (repeatable; all must hold).")
+@click.option("--queue", default=None, help="Queue of the todo this rule makes.")
+@click.option("--drop", is_flag=True, help="Make no todo and stop routing.")
+@click.option("--title", default=None, help="Title template: {dotted.path} from the payload; {@source} {@type} {@id}.")
+@click.option("--assignee", default=None)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, 1000), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option("--stop", is_flag=True, help="When this rule matches, no later rule is tried.")
+@common
+def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tuple[str, ...], **fields: Any) -> None:
+    """Append a rule. Every matching rule adds a todo, until --stop or --drop."""
+    out = Out(db, as_json)
+    added = out.run(lambda store: rules.add(store, type=type_, where=list(where), **fields))
+    out.emit(added.to_dict(), f"added rule {added.id} at position {added.position}\n" + _rules_text([added]))
+
+
+@rule.command("list")
+@click.option("--source", default=None)
+@common
+def rule_list(db: Path | None, as_json: bool | None, source: str | None) -> None:
+    """List rules in the order they are tried."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: rules.list_rules(store, source=source))
+    out.emit([r.to_dict() for r in found], _rules_text(found))
+
+
+@rule.command("remove")
+@click.argument("rule_id", metavar="ID", type=int)
+@common
+def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
+    """Remove a rule."""
+    out = Out(db, as_json)
+    out.run(lambda store: rules.remove(store, rule_id))
+    out.emit({"removed": rule_id}, f"removed rule {rule_id}")
+
+
+@rule.command("move")
+@click.argument("rule_id", metavar="ID", type=int)
+@click.option("--to", "to", type=int, required=True, help="The 1-based position it takes.")
+@common
+def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> None:
+    """Move a rule to another position."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: rules.move(store, rule_id, to))
+    out.emit([r.to_dict() for r in found], _rules_text(found))
+
+
+@rule.command("test")
+@click.option("--event", "event_id", type=int, default=None, help="A stored event.")
+@click.option("--source", default=None, help="With --payload: the source it would come from.")
+@click.option("--type", "type_", default="webhook", show_default=True, help="With --payload: the event type.")
+@click.option("--payload", type=JsonValue(), default=None, help="JSON, @FILE or @-.")
+@common
+def rule_test(
+    db: Path | None, as_json: bool | None, event_id: int | None, source: str | None, type_: str, payload: Any
+) -> None:
+    """Show the todos an event or a payload would make. Writes nothing."""
+    out = Out(db, as_json)
+    if (event_id is None) == (source is None):
+        raise click.UsageError("give --event ID, or --source S with --payload")
+    if source is not None and payload is None:
+        raise click.UsageError("--source needs --payload")
+    planned = out.run(
+        lambda store: routing.dry_run(store, event_id=event_id, source=source, type=type_, payload=payload)
+    )
+    shown = [
+        {"queue": t.queue, "title": t.title, "kind": t.kind, "assignee": t.assignee, "priority": t.priority,
+         "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key}
+        for t in planned
+    ]  # fmt: skip
+    rows = [[t["queue"], t["priority"], t["assignee"] or "-", t["title"]] for t in shown]
+    out.emit(shown, table(["QUEUE", "PRIORITY", "ASSIGNEE", "TITLE"], rows) if rows else "no todos (dropped)")

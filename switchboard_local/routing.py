@@ -1,0 +1,180 @@
+"""From one event to its todos.
+
+Every matching rule of the event's source adds one todo (fan-out) until a
+``stop`` or ``drop`` rule matches; when no rule matches, one todo goes to the
+source's default queue (its ``queue`` setting, else its name). Rules are read
+inside the ingest transaction, so each delivery sees the rules as they are at
+its own commit.
+
+Each todo's idempotency key is ``{source}:{delivery id}:rule:{rule id}`` (or
+``:default``): a redelivery collapses into the same todos, and fan-out todos
+never collide. A todo's payload carries the event's context and its parsed
+body; the raw bytes stay on the event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+from .errors import InvalidArgument, NotFound
+from .events import Event, Ingested, NewEvent, get_event, ingest
+from .queries import Q
+from .rules import Rule, lookup, render, rules_of
+from .store import Store, Transaction
+from .todos import MAX_TITLE_LENGTH, NewTodo, insert
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What routing needs to know of an event, stored or not yet."""
+
+    source: str
+    type: str
+    external_id: str
+    verified: bool
+    payload: Any
+    event_id: int | None = None
+
+
+def parse_payload(body: bytes, content_type: str | None) -> Any:
+    """The body as JSON when it is JSON, as a form when it is a form, else None.
+
+    A form's ``payload`` field (GitHub's form deliveries, Slack's interactions)
+    is decoded as the JSON it carries.
+    """
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind == "application/x-www-form-urlencoded":
+        try:
+            form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        except UnicodeDecodeError:
+            return None
+        if "payload" in form:
+            try:
+                return json.loads(form["payload"])
+            except ValueError:
+                pass
+        return form
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, replay: bool = False) -> list[NewTodo]:
+    """The todos one delivery produces under these rules (pure: no I/O)."""
+    todos: list[NewTodo] = []
+    matched = False
+    for rule in rules:
+        if not rule.matches(delivery.type, delivery.payload):
+            continue
+        matched = True
+        if rule.action == "drop":
+            return todos
+        todos.append(_todo(delivery, rule, rule.queue or default_queue, replay))
+        if rule.stop:
+            return todos
+    if not matched:
+        todos.append(_todo(delivery, None, default_queue, replay))
+    return todos
+
+
+def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> NewTodo:
+    specials = {"@source": delivery.source, "@type": delivery.type, "@id": delivery.external_id}
+    title = ""
+    if rule is not None and rule.title:
+        title = render(rule.title, delivery.payload, specials)[:MAX_TITLE_LENGTH]
+    if not title.strip():
+        found, action = lookup(delivery.payload, "action")
+        suffix = f" {action}" if found and isinstance(action, str) else ""
+        title = f"{delivery.source}: {delivery.type}{suffix}"[:MAX_TITLE_LENGTH]
+    key = f"{delivery.source}:{delivery.external_id}:" + (f"rule:{rule.id}" if rule else "default")
+    return NewTodo(
+        queue=queue,
+        title=title,
+        kind=delivery.type[:512],
+        assignee=rule.assignee if rule else None,
+        priority=rule.priority if rule else 0,
+        max_attempts=rule.max_attempts if rule else NewTodo.max_attempts,
+        idempotency_key=key + (":replay" if replay else ""),
+        payload={
+            "source": delivery.source,
+            "type": delivery.type,
+            "delivery_id": delivery.external_id,
+            "event_id": delivery.event_id,
+            "verified": delivery.verified,
+            "replay": replay,
+            "body": delivery.payload,
+        },
+    )
+
+
+def _default_queue(tx: Transaction, source: str) -> str:
+    row = tx.one(Q.get_adapter, {"name": source})
+    config = json.loads(row["config"]) if row is not None else {}
+    return config.get("queue") or source
+
+
+def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> list[NewTodo]:
+    return plan(rules_of(tx, delivery.source), delivery, _default_queue(tx, delivery.source), replay=replay)
+
+
+async def deliver(store: Store, event: NewEvent) -> Ingested:
+    """The back half with routing: store the event and the todos its rules make."""
+    payload = parse_payload(event.body, event.content_type)
+
+    def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
+        delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id)
+        return _route_in(tx, delivery)
+
+    return await ingest(store, event, derive)
+
+
+async def replay(store: Store, event_id: int) -> list[int]:
+    """Route a stored event again; never a second event.
+
+    The replay's todos are marked (``"replay": true`` in their payload, a
+    ``:replay`` key suffix): a replay whose todos are still live finds them
+    instead of adding more.
+    """
+    event = await get_event(store, event_id)
+    delivery = _delivery_of(event)
+
+    def body(tx: Transaction) -> list[int]:
+        now = store.clock.now_ms()
+        return [insert(tx, todo, now=now, event_id=event_id)[0].id for todo in _route_in(tx, delivery, replay=True)]
+
+    return await store.write(body)
+
+
+def _delivery_of(event: Event) -> Delivery:
+    return Delivery(
+        source=event.source,
+        type=event.type,
+        external_id=event.external_id,
+        verified=event.verified,
+        payload=parse_payload(event.body, event.content_type),
+        event_id=event.id,
+    )
+
+
+async def dry_run(
+    store: Store, *, event_id: int | None = None, source: str | None = None, type: str = "webhook", payload: Any = None
+) -> list[NewTodo]:
+    """The todos a stored event, or a payload, would produce; writes nothing."""
+    if event_id is not None:
+        delivery = _delivery_of(await get_event(store, event_id))
+    elif source is not None:
+        delivery = Delivery(source, type, "dry-run", True, payload)
+    else:
+        raise InvalidArgument("give an event id, or a source and a payload")
+
+    def body(tx: Transaction) -> list[NewTodo]:
+        if tx.one(Q.get_adapter, {"name": delivery.source}) is None and event_id is None:
+            raise NotFound(f"no source named {delivery.source!r}")
+        return _route_in(tx, delivery)
+
+    return await store.read(body)

@@ -1,0 +1,70 @@
+"""Pruning removes old events and finished todos, never live work or its events."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from switchboard_local import retention, todos
+from switchboard_local.events import NewEvent, ingest
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+DAY = 86_400
+
+
+def new_event(n: int) -> NewEvent:
+    return NewEvent(source="src", family="webhook", type="t", external_id=f"e{n}", trust_mode="open",
+                    verified=False, body=b"{}")  # fmt: skip
+
+
+def rows(db_path: Path, table: str) -> list[int]:
+    with sqlite3.connect(db_path) as conn:
+        return [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY id")]
+
+
+async def test_prune_keeps_live_todos_and_the_events_they_point_to(store, clock, db_path: Path) -> None:
+    done_event = await ingest(store, new_event(1), [NewTodo(queue="q", title="finished")])
+    live_event = await ingest(store, new_event(2), [NewTodo(queue="q", title="still pending")])
+    claimed_event = await ingest(store, new_event(3), [NewTodo(queue="q2", title="being worked on")])
+    dead_event = await ingest(store, new_event(4), [NewTodo(queue="q3", title="dead", max_attempts=1)])
+    finished = await todos.claim_next(store, owner="a", queues=["q"])
+    await todos.complete(store, finished.id, finished.lease_token)
+    await todos.claim_next(store, owner="a", queues=["q2"], lease=12 * 3600)
+    dead = await todos.claim_next(store, owner="a", queues=["q3"])
+    await todos.fail(store, dead.id, dead.lease_token, error="boom")
+
+    clock.advance(31 * DAY)
+    pruned = await retention.prune(store, older_than_days=30)
+
+    assert (pruned.events, pruned.todos) == (2, 2)
+    assert rows(db_path, "events") == [live_event.event_id, claimed_event.event_id]
+    assert rows(db_path, "todos") == [live_event.todo_ids[0], claimed_event.todo_ids[0]]
+    assert done_event.event_id not in rows(db_path, "events") and dead_event.event_id not in rows(db_path, "events")
+
+
+async def test_prune_keeps_recent_finished_work(store, clock, db_path: Path) -> None:
+    await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
+    claimed = await todos.claim_next(store, owner="a")
+    await todos.complete(store, claimed.id, claimed.lease_token)
+    clock.advance(29 * DAY)
+    assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0)
+    assert len(rows(db_path, "events")) == 1 and len(rows(db_path, "todos")) == 1
+
+
+async def test_prune_caps_the_number_of_events_oldest_first(store, db_path: Path) -> None:
+    ids = [(await ingest(store, new_event(n), [])).event_id for n in range(5)]
+    pruned = await retention.prune(store, older_than_days=30, max_events=2)
+    assert pruned.events == 3
+    assert rows(db_path, "events") == ids[-2:]
+
+
+async def test_a_finished_todo_outlives_its_pruned_event_without_a_dangling_reference(store, clock, db_path: Path) -> None:
+    result = await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
+    claimed = await todos.claim_next(store, owner="a")
+    await todos.complete(store, claimed.id, claimed.lease_token)
+    pruned = await retention.prune(store, older_than_days=30, max_events=0)
+    assert (pruned.events, pruned.todos) == (1, 0)
+    assert (await todos.get(store, result.todo_ids[0])).event_id is None
