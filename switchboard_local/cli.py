@@ -277,5 +277,3 @@ def _register_edges() -> None:
 
 
 _register_edges()
-from .cli_agents import register as _register_agents  # noqa: E402  (the mcp and agent commands)
-_register_agents(main)
