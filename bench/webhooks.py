@@ -1,0 +1,139 @@
+"""Webhook ingest over loopback HTTP, at full durability.
+
+    .venv/bin/python bench/webhooks.py [--deliveries N] [--runs R] [--senders 1,16]
+
+Starts `switchboard-local serve` on a free loopback port with a GitHub-style
+source, sends correctly signed deliveries from S concurrent senders (one
+keep-alive connection each), and reports accepted deliveries/s and p50/p99
+latency as medians over R runs. Every answer must be 202 and every delivery
+stored, or the run fails. Writes bench/results-webhooks.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = b"bench-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(db: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "switchboard_local", *args, "--db", str(db)], check=True, capture_output=True)
+
+
+def start_server(db: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "BENCH_SECRET": SECRET.decode()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("serve did not start")
+
+
+def send_all(port: int, bodies: list[tuple[str, bytes]], latencies: list[float], failures: list[str]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for delivery, body in bodies:
+        headers = {
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": delivery,
+            "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest(),
+        }
+        start = time.perf_counter()
+        conn.request("POST", "/hooks/gh", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        latencies.append(time.perf_counter() - start)
+        if response.status != 202:
+            failures.append(f"{delivery}: {response.status}")
+    conn.close()
+
+
+def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
+    db = tmp / f"webhooks-{senders}-{n}.db"
+    cli(db, "source", "add", "gh", "--kind", "github", "--secret-env", "BENCH_SECRET")
+    port = free_port()
+    server = start_server(db, port)
+    try:
+        payloads = [
+            (f"delivery-{i}", json.dumps({"ref": "refs/heads/main", "after": f"{i:040x}", "n": i}).encode())
+            for i in range(deliveries)
+        ]
+        shares = [payloads[i::senders] for i in range(senders)]
+        latencies: list[float] = []
+        failures: list[str] = []
+        threads = [threading.Thread(target=send_all, args=(port, share, latencies, failures)) for share in shares]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert not failures, failures[:5]
+    with sqlite3.connect(db) as conn:
+        stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        todos = conn.execute("SELECT count(*) FROM todos").fetchone()[0]
+    assert stored == deliveries and todos == deliveries, (stored, todos)
+    latencies.sort()
+    return {
+        "per_s": deliveries / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--deliveries", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--senders", default="1,16")
+    args = parser.parse_args()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+        for senders in (int(s) for s in args.senders.split(",")):
+            runs = [run(args.deliveries, senders, Path(tmp), n) for n in range(args.runs)]
+            results[f"{senders}_senders"] = {
+                key: round(statistics.median(r[key] for r in runs), 2) for key in ("per_s", "p50_ms", "p99_ms")
+            }
+    print(f"{'senders':<14}{'accepted/s':>12}{'p50 ms':>10}{'p99 ms':>10}   ({args.deliveries} deliveries, median of {args.runs})")
+    for name, r in results.items():
+        print(f"{name:<14}{r['per_s']:>12}{r['p50_ms']:>10}{r['p99_ms']:>10}")
+    (ROOT / "bench" / "results-webhooks.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
