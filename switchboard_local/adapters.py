@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
@@ -65,7 +66,7 @@ class Adapter:
             "kind": self.kind,
             "trust_mode": self.trust_mode,
             "enabled": self.enabled,
-            "config": self.config,
+            "config": {k: masked_url(v) if isinstance(v, str) else v for k, v in self.config.items()},
             "secrets": [mask_secret(ref) for ref in self.secrets],
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
@@ -85,6 +86,15 @@ def secret_ref(*, env: str | None = None, file: str | None = None, value: str | 
     if not v:
         raise InvalidArgument(f"the secret {kind} must not be empty")
     return {kind: v}
+
+
+def masked_url(text: str) -> str:
+    """A URL with its password replaced (anything else unchanged): safe to show and log."""
+    parts = urlsplit(text)
+    if not parts.scheme or parts.password is None:
+        return text
+    netloc = f"{parts.username or ''}:****@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def mask_secret(ref: dict[str, str]) -> str:

@@ -270,9 +270,10 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
 
 
 def _register_edges() -> None:
-    from . import cli_events, cli_sources
+    from . import cli_adapters, cli_events, cli_sources
 
     cli_sources.register(main)
+    cli_adapters.register(main)
     cli_events.register(main)
 
 

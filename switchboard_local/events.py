@@ -119,38 +119,51 @@ async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo] | Deriv
     answers with the first delivery's event id and todo ids. Any failure
     part-way rolls everything back, so the producer, un-acked, redelivers.
     """
-    params = {
-        "source": event.source,
-        "family": event.family,
-        "type": event.type,
-        "external_id": event.external_id,
-        "trust_mode": event.trust_mode,
-        "verified": int(event.verified),
-        "verify_detail": event.verify_detail,
-        "content_type": event.content_type,
-        "headers": json.dumps(dict(event.headers), ensure_ascii=False),
-        "body": bytes(event.body),
-        "size": len(event.body),
-    }
+    (result,) = await ingest_many(store, [(event, todos)])
+    return result
 
-    def body(tx: Transaction) -> Ingested:
+
+async def ingest_many(store: Store, batch: Sequence[tuple[NewEvent, Sequence[NewTodo] | Derive]]) -> list[Ingested]:
+    """``ingest`` for a batch (a Redis read): all of it in one transaction, or none."""
+
+    def body(tx: Transaction) -> list[Ingested]:
         now = store.clock.now_ms()
-        row = tx.one(Q.insert_event, {**params, "now": now})
-        if row is None:
-            existing = tx.one(Q.event_id_by_external_id, {"source": event.source, "external_id": event.external_id})
-            assert existing is not None, "insert_event conflicted without a stored event"
-            ids = tx.all(Q.todo_ids_of_event, {"event_id": existing["id"]})
-            return Ingested(existing["id"], True, tuple(r["id"] for r in ids))
-        event_id = row["id"]
-        derived = todos(tx, event_id, event) if callable(todos) else todos
-        todo_ids = []
-        for position, todo in enumerate(derived):
-            stored, _created = insert(tx, todo, now=now, event_id=event_id)
-            tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": stored.id})
-            todo_ids.append(stored.id)
-        return Ingested(event_id, False, tuple(todo_ids))
+        return [_ingest_one(tx, now, event, todos) for event, todos in batch]
 
     return await store.write(body)
+
+
+def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:
+    row = tx.one(
+        Q.insert_event,
+        {
+            "source": event.source,
+            "family": event.family,
+            "type": event.type,
+            "external_id": event.external_id,
+            "trust_mode": event.trust_mode,
+            "verified": int(event.verified),
+            "verify_detail": event.verify_detail,
+            "content_type": event.content_type,
+            "headers": json.dumps(dict(event.headers), ensure_ascii=False),
+            "body": bytes(event.body),
+            "size": len(event.body),
+            "now": now,
+        },
+    )
+    if row is None:
+        existing = tx.one(Q.event_id_by_external_id, {"source": event.source, "external_id": event.external_id})
+        assert existing is not None, "insert_event conflicted without a stored event"
+        ids = tx.all(Q.todo_ids_of_event, {"event_id": existing["id"]})
+        return Ingested(existing["id"], True, tuple(r["id"] for r in ids))
+    event_id = row["id"]
+    derived = todos(tx, event_id, event) if callable(todos) else todos
+    todo_ids = []
+    for position, todo in enumerate(derived):
+        stored, _created = insert(tx, todo, now=now, event_id=event_id)
+        tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": stored.id})
+        todo_ids.append(stored.id)
+    return Ingested(event_id, False, tuple(todo_ids))
 
 
 async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None = None) -> Event:

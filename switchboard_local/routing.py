@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from .errors import InvalidArgument, NotFound
-from .events import Event, Ingested, NewEvent, get_event, ingest
+from .events import Event, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .store import Store, Transaction
@@ -38,6 +38,13 @@ class Delivery:
     verified: bool
     payload: Any
     event_id: int | None = None
+    family: str = "webhook"
+
+    @property
+    def key_base(self) -> str:
+        """Idempotency keys are namespaced by source (and by Redis for adapters)."""
+        prefix = "redis:" if self.family == "queue" else ""
+        return f"{prefix}{self.source}:{self.external_id}"
 
 
 def parse_payload(body: bytes, content_type: str | None) -> Any:
@@ -88,10 +95,8 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> Ne
     if rule is not None and rule.title:
         title = render(rule.title, delivery.payload, specials)[:MAX_TITLE_LENGTH]
     if not title.strip():
-        found, action = lookup(delivery.payload, "action")
-        suffix = f" {action}" if found and isinstance(action, str) else ""
-        title = f"{delivery.source}: {delivery.type}{suffix}"[:MAX_TITLE_LENGTH]
-    key = f"{delivery.source}:{delivery.external_id}:" + (f"rule:{rule.id}" if rule else "default")
+        title = _default_title(delivery)
+    key = f"{delivery.key_base}:" + (f"rule:{rule.id}" if rule else "default")
     return NewTodo(
         queue=queue,
         title=title,
@@ -112,6 +117,14 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> Ne
     )
 
 
+def _default_title(delivery: Delivery) -> str:
+    if delivery.family == "queue":  # the type is the stream or list: name the message instead
+        return f"{delivery.source}: message {delivery.external_id[:19]}"
+    found, action = lookup(delivery.payload, "action")
+    suffix = f" {action}" if found and isinstance(action, str) else ""
+    return f"{delivery.source}: {delivery.type}{suffix}"[:MAX_TITLE_LENGTH]
+
+
 def _default_queue(tx: Transaction, source: str) -> str:
     row = tx.one(Q.get_adapter, {"name": source})
     config = json.loads(row["config"]) if row is not None else {}
@@ -124,13 +137,26 @@ def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> l
 
 async def deliver(store: Store, event: NewEvent) -> Ingested:
     """The back half with routing: store the event and the todos its rules make."""
-    payload = parse_payload(event.body, event.content_type)
+    (result,) = await deliver_many(store, [event])
+    return result
 
-    def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
-        delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id)
-        return _route_in(tx, delivery)
 
-    return await ingest(store, event, derive)
+async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingested]:
+    """``deliver`` for a batch, in one transaction; rules are read once per source."""
+    payloads = [parse_payload(e.body, e.content_type) for e in events]
+    routes: dict[str, tuple[list[Rule], str]] = {}
+
+    def derive_for(payload: Any):  # noqa: ANN202
+        def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
+            if new.source not in routes:
+                routes[new.source] = (rules_of(tx, new.source), _default_queue(tx, new.source))
+            rules, default_queue = routes[new.source]
+            delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
+            return plan(rules, delivery, default_queue)
+
+        return derive
+
+    return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)])
 
 
 async def replay(store: Store, event_id: int) -> list[int]:
@@ -158,6 +184,7 @@ def _delivery_of(event: Event) -> Delivery:
         verified=event.verified,
         payload=parse_payload(event.body, event.content_type),
         event_id=event.id,
+        family=event.family,
     )
 
 

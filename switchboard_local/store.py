@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .errors import InvalidArgument, StoreUnusable
+from .queries import Q
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
@@ -175,6 +176,7 @@ class Store:
         self.path = path
         self.clock = clock
         self.rng = rng
+        self._commits = 0  # this connection's commits, which data_version does not count
 
     @classmethod
     async def open(
@@ -215,12 +217,28 @@ class Store:
         """Run ``body`` in autocommit mode: each statement sees the latest commit."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, body, Transaction(self._conn))
 
+    async def data_version(self) -> tuple[int, int]:
+        """A value that changes whenever anything commits to the file.
+
+        SQLite's data_version sees the commits of every other connection (other
+        processes included); this store adds its own. Cheap enough to poll: a
+        waiter compares it instead of holding a transaction open.
+        """
+
+        def body(tx: Transaction) -> tuple[int, int]:
+            row = tx.one(Q.data_version)
+            assert row is not None
+            return row[0], self._commits
+
+        return await self.read(body)
+
     def _write(self, body: Callable[[Transaction], T]) -> T:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = body(Transaction(conn))
             conn.execute("COMMIT")
+            self._commits += 1
         except BaseException:
             # SQLite may already have rolled back (e.g. on SQLITE_FULL);
             # a second ROLLBACK would hide the real error.

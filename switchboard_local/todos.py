@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 import sqlite3
 from collections.abc import Sequence
@@ -34,6 +35,8 @@ LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats includ
 BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_CAP_SECONDS = 15 * 60.0
 MAX_TITLE_LENGTH = 1000
+MAX_DELAY_SECONDS = 365 * 86400.0
+INT64 = (-(2**63), 2**63 - 1)
 MAX_LIST_LIMIT = 1000
 
 
@@ -178,9 +181,9 @@ class NewTodo:
             value = getattr(self, name)
             if value is not None:
                 _require_name(name, value)
-        _require_int("priority", self.priority)
+        _require_int("priority", self.priority, *INT64)
         _require_int("max_attempts", self.max_attempts, low=1, high=1000)
-        _require_seconds("delay", self.delay, low=0.0)
+        _require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
         _dump_json("payload", self.payload)
 
 
@@ -202,8 +205,8 @@ def _require_int(name: str, value: object, low: int | None = None, high: int | N
 
 
 def _require_seconds(name: str, value: object, low: float, high: float | None = None) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise InvalidArgument(f"{name} must be a number of seconds")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number of seconds")
     if value < low or (high is not None and value > high):
         bound = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
         raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
@@ -469,7 +472,7 @@ async def release(
     store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
 ) -> Todo:
     """claimed → pending (after ``delay`` seconds), the attempt refunded."""
-    _require_seconds("delay", delay, low=0.0)
+    _require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
     params = {"delay_ms": round(delay * 1000)}
     return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
 

@@ -1,4 +1,4 @@
-"""`serve`: the webhook receiver on Starlette and uvicorn.
+"""`serve`: the webhook receiver on Starlette and uvicorn, and the Redis adapters.
 
     POST /hooks/{name}   verify on the raw bytes, store the event and its todos,
                          and only then answer (202); 401 bad signature, 404
@@ -30,6 +30,7 @@ from starlette.routing import Route
 from . import adapters, retention, routing, webhooks
 from .errors import NotFound
 from .events import NewEvent
+from .redis_adapters import Supervisor
 from .store import Store
 
 log = logging.getLogger("switchboard_local.serve")
@@ -51,9 +52,15 @@ def create_app(
         store = await Store.open(db, **(store_options or {}))
         state["store"] = store
         pruner = asyncio.create_task(_prune_forever(store, prune_older_than_days, prune_max_events))
+        stop_adapters = asyncio.Event()
+        supervisor = asyncio.create_task(Supervisor(store).run(stop_adapters))
         try:
             yield
         finally:
+            # In-flight requests have finished; adapters finish their batch
+            # (commit, then ack) and leave everything else un-acked.
+            stop_adapters.set()
+            await supervisor
             pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pruner
@@ -63,8 +70,10 @@ def create_app(
         return await receive(state["store"], request)
 
     async def healthz(request: Request) -> Response:
+        # Its own short-lived connection, off the store's thread: a probe must
+        # answer quickly even while a long transaction holds the write lock.
         try:
-            await state["store"].write(lambda tx: None)
+            await asyncio.to_thread(_probe_writable, state["store"].path)
         except (sqlite3.Error, OSError) as exc:
             return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
         return JSONResponse({"ok": True})
@@ -73,6 +82,16 @@ def create_app(
         routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
         lifespan=lifespan,
     )
+
+
+def _probe_writable(path: Path) -> None:
+    """Take the write lock for a moment (BEGIN IMMEDIATE, ROLLBACK); fail within 2 s."""
+    conn = sqlite3.connect(path, timeout=2.0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def _problem(status: int, message: str) -> JSONResponse:

@@ -154,12 +154,18 @@ def _hmac_hex(secret: bytes, message: bytes, algorithm: str = "sha256") -> str:
     return hmac.new(secret, message, algorithm).hexdigest()
 
 
-def _matches(candidates: list[str], expected: list[str]) -> int | None:
-    """Index (1-based) of the secret whose signature matches, compared in constant time."""
+def _matches(candidates: list[str], expected: list[str] | list[bytes]) -> int | None:
+    """Index (1-based) of the secret whose signature matches, compared in constant time.
+
+    Header values arrive decoded as latin-1 (HTTP's rule), so encoding them
+    back gives the bytes that were sent, whatever the token's charset.
+    """
     found = None
+    given = [got.encode("latin-1", "replace") for got in candidates]
     for i, want in enumerate(expected, start=1):
-        for got in candidates:
-            if hmac.compare_digest(want.encode(), got.encode()):
+        want_bytes = want if isinstance(want, bytes) else want.encode()
+        for got in given:
+            if hmac.compare_digest(want_bytes, got):
                 found = found or i
     return found
 
@@ -275,7 +281,7 @@ def _standard(config: dict[str, Any], headers: Mapping[str, str], body: bytes, n
 
 
 def _gitlab(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now: float, secrets: list[bytes]) -> Verified:
-    index = _matches([_require(headers, "x-gitlab-token")], [s.decode() for s in secrets])
+    index = _matches([_require(headers, "x-gitlab-token")], secrets)
     if index is None:
         raise Unverified("x-gitlab-token does not match")
     return Verified(
@@ -316,7 +322,7 @@ def _token(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now:
         scheme, _, given = given.partition(" ")
         if scheme.lower() != "bearer":
             raise Unverified("authorization is not a Bearer token")
-    index = _matches([given.strip()], [s.decode() for s in secrets])
+    index = _matches([given.strip()], secrets)
     if index is None:
         raise Unverified(f"{header} token does not match")
     return _named(config, headers, body, f"{header} token matched secret {index} of {len(secrets)}")

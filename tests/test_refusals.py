@@ -115,7 +115,10 @@ async def test_unknown_id_is_not_found_for_every_verb(store, row_count, call):
 INVALID = [
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=-1)), "negative-delay"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("nan"))), "nan-delay"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("inf"))), "infinite-delay"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=1e20)), "delay-beyond-int64-ms"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", max_attempts=0)), "max-attempts-0"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=2**63)), "priority-beyond-int64"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=1.5)), "float-priority"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority="1")), "str-priority"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=True)), "bool-priority"),
@@ -124,6 +127,7 @@ INVALID = [
     (lambda s, i, t: todos.create(s, NewTodo(queue="", title="t")), "empty-queue"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="  ", title="t")), "blank-queue"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title=" \n ")), "blank-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="x" * 1001)), "title-too-long"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="")), "empty-assignee"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="")), "empty-key"),
     (lambda s, i, t: todos.claim(s, i, owner="w", lease=0), "claim-lease-0"),
@@ -138,6 +142,7 @@ INVALID = [
     (lambda s, i, t: todos.complete(s, i, t, result={1}), "complete-set-result"),
     (lambda s, i, t: todos.fail(s, i, t, error=42), "fail-non-string-error"),
     (lambda s, i, t: todos.release(s, i, t, delay=-1), "release-negative-delay"),
+    (lambda s, i, t: todos.release(s, i, t, delay=float("inf")), "release-infinite-delay"),
     (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state"),
     (lambda s, i, t: todos.list_todos(s, limit=0), "list-limit-0"),
 ]

@@ -1,0 +1,154 @@
+"""`adapter`: the Redis pull adapters that `serve` runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import adapters, redis_config
+from .adapters import Adapter
+from .cli_common import Out, common, table, when
+from .errors import NotFound, SwitchboardError
+
+
+def register(main: click.Group) -> None:
+    main.add_command(adapter)
+
+
+def _view(a: Adapter) -> dict[str, Any]:
+    view = a.to_dict()
+    view["config"] = redis_config.shown_config(a.config)
+    view["guarantee"] = redis_config.GUARANTEES[a.config["mode"]]
+    return view
+
+
+def _text(a: Adapter) -> str:
+    c = redis_config.shown_config(a.config)
+    lines = [
+        f"adapter {a.name}: redis {c['mode']} {c['key']!r} ({'enabled' if a.enabled else 'disabled'})",
+        f"  redis        {c.get('redis_url') or 'from $' + c['redis_url_env']}",
+        f"  guarantee    {redis_config.GUARANTEES[c['mode']]}",
+        f"  queue        {c.get('queue') or a.name} (when no rule matches)",
+        f"  batch        {c['batch']}",
+    ]
+    if c["mode"] == "stream":
+        lines.append(f"  group        {c['group']} (consumer {c['consumer']}, takes over entries idle {c['claim_idle']} s)")
+    lines += [
+        f"  last poll    {when(a.last_poll_at)}",
+        f"  last error   {a.last_error or '-'}",
+        f"  failures     {a.consecutive_failures} in a row",
+        f"  stored       {a.messages_stored} messages",
+    ]
+    return "\n".join(lines)
+
+
+@click.group()
+def adapter() -> None:
+    """Redis pull adapters: streams, reliable lists, pub/sub."""
+
+
+@adapter.command("add")
+@click.argument("name")
+@click.option("--redis-url", default=None, help="redis://[:password@]host:port/db (kept in the owner-only database).")
+@click.option("--redis-url-env", default=None, metavar="VAR", help="Read the URL from this environment variable of `serve`.")
+@click.option("--mode", required=True, type=click.Choice(redis_config.MODES))
+@click.option("--key", required=True, help="The stream, list or channel.")
+@click.option("--group", default=None, help="stream: consumer group (default switchboard).")
+@click.option("--consumer", default=None, help="stream: consumer name (default: this host's name).")
+@click.option("--queue", default=None, help="Queue for messages no rule matches (default: the adapter name).")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=None, help="Messages per transaction (default 64).")
+@click.option("--claim-idle", type=click.IntRange(min=1), default=None, help="stream: take over others' entries idle this many seconds (default 60).")
+@common
+def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any) -> None:
+    """Add a Redis adapter NAME (its events have source NAME and type KEY)."""
+    out = Out(db, as_json)
+    try:
+        config = redis_config.adapter_config(options)
+    except SwitchboardError as exc:
+        out.fail(exc)
+    added = out.run(
+        lambda store: adapters.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
+    )
+    out.emit(_view(added), _text(added))
+
+
+def _one(name: str) -> Any:
+    async def get(store: Any) -> Adapter:
+        found = await adapters.get(store, name)
+        if found.family != "queue":
+            raise NotFound(f"no adapter named {name!r}")
+        return found
+
+    return get
+
+
+@adapter.command("list")
+@common
+def adapter_list(db: Path | None, as_json: bool | None) -> None:
+    """List Redis adapters."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
+    rows = [[a.name, a.config["mode"], a.config["key"], "enabled" if a.enabled else "disabled"] for a in found]
+    out.emit([_view(a) for a in found], table(["NAME", "MODE", "KEY", "STATE"], rows) if rows else "no adapters")
+
+
+@adapter.command("status")
+@common
+def adapter_status(db: Path | None, as_json: bool | None) -> None:
+    """Health of every adapter: last poll, last error, failures in a row, messages stored."""
+    out = Out(db, as_json)
+    found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
+    rows = [
+        [a.name, "enabled" if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
+         a.messages_stored, a.last_error or "-"]
+        for a in found
+    ]  # fmt: skip
+    headers = ["NAME", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"]
+    out.emit([_view(a) for a in found], table(headers, rows) if rows else "no adapters")
+
+
+@adapter.command("show")
+@click.argument("name")
+@common
+def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Show an adapter, its guarantee and its health (the URL's password masked)."""
+    out = Out(db, as_json)
+    found = out.run(_one(name))
+    out.emit(_view(found), _text(found))
+
+
+@adapter.command("remove")
+@click.argument("name")
+@common
+def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Remove an adapter (its consumer group and pending entries stay in Redis)."""
+    out = Out(db, as_json)
+
+    async def remove(store: Any) -> None:
+        await _one(name)(store)
+        await adapters.remove(store, name)
+
+    out.run(remove)
+    out.emit({"removed": name}, f"removed adapter {name}")
+
+
+def _toggle(enabled: bool) -> Any:
+    @click.argument("name")
+    @common
+    def command(db: Path | None, as_json: bool | None, name: str) -> None:
+        out = Out(db, as_json)
+
+        async def change(store: Any) -> Adapter:
+            await _one(name)(store)
+            return await adapters.set_enabled(store, name, enabled)
+
+        changed = out.run(change)
+        out.emit(_view(changed), f"adapter {name} {'enabled' if enabled else 'disabled'} (a running serve follows within seconds)")
+
+    return command
+
+
+adapter.command("enable", help="Start consuming (a running serve picks it up).")(_toggle(True))
+adapter.command("disable", help="Stop consuming; what is pending stays in Redis.")(_toggle(False))

@@ -1,0 +1,293 @@
+"""Redis pull adapters: store-then-ack from streams, reliable lists and pub/sub.
+
+Each enabled adapter is one asyncio task. A batch read from Redis is stored
+(events and their routed todos) in one transaction, and only after COMMIT is
+it acknowledged: ``XACK`` for a stream, ``LREM`` from the processing list for
+a list. A crash anywhere before the ack leaves the messages pending; the next
+start re-reads them and the idempotency keys collapse what was already stored.
+Pub/sub has nothing to ack: it is loss-tolerant only.
+
+Broker and database faults back off (1 s doubling to 30 s, with jitter) and
+resume; they never crash ``serve`` and never ack what did not commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import random
+import sqlite3
+import time
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from . import adapters, routing
+from .adapters import Adapter
+from .events import NewEvent
+from .store import Store
+
+log = logging.getLogger("switchboard_local.redis")
+
+BLOCK_MS = 1000  # how long one read may block: also how soon a stop is noticed
+BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
+HEALTH_EVERY = 1.0
+FAULT_ENV = "SWITCHBOARD_FAULT"  # test hook: "pause-after-commit" holds the un-acked window open
+
+
+def _url(adapter: Adapter) -> str:
+    if "redis_url" in adapter.config:
+        return adapter.config["redis_url"]
+    value = os.environ.get(adapter.config["redis_url_env"])
+    if not value:
+        raise RedisError(f"environment variable {adapter.config['redis_url_env']} is not set")
+    return value
+
+
+class RedisAdapter:
+    """One adapter's consuming loop; ``run`` returns once ``stop`` is set."""
+
+    def __init__(self, store: Store, adapter: Adapter, stop: asyncio.Event) -> None:
+        self.store = store
+        self.adapter = adapter
+        self.config = adapter.config
+        self.key: str = adapter.config["key"]
+        self.stop = stop
+        self.rng = random.Random()
+        self._stored_since_health = 0
+        self._health_at = 0.0
+
+    async def run(self) -> None:
+        delay = BACKOFF_FIRST
+        while not self.stop.is_set():
+            client = None
+            try:
+                url = _url(self.adapter)
+                client = aioredis.Redis.from_url(
+                    url, socket_timeout=BLOCK_MS / 1000 + 10, socket_connect_timeout=5, health_check_interval=30
+                )
+                await {"stream": self._stream, "list": self._list, "pubsub": self._pubsub}[self.config["mode"]](client)
+                delay = BACKOFF_FIRST
+            except Exception as exc:  # broker, database, or a bug: back off, never crash serve
+                message = self._describe(exc)
+                expected = isinstance(exc, (RedisError, OSError, sqlite3.Error))
+                log.warning("adapter %s: %s; retrying in up to %.0f s", self.adapter.name, message, delay,
+                            exc_info=not expected)  # fmt: skip
+                await self._health(error=message)
+                await self._sleep(self.rng.uniform(delay / 2, delay))
+                delay = min(delay * 2, BACKOFF_MAX)
+            finally:
+                if client is not None:
+                    try:
+                        await client.aclose()
+                    except (RedisError, OSError):
+                        pass
+
+    # -------------------------------------------------------------- modes
+
+    async def _stream(self, r: aioredis.Redis) -> None:
+        group, consumer, batch = self.config["group"], self.config["consumer"], self.config["batch"]
+        try:
+            # From the start of the stream: entries added before the adapter count.
+            await r.xgroup_create(self.key, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        # This consumer's own pending entries first: read before a crash, maybe stored, never acked.
+        while not self.stop.is_set():
+            reply = await r.xreadgroup(group, consumer, {self.key: "0"}, count=batch)
+            entries = reply[0][1] if reply else []
+            if not entries:
+                break
+            await self._store_stream(r, entries)
+        claimed_at = 0.0
+        while not self.stop.is_set():
+            if time.monotonic() - claimed_at >= self.config["claim_idle"]:
+                await self._take_over_idle(r)
+                claimed_at = time.monotonic()
+            reply = await r.xreadgroup(group, consumer, {self.key: ">"}, count=batch, block=BLOCK_MS)
+            entries = reply[0][1] if reply else []
+            if entries:
+                await self._store_stream(r, entries)
+            else:
+                await self._health()
+
+    async def _take_over_idle(self, r: aioredis.Redis) -> None:
+        """Entries of other consumers idle past --claim-idle (a dead consumer's)."""
+        start = "0-0"
+        while not self.stop.is_set():
+            reply = await r.xautoclaim(
+                self.key, self.config["group"], self.config["consumer"],
+                min_idle_time=self.config["claim_idle"] * 1000, start_id=start, count=self.config["batch"],
+            )  # fmt: skip
+            start, entries = reply[0], reply[1]
+            if entries:
+                await self._store_stream(r, entries)
+            if start in (b"0-0", "0-0"):
+                return
+
+    async def _store_stream(self, r: aioredis.Redis, entries: list[tuple[bytes, dict[bytes, bytes] | None]]) -> None:
+        ids = [entry_id for entry_id, _ in entries]
+        present = [(entry_id, fields) for entry_id, fields in entries if fields]
+        events = [self._event(entry_id.decode(), self._stream_body(fields)) for entry_id, fields in present]
+        if len(present) < len(entries):
+            log.warning("adapter %s: %d pending entries were deleted from the stream", self.adapter.name, len(entries) - len(present))
+        await self._commit(events)
+        await r.xack(self.key, self.config["group"], *ids)
+
+    @staticmethod
+    def _stream_body(fields: dict[bytes, bytes]) -> bytes:
+        if b"payload" in fields:
+            return fields[b"payload"]
+        decoded = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in fields.items()}
+        return json.dumps(decoded, ensure_ascii=False, separators=(",", ":")).encode()
+
+    async def _list(self, r: aioredis.Redis) -> None:
+        processing, batch = f"{self.key}:processing", self.config["batch"]
+        # Whatever a crash left in the processing list first.
+        while not self.stop.is_set():
+            items = await r.lrange(processing, 0, batch - 1)
+            if not items:
+                break
+            await self._store_list(r, processing, items)
+        while not self.stop.is_set():
+            first = await r.blmove(self.key, processing, BLOCK_MS / 1000, "RIGHT", "LEFT")
+            if first is None:
+                await self._health()
+                continue
+            items = [first]
+            while len(items) < batch and (more := await r.lmove(self.key, processing, "RIGHT", "LEFT")) is not None:
+                items.append(more)
+            await self._store_list(r, processing, items)
+
+    async def _store_list(self, r: aioredis.Redis, processing: str, items: list[bytes]) -> None:
+        await self._commit([self._event(_body_key(item), item) for item in items])
+        async with r.pipeline(transaction=False) as pipe:
+            for item in items:
+                pipe.lrem(processing, 1, item)
+            await pipe.execute()
+
+    async def _pubsub(self, r: aioredis.Redis) -> None:
+        async with r.pubsub() as ps:
+            await ps.subscribe(self.key)
+            while not self.stop.is_set():
+                message = await ps.get_message(ignore_subscribe_messages=True, timeout=BLOCK_MS / 1000)
+                if message is None:
+                    await self._health()
+                    continue
+                bodies = [message["data"]]
+                while len(bodies) < self.config["batch"]:
+                    more = await ps.get_message(ignore_subscribe_messages=True, timeout=0)
+                    if more is None:
+                        break
+                    bodies.append(more["data"])
+                await self._commit([self._event(_body_key(b), b) for b in bodies])
+
+    # -------------------------------------------------------------- storing
+
+    def _event(self, external_id: str, body: bytes) -> NewEvent:
+        mode = self.config["mode"]
+        return NewEvent(
+            source=self.adapter.name,
+            family="queue",
+            type=self.key,
+            external_id=external_id,
+            trust_mode="queue",
+            verified=True,
+            verify_detail=f"read from redis {mode} {self.key!r} (trusted by the connection)",
+            content_type=None,
+            headers={"redis-mode": mode, "redis-key": self.key},
+            body=body,
+        )
+
+    async def _commit(self, events: list[NewEvent]) -> None:
+        if events:
+            await routing.deliver_many(self.store, events)
+        if os.environ.get(FAULT_ENV) == "pause-after-commit":
+            log.warning("fault hook: committed %d messages, pausing before the ack", len(events))
+            await asyncio.Event().wait()  # the test kills the process here
+        self._stored_since_health += len(events)
+        await self._health()
+
+    async def _health(self, error: str | None = None) -> None:
+        """Record polls at most once a second (each record is a commit), errors at once."""
+        now = time.monotonic()
+        if error is None and now - self._health_at < HEALTH_EVERY:
+            return
+        self._health_at = now
+        stored, self._stored_since_health = self._stored_since_health, 0
+        try:
+            await adapters.record_health(self.store, self.adapter.name, error=error, stored=stored)
+        except sqlite3.Error as exc:
+            self._stored_since_health += stored
+            log.warning("adapter %s: cannot record health: %s", self.adapter.name, exc)
+
+    def _describe(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"
+        password = urlsplit(self.config.get("redis_url", "")).password
+        return text.replace(password, "****") if password else text
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+
+def _body_key(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+class Supervisor:
+    """Runs every enabled queue adapter; follows enable/disable within a second or two."""
+
+    def __init__(self, store: Store, poll: float = 1.0) -> None:
+        self.store = store
+        self.poll = poll
+        self.running: dict[str, tuple[asyncio.Task[None], asyncio.Event, int]] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    wanted = {a.name: a for a in await adapters.list_adapters(self.store, family="queue") if a.enabled}
+                except sqlite3.Error as exc:
+                    log.warning("cannot read the adapter registry: %s", exc)
+                    wanted = None
+                if wanted is not None:
+                    await self._reconcile(wanted)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self.poll)
+                except TimeoutError:
+                    pass
+        finally:
+            await self._stop_all()
+
+    async def _reconcile(self, wanted: dict[str, Adapter]) -> None:
+        for name, (task, _, version) in list(self.running.items()):
+            if name not in wanted or wanted[name].updated_at != version or task.done():
+                await self._stop(name)
+        for name, adapter in wanted.items():
+            if name not in self.running:
+                stop = asyncio.Event()
+                task = asyncio.create_task(RedisAdapter(self.store, adapter, stop).run(), name=f"adapter:{name}")
+                self.running[name] = (task, stop, adapter.updated_at)
+                log.info("adapter %s: started (%s %s)", name, adapter.config["mode"], adapter.config["key"])
+
+    async def _stop(self, name: str) -> None:
+        task, stop, _ = self.running[name]
+        stop.set()  # finishes the read and the batch in flight (commit, then ack) and returns
+        try:
+            await task
+        except Exception:
+            log.exception("adapter %s: ended with an error", name)
+        del self.running[name]  # only now: nothing more can be read for it
+        log.info("adapter %s: stopped", name)
+
+    async def _stop_all(self) -> None:
+        for name in list(self.running):
+            await self._stop(name)

@@ -1,0 +1,97 @@
+"""The real receiver for the webhook tests: uvicorn on a loopback port, in a thread.
+
+Requests go over real HTTP with the standard library; what was stored is read
+through a separate sqlite3 connection, i.e. what is committed on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from switchboard_local import adapters, web, webhooks
+from switchboard_local.adapters import Adapter
+from switchboard_local.store import Store
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class Receiver:
+    host: str
+    port: int
+
+    def request(
+        self, method: str, path: str, body: bytes | Iterable[bytes] | None = None, headers: Mapping[str, str] = {}
+    ) -> Answer:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=dict(headers))
+            response = conn.getresponse()
+            return Answer(response.status, response.read())
+        finally:
+            conn.close()
+
+    def post(self, name: str, body: bytes | Iterable[bytes], headers: Mapping[str, str] = {}) -> Answer:
+        return self.request("POST", f"/hooks/{name}", body, headers)
+
+
+@contextlib.contextmanager
+def serving(db_path: Path) -> Iterator[Receiver]:
+    """The app of `serve` on a free loopback port (the OS picks it), stopped on exit."""
+    server = web.server(web.create_app(db_path), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the receiver did not start")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the receiver did not start within 10 s")
+        time.sleep(0.005)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Receiver("127.0.0.1", port)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "the receiver did not stop"
+
+
+def rows(db_path: Path, statement: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(statement, tuple(params)).fetchall()
+    finally:
+        conn.close()
+
+
+def counts(db_path: Path) -> tuple[int, int]:
+    """(events, todos) committed on disk."""
+    ((events, todos),) = rows(db_path, "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM todos)")
+    return events, todos
+
+
+async def add_source(store: Store, name: str, kind: str, secret: str | None = None, **options: Any) -> Adapter:
+    """A webhook source as `source add` makes it (a secret value, unless the kind is open)."""
+    secrets = [adapters.secret_ref(value=secret)] if secret is not None else []
+    return await adapters.add(
+        store, name, family="webhook", kind=kind, trust_mode=kind,
+        config=webhooks.source_config(kind, options), secrets=secrets,
+    )  # fmt: skip

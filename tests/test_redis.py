@@ -1,0 +1,198 @@
+"""Redis adapters against a real redis-server: store first, then ack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from redis_server import RedisServer
+from switchboard_local import adapters, redis_config, rules, todos
+from switchboard_local.redis_adapters import RedisAdapter, Supervisor
+from switchboard_local.store import Store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def real_store(db_path: Path) -> AsyncIterator[Store]:
+    """A store on the real clock: the adapter runs in real time against a real broker."""
+    async with await Store.open(db_path) as store:
+        yield store
+
+
+async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "orders", **options) -> adapters.Adapter:
+    config = redis_config.adapter_config({"redis_url": url, "mode": mode, "key": key, **options})
+    return await adapters.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
+
+
+def count(db_path: Path, sql: str) -> int:
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute(sql).fetchone()[0]
+
+
+async def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+class Running:
+    def __init__(self, store: Store, adapter: adapters.Adapter) -> None:
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(RedisAdapter(store, adapter, self.stop).run())
+
+    async def finish(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, timeout=30)
+
+
+async def test_ten_thousand_stream_entries_become_exactly_ten_thousand_events_and_todos(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(10_000):
+            pipe.xadd("orders", {"payload": json.dumps({"order": i})})
+        pipe.execute()
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 10_000)
+    await running.finish()
+
+    assert count(db_path, "SELECT count(*) FROM todos") == 10_000
+    assert count(db_path, "SELECT count(DISTINCT external_id) FROM events") == 10_000
+    assert r.xpending("orders", "switchboard")["pending"] == 0
+    health = await adapters.get(real_store, "orders")
+    assert health.messages_stored == 10_000 and health.consecutive_failures == 0
+
+
+async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    await add_adapter(real_store, redis_server.url, "stream", "orders", queue="fulfilment")
+    await rules.add(real_store, source="orders", type="orders", where=["priority=high"], queue="urgent", title="Order {id}")
+    r.xadd("orders", {"id": "7", "priority": "high"})
+    entry = r.xadd("orders", {"payload": '{"id": 8}'})
+    running = Running(real_store, await adapters.get(real_store, "orders"))
+    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 2)
+    await running.finish()
+
+    urgent, default = [await todos.get(real_store, i) for i in (1, 2)]
+    assert (urgent.queue, urgent.title, urgent.payload["body"]) == ("urgent", "Order 7", {"id": "7", "priority": "high"})
+    assert (default.queue, default.payload["body"]) == ("fulfilment", {"id": 8})
+    assert default.idempotency_key == f"redis:orders:{entry.decode()}:default"
+
+
+async def test_list_mode_stores_then_removes_from_the_processing_list(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    r.lpush("jobs", *[json.dumps({"job": i}) for i in range(300)])
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
+    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 300)
+    await running.finish()
+    assert r.llen("jobs") == 0 and r.llen("jobs:processing") == 0
+    assert count(db_path, "SELECT count(*) FROM events") == 300
+
+
+async def test_list_mode_recovers_what_a_crash_left_in_the_processing_list(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    r.lpush("jobs:processing", b'{"left": "behind"}')  # moved before a crash, never removed
+    r.lpush("jobs", b'{"fresh": 1}')
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
+    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 2)
+    await running.finish()
+    assert r.llen("jobs:processing") == 0
+
+
+async def test_pubsub_messages_are_stored_while_subscribed(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "pubsub", "alerts", name="alerts"))
+    await until(lambda: r.pubsub_numsub("alerts")[0][1] == 1)
+    r.publish("alerts", '{"alert": "disk"}')
+    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 1)
+    await running.finish()
+
+
+async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    with sqlite3.connect(db_path) as conn:  # a real fault in the real file
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    for i in range(50):
+        r.xadd("orders", {"payload": json.dumps({"order": i})})
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+
+    assert count(db_path, "SELECT count(*) FROM events") == 0
+    assert r.xpending("orders", "switchboard")["pending"] > 0  # read, not acked
+    assert "injected" in (await adapters.get(real_store, "orders")).last_error
+
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("DROP TRIGGER boom")
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 50)
+    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.finish()
+    assert count(db_path, "SELECT count(*) FROM todos") == 50
+
+
+async def test_a_restarted_redis_server_is_survived_and_drained_without_loss(real_store, tmp_path, db_path) -> None:
+    server = RedisServer(tmp_path, durable=True).start()
+    try:
+        r = server.client()
+        with r.pipeline(transaction=False) as pipe:
+            for i in range(3000):
+                pipe.xadd("orders", {"payload": json.dumps({"order": i})})
+            pipe.execute()
+        running = Running(real_store, await add_adapter(real_store, server.url, "stream", "orders", batch=1))
+        await until(lambda: count(db_path, "SELECT count(*) FROM events") >= 200)
+        server.stop()  # mid-run
+        await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+        server.start()
+        await until(lambda: count(db_path, "SELECT count(*) FROM events") == 3000)
+        await until(lambda: server.client().xpending("orders", "switchboard")["pending"] == 0)
+        await running.finish()
+        assert count(db_path, "SELECT count(*) FROM todos") == 3000
+        assert count(db_path, "SELECT consecutive_failures FROM adapters") == 0
+    finally:
+        server.stop()
+
+
+async def test_adapters_follow_enable_and_disable_at_runtime(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    stop = asyncio.Event()
+    supervisor = Supervisor(real_store, poll=0.2)
+    task = asyncio.create_task(supervisor.run(stop))
+    r.xadd("orders", {"n": "1"})
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 1)
+
+    await adapters.set_enabled(real_store, "orders", False)
+    await until(lambda: not supervisor.running)
+    r.xadd("orders", {"n": "2"})
+    await asyncio.sleep(1.5)  # a disabled adapter must not pick it up
+    assert count(db_path, "SELECT count(*) FROM events") == 1
+
+    await adapters.set_enabled(real_store, "orders", True)
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 2)
+    stop.set()
+    await asyncio.wait_for(task, timeout=30)
+    assert not supervisor.running
+
+
+async def test_a_redis_url_password_never_reaches_output_or_health(real_store, redis_server, db_path) -> None:
+    dead = f"redis://:hunter2-secret@127.0.0.1:{redis_server.port + 1 if redis_server.port < 65535 else 1}/0"
+    adapter = await add_adapter(real_store, dead, "stream", "orders")
+    assert "hunter2" not in json.dumps(adapter.to_dict())
+    assert "hunter2" not in json.dumps(redis_config.shown_config(adapter.config))
+    running = Running(real_store, adapter)
+    await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+    await running.finish()
+    assert "hunter2" not in (await adapters.get(real_store, "orders")).last_error

@@ -1,0 +1,398 @@
+"""The receiver around verification: body cap, unknown sources, store failures,
+Slack's challenge, /healthz, routing rules through real deliveries, and
+`serve` as a real process stopped by SIGTERM or SIGINT (issue 3 §1, §3, §4).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from click.testing import CliRunner
+from receiver import Answer, Receiver, add_source, counts, rows, serving
+from signing import github, secret_for, slack
+
+from switchboard_local import adapters, rules, webhooks
+from switchboard_local.cli import main
+
+pytestmark = pytest.mark.anyio
+
+SECRET = secret_for("github")
+
+
+@pytest.fixture
+def receiver(store, db_path):
+    with serving(db_path) as running:
+        yield running
+
+
+def push(receiver: Receiver, name: str, payload: dict, *, n: int = 1, event: str = "pull_request") -> Answer:
+    """A GitHub delivery of ``payload``, correctly signed."""
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": f"{name}-{n}"}
+    return receiver.post(name, body, headers | github(body, SECRET))
+
+
+def accepted(answer: Answer) -> dict:
+    assert answer.status == 202, answer.body
+    return answer.json()
+
+
+def todos_of(db_path: Path) -> list[tuple]:
+    return [tuple(r) for r in rows(db_path, "SELECT id, queue, title, event_id FROM todos ORDER BY id")]
+
+
+def raw_exchange(receiver: Receiver, head: bytes, body_start: bytes) -> bytes:
+    """Send a request head and the start of its body, never the rest; read the answer."""
+    with socket.create_connection((receiver.host, receiver.port), timeout=5) as conn:
+        conn.sendall(head + body_start)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+# ---------------------------------------------------------------- body cap
+
+
+async def capped(store, max_body=1024):
+    await add_source(store, "gh", "github", SECRET, max_body=max_body)
+
+
+async def test_a_body_at_the_cap_is_accepted(store, receiver, db_path):
+    await capped(store)
+    body = b"{" + b" " * 1022 + b"}"
+    accepted(receiver.post("gh", body, github(body, SECRET) | {"X-GitHub-Event": "push"}))
+    assert counts(db_path) == (1, 1)
+
+
+async def test_a_body_over_the_cap_with_a_content_length_gets_413_and_stores_nothing(store, receiver, db_path):
+    await capped(store)
+    body = b"{" + b" " * 2046 + b"}"
+    answer = receiver.post("gh", body, github(body, SECRET) | {"X-GitHub-Event": "push"})
+    assert answer.status == 413, answer.body
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_chunked_body_over_the_cap_gets_413_and_stores_nothing(store, receiver, db_path):
+    await capped(store)
+    body = b"{" + b" " * 4094 + b"}"
+    pieces = (body[i : i + 512] for i in range(0, len(body), 512))  # no length known: chunked
+    answer = receiver.post("gh", pieces, github(body, SECRET) | {"X-GitHub-Event": "push"})
+    assert answer.status == 413, answer.body
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_declared_oversize_body_is_refused_before_it_is_sent(store, receiver, db_path):
+    await capped(store)
+    head = (
+        b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 104857600\r\n\r\n"
+    )
+    answer = raw_exchange(receiver, head, b"")  # 100 MB announced, not one byte sent
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_chunked_body_is_refused_once_past_the_cap_without_waiting_for_the_rest(store, receiver, db_path):
+    await capped(store)
+    head = b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+    first = b"800\r\n" + b"x" * 2048 + b"\r\n"  # one 2 KiB chunk; the body never ends
+    answer = raw_exchange(receiver, head, first)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert counts(db_path) == (0, 0)
+
+
+# ---------------------------------------------------------------- sources
+
+
+async def test_an_unknown_source_gets_404(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    assert push(receiver, "nope", {"action": "opened"}).status == 404
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_queue_adapter_is_not_a_webhook_source(store, receiver, db_path):
+    await adapters.add(store, "jobs", family="queue", kind="stream", trust_mode="queue", config={})
+    assert push(receiver, "jobs", {"action": "opened"}).status == 404
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_source_whose_secret_cannot_be_read_gets_503_and_stores_nothing(store, receiver, db_path):
+    # The provider should retry once the server is given its secret.
+    await adapters.add(
+        store, "gh", family="webhook", kind="github", trust_mode="github",
+        config=webhooks.source_config("github", {}), secrets=[adapters.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
+    )  # fmt: skip
+    assert "SWITCHBOARD_TEST_UNSET_SECRET" not in os.environ
+    assert push(receiver, "gh", {"action": "opened"}).status == 503
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_disabled_source_gets_404_until_it_is_enabled_again(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await adapters.set_enabled(store, "gh", False)
+    assert push(receiver, "gh", {"action": "opened"}).status == 404
+    assert counts(db_path) == (0, 0)
+
+    await adapters.set_enabled(store, "gh", True)
+    accepted(push(receiver, "gh", {"action": "opened"}))
+    assert counts(db_path) == (1, 1)
+
+
+# ---------------------------------------------------------------- store failure
+
+
+async def test_a_failed_commit_gets_503_stores_nothing_and_the_retry_is_stored_once(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    with sqlite3.connect(db_path, isolation_level=None) as conn:
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    assert push(receiver, "gh", {"action": "opened"}).status == 503
+    assert counts(db_path) == (0, 0)
+
+    with sqlite3.connect(db_path, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER boom")
+    got = accepted(push(receiver, "gh", {"action": "opened"}))
+    assert got["duplicate"] is False
+    assert counts(db_path) == (1, 1)
+
+
+# ---------------------------------------------------------------- Slack's challenge, health
+
+
+async def test_a_signed_slack_url_verification_is_answered_with_its_challenge_and_stores_nothing(store, receiver, db_path):
+    secret = secret_for("slack")
+    await add_source(store, "sl", "slack", secret)
+    body = b'{"token": "legacy", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}'
+
+    answer = receiver.post("sl", body, {"Content-Type": "application/json"} | slack(body, secret, int(time.time())))
+
+    assert answer.status == 200
+    assert answer.body.decode() == "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    assert counts(db_path) == (0, 0)
+
+
+async def test_an_unsigned_slack_url_verification_is_refused(store, receiver, db_path):
+    await add_source(store, "sl", "slack", secret_for("slack"))
+    body = b'{"challenge": "abc", "type": "url_verification"}'
+    answer = receiver.post("sl", body, {"Content-Type": "application/json"})
+    assert answer.status == 401
+    assert b"abc" not in answer.body
+    assert counts(db_path) == (0, 0)
+
+
+async def test_healthz_answers_200_when_the_database_is_writable(receiver):
+    answer = receiver.request("GET", "/healthz")
+    assert answer.status == 200
+    assert answer.json()["ok"] is True
+
+
+# ---------------------------------------------------------------- routing
+
+
+PR = {"action": "opened", "pull_request": {"title": "Fix the flaky test", "number": 42, "base": {"ref": "main"}}}
+
+
+async def test_every_matching_rule_adds_a_todo_on_its_queue(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(store, source="gh", type="pull_request", where=["action=opened"], queue="review")
+    await rules.add(store, source="gh", where=["action=closed"], queue="never")
+    await rules.add(store, source="gh", where=["pull_request.base.ref~ma*"], queue="ci")
+
+    got = accepted(push(receiver, "gh", PR))
+
+    assert [(t[0], t[1], t[3]) for t in todos_of(db_path)] == [
+        (got["todos"][0], "review", got["event_id"]),
+        (got["todos"][1], "ci", got["event_id"]),
+    ]
+
+
+async def test_two_matching_rules_on_one_queue_make_two_todos(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(store, source="gh", queue="review", title="first look")
+    await rules.add(store, source="gh", queue="review", title="second look")
+
+    got = accepted(push(receiver, "gh", PR))
+
+    assert len(got["todos"]) == 2
+    assert [(t[1], t[2]) for t in todos_of(db_path)] == [("review", "first look"), ("review", "second look")]
+
+
+async def test_a_stop_rule_ends_routing_after_its_own_todo(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(store, source="gh", where=["action=opened"], queue="first", stop=True)
+    await rules.add(store, source="gh", queue="second")
+
+    got = accepted(push(receiver, "gh", PR))
+
+    assert len(got["todos"]) == 1
+    assert [t[1] for t in todos_of(db_path)] == ["first"]
+
+
+async def test_a_drop_rule_makes_no_todo_but_the_event_is_stored(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(store, source="gh", type="pull_request", where=["action=opened"], drop=True)
+    await rules.add(store, source="gh", queue="after-the-drop")
+
+    got = accepted(push(receiver, "gh", PR))
+
+    assert got["todos"] == []
+    assert counts(db_path) == (1, 0)
+    assert rows(db_path, "SELECT id FROM events")[0][0] == got["event_id"]
+
+
+async def test_a_form_encoded_delivery_routes_on_its_payload_field(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(store, source="gh", where=["action=opened"], queue="review", title="{pull_request.title}")
+    body = urlencode({"payload": json.dumps(PR)}).encode()
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "X-GitHub-Event": "pull_request"}
+
+    accepted(receiver.post("gh", body, headers | github(body, SECRET)))
+
+    assert [(t[1], t[2]) for t in todos_of(db_path)] == [("review", "Fix the flaky test")]
+    assert bytes(rows(db_path, "SELECT body FROM events")[0][0]) == body
+
+
+async def test_an_event_no_rule_matches_goes_to_the_source_name_queue(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await add_source(store, "other", "github", SECRET)
+    await rules.add(store, source="gh", type="issues", queue="issues-only")
+    await rules.add(store, source="other", queue="other-sources-rule")  # not a rule of gh
+
+    accepted(push(receiver, "gh", PR))
+
+    assert [t[1] for t in todos_of(db_path)] == ["gh"]
+
+
+async def test_an_event_no_rule_matches_goes_to_the_sources_configured_queue(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET, queue="triage")
+
+    accepted(push(receiver, "gh", PR))
+
+    assert [t[1] for t in todos_of(db_path)] == ["triage"]
+
+
+async def test_a_title_template_fills_payload_fields_and_renders_a_missing_one_empty(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    await rules.add(
+        store, source="gh", queue="review", title="PR #{pull_request.number}: {pull_request.title} by {pull_request.user.login}."
+    )
+
+    accepted(push(receiver, "gh", PR))
+
+    assert [t[2] for t in todos_of(db_path)] == ["PR #42: Fix the flaky test by ."]
+
+
+async def test_a_rule_added_while_serving_applies_to_the_next_delivery(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    accepted(push(receiver, "gh", PR, n=1))
+
+    await rules.add(store, source="gh", queue="added-live")
+    accepted(push(receiver, "gh", PR, n=2))
+
+    assert [t[1] for t in todos_of(db_path)] == ["gh", "added-live"]
+
+
+def test_rule_test_shows_the_todos_a_payload_would_make_and_writes_nothing(db_path):
+    def cli(*args: str):
+        result = CliRunner().invoke(main, [*args, "--db", str(db_path), "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    cli("source", "add", "gh", "--kind", "github", "--secret", SECRET)
+    cli("rule", "add", "--source", "gh", "--type", "pull_request", "--queue", "review", "--title", "{pull_request.title}")
+
+    planned = cli("rule", "test", "--source", "gh", "--type", "pull_request", "--payload", json.dumps(PR))
+
+    assert [(t["queue"], t["title"]) for t in planned] == [("review", "Fix the flaky test")]
+    assert counts(db_path) == (0, 0)
+
+
+# ---------------------------------------------------------------- `serve` as a process
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(proc: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            if Receiver("127.0.0.1", port).request("GET", "/healthz").status == 200:
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("serve did not answer /healthz")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_the_request_in_flight(stop, db_path):
+    secret = "process-secret-value"
+    added = CliRunner().invoke(
+        main, ["source", "add", "gh", "--kind", "github", "--secret-env", "GH_WEBHOOK_SECRET", "--db", str(db_path)]
+    )
+    assert added.exit_code == 0, added.output
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db_path)],
+        env={**os.environ, "GH_WEBHOOK_SECRET": secret},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_healthy(proc, port)
+        first = json.dumps(PR).encode()
+        answer = Receiver("127.0.0.1", port).post(
+            "gh", first, {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-1"} | github(first, secret)
+        )
+        assert answer.status == 202, answer.body
+
+        # A second delivery is in flight (part of its body sent) when the signal arrives.
+        second = json.dumps({**PR, "action": "synchronize"}).encode()
+        headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "d-2"} | github(second, secret)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.putrequest("POST", "/hooks/gh")
+        for name, value in {**headers, "Content-Length": str(len(second))}.items():
+            conn.putheader(name, value)
+        conn.endheaders(second[:10])
+        time.sleep(0.3)
+        proc.send_signal(stop)
+        time.sleep(0.3)
+        with pytest.raises(ConnectionRefusedError):  # it stopped accepting
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        conn.send(second[10:])
+        in_flight = conn.getresponse()
+        assert in_flight.status == 202, in_flight.read()
+        conn.close()
+
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    stored = rows(db_path, "SELECT external_id, verified, body FROM events ORDER BY id")
+    assert [(r[0], r[1], bytes(r[2])) for r in stored] == [("d-1", 1, first), ("d-2", 1, second)]
+    assert secret not in stderr
+    logged = [line for line in stderr.splitlines() if "source=gh" in line]
+    assert len(logged) == 2, stderr  # one line per delivery: source, type, event id, outcome
+    for line, event_id in zip(logged, (1, 2)):
+        assert all(part in line for part in ("type=pull_request", f"event={event_id}", "outcome=stored")), line
