@@ -1,0 +1,117 @@
+"""`mcp` and `agent`: serve the MCP surface, and manage the agent profiles that scope it.
+
+The MCP SDK costs about a second to import, so it is imported only inside the
+`mcp` command's body; every other command stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import agents
+from .agents import TOOL_NAMES, Agent
+from .cli_common import Out, common, table, when
+from .store import DB_ENV
+
+AGENT_ENV = "SWITCHBOARD_AGENT"
+
+
+def register(main: click.Group) -> None:
+    main.add_command(mcp_command)
+    main.add_command(agent_group)
+
+
+@click.command("mcp")
+@click.option(
+    "--agent",
+    "agent_name",
+    envvar=AGENT_ENV,
+    default=None,
+    help=f"Serve as this agent: only its queues and tools (default: ${AGENT_ENV}, else every queue and tool).",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"Database file (default: ${DB_ENV}, else the user data dir).",
+)
+@click.pass_context
+def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> None:
+    """Serve the MCP tools on stdin/stdout (Claude Code launches this).
+
+    Nothing but the protocol is written to stdout; logs go to stderr.
+    """
+    from .mcp_server import run  # the SDK, imported only here
+
+    parent = ctx.find_root().obj or {}
+    sys.exit(run(db if db is not None else parent.get("db"), agent_name or None))
+
+
+@click.group("agent")
+def agent_group() -> None:
+    """Agent profiles: the queues an MCP server may drain and the tools it offers."""
+
+
+def _agent_text(agent: Agent) -> str:
+    tools = "every tool" if agent.tools is None else ", ".join(agent.tools)
+    return "\n".join(
+        [
+            f"agent {agent.name}",
+            f"  queues   {', '.join(agent.queues)}",
+            f"  tools    {tools}",
+            f"  created  {when(agent.created_at)}",
+        ]
+    )
+
+
+@agent_group.command("add")
+@click.argument("name")
+@click.option("--queue", "queues", multiple=True, required=True, help="A queue it may drain (repeatable).")
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    type=click.Choice(TOOL_NAMES),
+    help="A tool it may use (repeatable; default: every tool).",
+)
+@common
+def agent_add(
+    db: Path | None, as_json: bool | None, name: str, queues: tuple[str, ...], tools: tuple[str, ...]
+) -> None:
+    """Create the profile NAME (`mcp --agent NAME` then serves only its queues and tools)."""
+    out = Out(db, as_json)
+    agent = out.run(lambda store: agents.add(store, name, queues=queues, tools=tools or None))
+    out.emit(agent.to_dict(), f"added {_agent_text(agent)}")
+
+
+@agent_group.command("list")
+@common
+def agent_list(db: Path | None, as_json: bool | None) -> None:
+    """List the agent profiles."""
+    out = Out(db, as_json)
+    found = out.run(agents.list_agents)
+    rows = [[a.name, ",".join(a.queues), "*" if a.tools is None else ",".join(a.tools)] for a in found]
+    out.emit([a.to_dict() for a in found], table(["NAME", "QUEUES", "TOOLS"], rows) if rows else "no agents")
+
+
+@agent_group.command("show")
+@click.argument("name")
+@common
+def agent_show(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Show one agent profile."""
+    out = Out(db, as_json)
+    agent = out.run(lambda store: agents.get(store, name))
+    out.emit(agent.to_dict(), _agent_text(agent))
+
+
+@agent_group.command("remove")
+@click.argument("name")
+@common
+def agent_remove(db: Path | None, as_json: bool | None, name: str) -> None:
+    """Delete an agent profile (its todos and their history stay)."""
+    out = Out(db, as_json)
+    agent = out.run(lambda store: agents.remove(store, name))
+    out.emit(agent.to_dict(), f"removed agent {agent.name}")

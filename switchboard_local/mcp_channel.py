@@ -1,0 +1,116 @@
+"""Where the MCP edge reaches below MCPServer's public surface, in one place.
+
+MCPServer (SDK 2.3) cannot advertise an experimental capability, and it
+prefixes every tool error with "Error executing tool NAME:", which would bury
+the stable code the model branches on. So this module, and only this one,
+touches the low-level server: it serves stdio with the ``claude/channel``
+capability and installs a ``tools/call`` handler that maps errors once. It
+also defines the channel notification and the doorbell that sends it through
+the session captured when the client says it is initialized.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import anyio
+from mcp import types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from .errors import SwitchboardError
+
+logger = logging.getLogger("switchboard_local.mcp")
+
+CHANNEL_CAPABILITY = "claude/channel"
+CHANNEL_METHOD = "notifications/claude/channel"
+
+
+class ChannelNotification(types.Notification[dict[str, Any], Literal["notifications/claude/channel"]]):
+    """Claude Code's channel message: ``{"content": str, "meta": {str: str}}``."""
+
+    method: Literal["notifications/claude/channel"] = CHANNEL_METHOD
+
+
+class Doorbell:
+    """Pushes channel messages to the client of one connection.
+
+    Holds the session seen with ``notifications/initialized``: pushing
+    outside any request needs one, and before that the client is not ready.
+    """
+
+    def __init__(self) -> None:
+        self.ready = anyio.Event()
+        self._session: ServerSession | None = None
+
+    def attach(self, session: ServerSession) -> None:
+        if self._session is None:
+            self._session = session
+            self.ready.set()
+
+    async def ring(self, content: str, meta: dict[str, str]) -> None:
+        assert self._session is not None, "ring() before the client is initialized"
+        await self._session.send_notification(ChannelNotification(params={"content": content, "meta": meta}))  # type: ignore[arg-type]
+
+
+async def capture_session(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: hand the session to the connection's doorbell once initialized."""
+    result = await call_next(ctx)
+    if ctx.method == "notifications/initialized":
+        doorbell = getattr(ctx.lifespan_context, "doorbell", None)
+        if isinstance(doorbell, Doorbell):
+            doorbell.attach(ctx.session)
+    return result
+
+
+def map_tool_errors(server: MCPServer[Any]) -> None:
+    """Answer every failed tool call with text that starts with a stable code.
+
+    ``not_found``, ``conflict``, ``invalid_argument`` and ``forbidden`` come
+    from the core's errors (and from argument validation, and for a tool this
+    server does not offer); anything unexpected is logged on stderr and
+    answered without its details.
+    """
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        context = Context(request_context=ctx, mcp_server=server, input_params=params)
+        try:
+            return await server.call_tool(params.name, params.arguments or {}, context)
+        except MCPError:
+            raise
+        except ToolError as exc:
+            text = _error_text(params.name, exc)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+    server._lowlevel_server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+
+
+def _error_text(tool: str, exc: ToolError) -> str:
+    cause = exc.__cause__
+    if isinstance(cause, SwitchboardError):
+        logger.info("%s refused: %s", tool, cause)
+        return str(cause)
+    if isinstance(cause, ValidationError):
+        # Field names and what is wrong with them; never the rejected values.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in cause.errors()
+        )
+        return f"invalid_argument: {problems}"
+    if cause is None and str(exc) == f"Unknown tool: {tool}":
+        return f"not_found: there is no tool named {tool!r}"
+    logger.error("%s failed unexpectedly", tool, exc_info=cause or exc)
+    return "internal_error: the tool failed unexpectedly; the server's log (stderr) has the details"
+
+
+async def serve_stdio(server: MCPServer[Any]) -> None:
+    """Serve one client over stdin/stdout, advertising the channel capability."""
+    lowlevel = server._lowlevel_server
+    options = lowlevel.create_initialization_options(experimental_capabilities={CHANNEL_CAPABILITY: {}})
+    async with stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, options)

@@ -1,0 +1,208 @@
+"""The MCP tools' typed outputs: pydantic models named like the schema.
+
+Clients get an ``outputSchema`` per tool and ``structuredContent`` per call.
+Field names are the schema's (``id``, ``state``, ``attempt``,
+``lease_token``…); times are RFC 3339 UTC strings, as in the CLI's JSON.
+Imported only by the MCP edge (pydantic comes with the SDK).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import Event
+from .todos import QueueStats, Todo
+from .watch import Arrival
+
+
+def _untitled(schema: dict[str, Any]) -> None:
+    """Drop the titles pydantic derives from names: they repeat the names in every tools/list."""
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(json_schema_extra=_untitled)
+
+
+class TodoRow(Out):
+    """A todo without its payload: what lists and lifecycle answers show."""
+
+    id: int
+    queue: str
+    title: str
+    kind: str | None
+    state: Literal["pending", "claimed", "done", "failed"]
+    dead_letter: bool = Field(description="failed for good: no retry coming until an operator redrives it")
+    priority: int
+    assignee: str | None
+    attempt: int
+    max_attempts: int
+    owner: str | None
+    lease_expires_at: str | None
+    visible_at: str | None = Field(description="when a pending or failed todo becomes claimable")
+    event_id: int | None
+    last_error: str | None
+    created_at: str
+    updated_at: str
+    payload_size: int = Field(description="bytes of the payload's JSON; get_todo or a claim shows it")
+
+    @classmethod
+    def of(cls, todo: Todo) -> TodoRow:
+        fields = todo.to_dict()
+        fields["payload_size"] = len(json.dumps(todo.payload, ensure_ascii=False, separators=(",", ":")).encode())
+        return cls.model_validate(fields)
+
+
+class AttemptOut(Out):
+    attempt: int
+    owner: str
+    claimed_at: str
+    ended_at: str | None
+    outcome: Literal["completed", "failed", "released", "lease_expired"] | None
+    error: str | None
+
+
+class TodoFull(Out):
+    """A todo in full: payload, result, and (when asked) its attempts or lease token."""
+
+    id: int
+    queue: str
+    title: str
+    kind: str | None
+    payload: Any
+    state: Literal["pending", "claimed", "done", "failed"]
+    dead_letter: bool
+    priority: int
+    assignee: str | None
+    attempt: int
+    max_attempts: int
+    owner: str | None
+    lease_expires_at: str | None
+    visible_at: str | None
+    idempotency_key: str | None
+    event_id: int | None
+    result: Any
+    last_error: str | None
+    created_at: str
+    updated_at: str
+    claimed_at: str | None
+    completed_at: str | None
+    lease_token: str | None = Field(
+        default=None, description="only in a claim's answer: pass it to heartbeat, complete, fail, release"
+    )
+    attempts: list[AttemptOut] | None = Field(default=None, description="one per claim, oldest first (get_todo)")
+
+    @classmethod
+    def of(cls, todo: Todo) -> TodoFull:
+        return cls.model_validate(todo.to_dict())
+
+
+class TodoPage(Out):
+    todos: list[TodoRow]
+    next_cursor: str | None = Field(description="pass as cursor for older todos; null when this is the last page")
+
+
+class ClaimNextResult(Out):
+    todo: TodoFull | None
+    empty: bool = Field(description="true when nothing claimable arrived within wait_seconds")
+
+
+class CreatedTodo(Out):
+    todo: TodoRow
+    created: bool = Field(description="false when a live todo already held the idempotency key (it is returned)")
+
+
+class EventSummary(Out):
+    id: int
+    source: str
+    family: str
+    type: str
+    external_id: str
+    trust_mode: str
+    verified: bool
+    verify_detail: str | None
+    content_type: str | None
+    size: int
+    received_at: str
+
+    @classmethod
+    def of(cls, event: Event) -> EventSummary:
+        return cls.model_validate(event.summary())
+
+
+class EventPage(Out):
+    events: list[EventSummary]
+    next_cursor: str | None = Field(description="pass as cursor for newer events; null when there are none yet")
+
+
+class EventFull(EventSummary):
+    headers: dict[str, str] = Field(description="as received, secrets redacted")
+    body: str
+    body_encoding: Literal["utf-8", "base64"] = Field(description="utf-8 text, or base64 when the bytes are not UTF-8")
+
+    @classmethod
+    def of(cls, event: Event) -> EventFull:  # type: ignore[override]
+        try:
+            body, encoding = event.body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(event.body).decode("ascii"), "base64"
+        return cls.model_validate(
+            {**event.summary(), "headers": event.headers, "body": body, "body_encoding": encoding}
+        )
+
+
+class Replayed(Out):
+    event_id: int
+    todo_ids: list[int] = Field(description="the todos the replay created or found live, within your queues")
+
+
+class QueueStatsRow(Out):
+    queue: str
+    pending: int
+    claimed: int
+    done: int
+    failed: int
+    dead_letters: int
+    oldest_pending_age_seconds: float | None
+
+    @classmethod
+    def of(cls, stats: QueueStats) -> QueueStatsRow:
+        return cls.model_validate(stats.to_dict())
+
+
+class QueueStatsResult(Out):
+    queues: list[QueueStatsRow]
+
+
+# The doorbell's words. Claude Code shows a channel message to the model as
+# <channel source="…" todo_id="…">content</channel>: nothing that came from
+# outside (a title, a queue name) may close that tag, open another one, quote
+# its way out of an attribute or start a new line; and it stays short.
+MAX_DOORBELL_TITLE = 200
+MAX_DOORBELL_NAME = 100
+
+
+def _plain(text: str, cap: int) -> str:
+    text = " ".join(text.split())  # newlines and runs of blanks become one space
+    text = text.replace("<", "‹").replace(">", "›").replace('"', "'")
+    return text if len(text) <= cap else text[: cap - 1] + "…"
+
+
+def doorbell_content(arrival: Arrival) -> str:
+    return (
+        f"todo {arrival.id} on {_plain(arrival.queue, MAX_DOORBELL_NAME)}: {_plain(arrival.title, MAX_DOORBELL_TITLE)}"
+    )
+
+
+def doorbell_meta(arrival: Arrival) -> dict[str, str]:
+    return {
+        "todo_id": str(arrival.id),
+        "queue": _plain(arrival.queue, MAX_DOORBELL_NAME),
+        "source": _plain(arrival.source or "direct", MAX_DOORBELL_NAME),
+    }

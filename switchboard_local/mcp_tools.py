@@ -1,0 +1,320 @@
+"""The thirteen MCP tools, each a thin call of one core verb inside the caller's scope.
+
+Argument names match the core and the CLI (``id``, ``lease_token``,
+``queue``…); a docstring is the tool's description, written for the model
+that reads it. A todo or event outside the scope is answered exactly like an
+unknown id: the core is asked with the scope and says ``not_found``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import anyio
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from . import agents, events, routing, todos, watch
+from .agents import Agent
+from .errors import InvalidArgument, NotFound
+from .mcp_channel import Doorbell
+from .mcp_models import (
+    ClaimNextResult,
+    CreatedTodo,
+    EventFull,
+    EventPage,
+    EventSummary,
+    QueueStatsResult,
+    QueueStatsRow,
+    Replayed,
+    TodoFull,
+    TodoPage,
+    TodoRow,
+)
+from .store import Store
+from .todos import NewTodo
+
+UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
+MAX_PAGE = 200
+MAX_WAIT_SECONDS = 20.0
+MAX_DELAY_SECONDS = 365 * 24 * 3600.0
+# A long poll re-tries its claim at least this often even when nothing
+# commits: a delayed todo or a retry after backoff becomes claimable by time alone.
+RECHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one server may see and do: its agent's queues and tools (None: all)."""
+
+    agent: str
+    queues: tuple[str, ...] | None
+    tools: tuple[str, ...] | None
+
+    @classmethod
+    def of(cls, agent: Agent | None) -> Scope:
+        if agent is None:
+            return cls(UNSCOPED_NAME, None, None)
+        return cls(agent.name, agent.queues, agent.tools)
+
+    def may_use(self, tool: str) -> bool:
+        return self.tools is None or tool in self.tools
+
+    def has_queue(self, queue: str) -> bool:
+        return self.queues is None or queue in self.queues
+
+
+@dataclass
+class Session:
+    """The lifespan state every tool reads: one per connection (one per process on stdio)."""
+
+    store: Store
+    scope: Scope
+    owner: str  # agent name / per-process session id
+    changes: watch.Changes
+    doorbell: Doorbell = field(default_factory=Doorbell)
+
+
+def _session(ctx: Context) -> Session:
+    return ctx.request_context.lifespan_context  # type: ignore[no-any-return]
+
+
+def _cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if not cursor.isdigit():
+        raise InvalidArgument("cursor is not one this server gave out; pass next_cursor back unchanged")
+    return int(cursor)
+
+
+Id = Annotated[int, Field(ge=1, le=2**63 - 1)]  # an SQLite integer
+LeaseToken = Annotated[str, Field(min_length=1, description="the lease_token your claim returned")]
+LeaseSeconds = Annotated[float, Field(ge=1, le=todos.LEASE_CAP_SECONDS, description="seconds (default 300)")]
+Limit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
+Cursor = Annotated[str, Field(description="next_cursor of the previous page")]
+State = Literal["pending", "claimed", "done", "failed"]
+
+
+# ---------------------------------------------------------------- reading
+
+
+async def list_todos(
+    ctx: Context, queue: str | None = None, state: State | None = None, limit: Limit = 50, cursor: Cursor | None = None
+) -> TodoPage:
+    """List todos in your queues, newest first, as compact rows without payloads (payload_size tells how big each
+    is). Filter by queue and state; page with cursor. Use get_todo for one todo in full, claim_next to take work."""
+    s = _session(ctx)
+    if queue is not None and not s.scope.has_queue(queue):
+        return TodoPage(todos=[], next_cursor=None)  # a queue outside the scope looks empty, like an unknown one
+    found = await todos.list_todos(
+        s.store, queue=queue, state=state, limit=limit + 1, queues=s.scope.queues, before_id=_cursor(cursor)
+    )
+    page = found[:limit]
+    more = len(found) > limit
+    return TodoPage(todos=[TodoRow.of(t) for t in page], next_cursor=str(page[-1].id) if more else None)
+
+
+async def get_todo(ctx: Context, id: Id) -> TodoFull:
+    """Show one todo in full: payload, result, last error and its attempt history (who claimed it, when, and how each
+    attempt ended). It does not claim the todo and never shows a lease token."""
+    s = _session(ctx)
+    return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues))
+
+
+async def queue_stats(ctx: Context) -> QueueStatsResult:
+    """Counts per queue in your scope: pending, claimed, done, failed, dead letters (failed for good, waiting for
+    an operator), and the age in seconds of the oldest pending todo."""
+    s = _session(ctx)
+    return QueueStatsResult(queues=[QueueStatsRow.of(q) for q in await todos.stats(s.store, queues=s.scope.queues)])
+
+
+# ---------------------------------------------------------------- claiming
+
+
+async def claim(ctx: Context, id: Id, lease_seconds: LeaseSeconds | None = None) -> TodoFull:
+    """Claim one todo by id, e.g. the todo_id of a channel message. Returns it in full with its payload and a
+    lease_token that heartbeat, complete, fail and release require. A todo someone else holds, a done one or one
+    waiting for a retry is refused with conflict; one assigned to another agent with forbidden."""
+    s = _session(ctx)
+    claimed = await todos.claim(
+        s.store, id, owner=s.owner, lease=lease_seconds, agent=s.scope.agent, queues=s.scope.queues
+    )
+    return TodoFull.of(claimed)
+
+
+async def claim_next(
+    ctx: Context,
+    queue: str | None = None,
+    wait_seconds: Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+    lease_seconds: LeaseSeconds | None = None,
+) -> ClaimNextResult:
+    """Claim the next todo: the highest priority, then the oldest, that is claimable in queue (default: all your
+    queues). Returns it in full with its payload and a lease_token. With wait_seconds (up to 20) it waits for work
+    to arrive; when nothing does it returns {"todo": null, "empty": true}, which is not an error."""
+    s = _session(ctx)
+    deadline = anyio.current_time() + wait_seconds
+    if queue is not None and not s.scope.has_queue(queue):
+        await anyio.sleep(wait_seconds)  # answered like a queue that exists but stays empty
+        return ClaimNextResult(todo=None, empty=True)
+    queues = [queue] if queue is not None else s.scope.queues
+    while True:
+        seen = s.changes.count  # before the attempt: a commit during it still wakes the wait below
+        todo = await todos.claim_next(s.store, owner=s.owner, queues=queues, lease=lease_seconds, agent=s.scope.agent)
+        if todo is not None:
+            return ClaimNextResult(todo=TodoFull.of(todo), empty=False)
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            return ClaimNextResult(todo=None, empty=True)
+        await s.changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+
+
+# ---------------------------------------------------------------- the leased verbs
+
+
+async def heartbeat(
+    ctx: Context, id: Id, lease_token: LeaseToken, lease_seconds: LeaseSeconds | None = None
+) -> TodoRow:
+    """Keep working on a claimed todo: resets its lease to now + lease_seconds (default 300; one attempt can never
+    run past 12 hours). Call it before lease_expires_at. conflict means the lease already lapsed and the todo may be
+    someone else's now: stop working on it."""
+    s = _session(ctx)
+    return TodoRow.of(await todos.heartbeat(s.store, id, lease_token, lease=lease_seconds, queues=s.scope.queues))
+
+
+async def complete(ctx: Context, id: Id, lease_token: LeaseToken, result: Any = None) -> TodoRow:
+    """Finish a claimed todo: it becomes done, with an optional JSON result (what you did, links, numbers) kept on
+    the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded."""
+    s = _session(ctx)
+    return TodoRow.of(await todos.complete(s.store, id, lease_token, result=result, queues=s.scope.queues))
+
+
+async def fail(ctx: Context, id: Id, lease_token: LeaseToken, error: str | None = None) -> TodoRow:
+    """Give up on this attempt at a claimed todo, saying why in error. It is retried after a backoff (visible_at
+    says when) until its attempts run out; then it is a dead letter (dead_letter true) for an operator to look at."""
+    s = _session(ctx)
+    return TodoRow.of(await todos.fail(s.store, id, lease_token, error=error, queues=s.scope.queues))
+
+
+async def release(
+    ctx: Context,
+    id: Id,
+    lease_token: LeaseToken,
+    delay_seconds: Annotated[float, Field(ge=0, le=MAX_DELAY_SECONDS)] = 0,
+) -> TodoRow:
+    """Hand a claimed todo back untouched, e.g. when it is not yours to do: it is pending again (after
+    delay_seconds) and the attempt does not count."""
+    s = _session(ctx)
+    return TodoRow.of(await todos.release(s.store, id, lease_token, delay=delay_seconds, queues=s.scope.queues))
+
+
+# ---------------------------------------------------------------- handing work on
+
+
+async def create_for(
+    ctx: Context,
+    title: str,
+    queue: str | None = None,
+    assignee: str | None = None,
+    payload: Any = None,
+    kind: str | None = None,
+    priority: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] = 0,
+    idempotency_key: str | None = None,
+) -> CreatedTodo:
+    """Hand work to another queue or agent: creates a pending todo with a one-line title and an optional JSON
+    payload. Give queue, or assignee (an agent name: only that agent may claim it; the queue defaults to the
+    agent's first). Higher priority is claimed first. With an idempotency_key, asking again while that todo is
+    live returns it with created false instead of a duplicate."""
+    s = _session(ctx)
+    if queue is None:
+        if assignee is None:
+            raise InvalidArgument("give a queue or an assignee")
+        try:
+            queue = (await agents.get(s.store, assignee)).queues[0]
+        except NotFound:
+            raise InvalidArgument(
+                f"there is no agent named {assignee!r} to take a default queue from; give a queue"
+            ) from None
+    new = NewTodo(
+        queue=queue,
+        title=title,
+        payload=payload,
+        kind=kind,
+        assignee=assignee,
+        priority=priority,
+        idempotency_key=idempotency_key,
+    )
+    todo, created = await todos.create(s.store, new)
+    return CreatedTodo(todo=TodoRow.of(todo), created=created)
+
+
+# ---------------------------------------------------------------- events
+
+
+async def list_events(
+    ctx: Context, cursor: Cursor | None = None, limit: Limit = 50, source: str | None = None, type: str | None = None
+) -> EventPage:
+    """List stored events (the deliveries todos came from: webhooks, queue messages), oldest first, as summaries
+    without bodies; only events that a todo in your queues came from. Filter by source and type; pass next_cursor
+    as cursor for the next page."""
+    s = _session(ctx)
+    found = await events.list_events(
+        s.store, source=source, type=type, after_id=_cursor(cursor), limit=limit + 1, queues=s.scope.queues
+    )
+    page = found[:limit]
+    more = len(found) > limit
+    return EventPage(events=[EventSummary.of(e) for e in page], next_cursor=str(page[-1].id) if more else None)
+
+
+async def get_event(ctx: Context, id: Id) -> EventFull:
+    """Show one stored event: where it came from, whether it was verified, its headers (secrets redacted) and its
+    body (text when it is UTF-8, else base64, as body_encoding says). A todo's event_id names its event."""
+    s = _session(ctx)
+    return EventFull.of(await events.get_event(s.store, id, queues=s.scope.queues))
+
+
+async def replay_event(ctx: Context, id: Id) -> Replayed:
+    """Run a stored event through the routing rules again, as if it had just arrived: creates the todos the rules
+    give now (a todo still live under the same key is found, not duplicated). Returns their ids."""
+    s = _session(ctx)
+    await events.get_event(s.store, id, queues=s.scope.queues)  # outside the scope: not_found, nothing replayed
+    ids = await routing.replay(s.store, id)
+    visible = []
+    for todo_id in ids:
+        try:
+            visible.append((await todos.get(s.store, todo_id, queues=s.scope.queues)).id)
+        except NotFound:
+            continue  # routed outside this agent's queues
+    return Replayed(event_id=id, todo_ids=visible)
+
+
+# ---------------------------------------------------------------- the list
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    fn: Callable[..., Any]
+    read_only: bool
+
+
+TOOLS = tuple(
+    ToolSpec(fn.__name__, fn, read_only=fn in (list_todos, get_todo, list_events, get_event, queue_stats))
+    for fn in (
+        list_todos,
+        get_todo,
+        claim,
+        claim_next,
+        heartbeat,
+        complete,
+        fail,
+        release,
+        create_for,
+        list_events,
+        get_event,
+        replay_event,
+        queue_stats,
+    )
+)
+assert tuple(t.name for t in TOOLS) == agents.TOOL_NAMES

@@ -1,0 +1,169 @@
+"""The MCP server as Claude Code runs it: real child processes on stdio, one SQLite file.
+
+These tests wait for real events from other processes (a commit, a child's
+answer), always under a timeout; none sleeps to let a lease lapse.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_support import Rings, call, child_env, connect, stdio_params
+
+from switchboard_local import agents, todos
+from switchboard_local.mcp_server import INSTRUCTIONS
+from switchboard_local.store import Store
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+INSERT_AND_TIME = """
+import asyncio, sys, time
+from switchboard_local import todos
+from switchboard_local.store import Store
+async def main():
+    async with await Store.open(sys.argv[1]) as store:
+        before = time.time()
+        todo, _ = await todos.create(store, todos.NewTodo(queue="q", title="from another process"))
+        print(todo.id, before, flush=True)
+asyncio.run(main())
+"""
+
+
+def insert_from_another_process(db: Path) -> tuple[int, float]:
+    """Create a todo in a separate OS process: its id, and the wall time just before its transaction began."""
+    done = subprocess.run(
+        [sys.executable, "-c", INSERT_AND_TIME, str(db)],
+        capture_output=True,
+        text=True,
+        env=child_env(db),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    todo_id, began_at = done.stdout.split()
+    return int(todo_id), float(began_at)
+
+
+async def test_stdio_round_trip_advertises_the_channel_and_rings_for_a_todo_from_another_process(db_path) -> None:
+    rings = Rings()
+    async with Client(stdio_params(db_path), mode="legacy", extensions=[rings]) as client:
+        assert client.server_capabilities.experimental == {"claude/channel": {}}
+        assert client.instructions == INSTRUCTIONS
+        todo_id, _ = await anyio.to_thread.run_sync(insert_from_another_process, db_path)
+        (ring,) = await rings.until(todo_id)
+        claimed = await call(client, "claim", id=todo_id)
+        done = await call(client, "complete", id=todo_id, lease_token=claimed["lease_token"], result={"ok": 1})
+    assert ring.content == f"todo {todo_id} on q: from another process"
+    assert ring.meta == {"todo_id": str(todo_id), "queue": "q", "source": "direct"}
+    assert claimed["owner"].startswith("mcp/") and done["state"] == "done"
+
+
+async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_path) -> None:
+    async with await Store.open(db_path) as store, connect(store) as client:  # the real clock, as the other process
+        await call(client, "queue_stats")  # the first call of a connection pays one-off costs: not what is measured
+        answer: dict = {}
+
+        async def wait_for_work() -> None:
+            answer.update(await call(client, "claim_next", wait_seconds=15))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(wait_for_work)
+            await anyio.sleep(0.3)  # let it start waiting
+            todo_id, _ = await anyio.to_thread.run_sync(insert_from_another_process, db_path)
+    # Woken by the other process's commit (a timeout would answer empty); how
+    # fast is measured by bench/mcp.py, not asserted here.
+    assert answer["todo"]["id"] == todo_id
+
+
+async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db_path) -> None:
+    count = 60
+    async with await Store.open(db_path) as store:
+        await agents.add(store, "drainer", queues=["work"])
+        for n in range(count):
+            await todos.create(store, NewTodo(queue="work", title=f"job {n}"))
+
+    completed: dict[str, list[int]] = {}
+
+    async def drain(name: str, params) -> None:
+        async with Client(params, mode="legacy") as client:
+            mine = completed.setdefault(name, [])
+            while True:
+                got = await call(client, "claim_next")
+                if got["empty"]:
+                    return
+                todo = got["todo"]
+                await call(client, "complete", id=todo["id"], lease_token=todo["lease_token"])
+                mine.append(todo["id"])
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(drain, "by flag", stdio_params(db_path, "--agent", "drainer"))
+            tasks.start_soon(drain, "by env", stdio_params(db_path, env={"SWITCHBOARD_AGENT": "drainer"}))
+
+    everything = [todo_id for ids in completed.values() for todo_id in ids]
+    assert sorted(everything) == list(range(1, count + 1))  # each todo once, none twice
+    with sqlite3.connect(db_path) as conn:
+        attempts = conn.execute(
+            "SELECT todo_id, count(*), min(outcome), max(outcome) FROM attempts GROUP BY todo_id"
+        ).fetchall()
+        owners = {row[0] for row in conn.execute("SELECT DISTINCT owner FROM attempts")}
+    assert len(attempts) == count and all(n == 1 and lo == hi == "completed" for _, n, lo, hi in attempts)
+    assert len(owners) == 2 and all(owner.startswith("drainer/") for owner in owners)  # two sessions of one agent
+
+
+def test_an_unknown_agent_refuses_to_start_with_a_clear_message(db_path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "switchboard_local", "mcp", "--agent", "ghost"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=child_env(db_path),
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "not_found: agent 'ghost' does not exist" in result.stderr
+    assert "switchboard-local agent add ghost --queue" in result.stderr
+
+
+def test_stdout_carries_nothing_but_json_rpc(db_path) -> None:
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_todos", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_todo", "arguments": {"id": 7}}},
+    ]  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-m", "switchboard_local", "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=child_env(db_path),
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        replies = []
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            if "id" in message:
+                replies.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()  # the client leaves: the server must exit cleanly
+        assert proc.wait(timeout=30) == 0
+        rest = proc.stdout.read()
+    assert rest == ""
+    assert [r["id"] for r in replies] == [1, 2, 3] and all(r["jsonrpc"] == "2.0" for r in replies)
+    assert replies[0]["result"]["capabilities"]["experimental"] == {"claude/channel": {}}
+    assert replies[1]["result"]["structuredContent"] == {"todos": [], "next_cursor": None}
+    assert replies[2]["result"]["isError"] is True
+    assert replies[2]["result"]["content"][0]["text"] == "not_found: todo 7 does not exist"
