@@ -362,6 +362,8 @@ async def claim_next(
     _require_name("owner", owner)
     lease_ms = _lease_ms(lease)
     if queues is not None:
+        if isinstance(queues, str):  # a bare name would be iterated letter by letter
+            raise InvalidArgument("queues must be a list of queue names, not a string")
         queues = list(queues)
         if not queues:
             raise InvalidArgument("queues must name at least one queue (or be omitted for all)")

@@ -160,3 +160,10 @@ async def test_invalid_argument_is_refused_and_writes_nothing(store, row_count, 
     assert after == before
     assert [a.attempts for a in after] == [b.attempts for b in before]
     assert (row_count("todos"), row_count("attempts")) == (2, 1)
+
+
+async def test_claim_next_refuses_a_bare_string_for_queues(store) -> None:
+    await todos.create(store, NewTodo(queue="b", title="would be claimed from queue 'b' of 'builds'"))
+    with pytest.raises(InvalidArgument):
+        await todos.claim_next(store, owner="o", queues="builds")
+    assert (await todos.get(store, 1)).state == "pending"

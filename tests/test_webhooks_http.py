@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+import anyio
 import pytest
 from click.testing import CliRunner
 from receiver import Answer, Receiver, add_source, counts, rows, serving
@@ -198,6 +199,19 @@ async def test_healthz_answers_200_when_the_database_is_writable(receiver):
     answer = receiver.request("GET", "/healthz")
     assert answer.status == 200
     assert answer.json()["ok"] is True
+
+
+async def test_healthz_answers_503_while_the_database_cannot_be_written(receiver, db_path):
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert answer.status == 503
+    assert answer.json()["ok"] is False
+    assert receiver.request("GET", "/healthz").status == 200
 
 
 # ---------------------------------------------------------------- routing
