@@ -14,6 +14,8 @@ import asyncio
 import os
 import random
 import sqlite3
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -35,6 +37,7 @@ SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, str] = {}
 
 BUSY_TIMEOUT_MS = 30_000
+MAX_GROUP = 256  # writes that may share one transaction
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 T = TypeVar("T")
@@ -177,6 +180,10 @@ class Store:
         self.clock = clock
         self.rng = rng
         self._commits = 0  # this connection's commits, which data_version does not count
+        # Group commit: writes waiting for the thread, and whether a flush is on its way.
+        self._writes: deque[tuple[Callable[[Transaction], Any], asyncio.Future[Any]]] = deque()
+        self._flushing = False
+        self._writes_lock = threading.Lock()
 
     @classmethod
     async def open(
@@ -210,8 +217,23 @@ class Store:
         await self.close()
 
     async def write(self, body: Callable[[Transaction], T]) -> T:
-        """Run ``body`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises)."""
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write, body)
+        """Run ``body`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises).
+
+        Group commit: writes that arrive while the thread is busy share the
+        next transaction, each inside its own SAVEPOINT, so one that raises is
+        rolled back alone and the others still commit. Every caller is answered
+        only after the COMMIT that holds its work (or with the error that
+        kept it out). A lone writer runs exactly as a plain transaction.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
+        with self._writes_lock:
+            self._writes.append((body, waiter))
+            start = not self._flushing
+            self._flushing = True
+        if start:
+            self._thread.submit(self._flush, loop)
+        return await waiter
 
     async def read(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in autocommit mode: each statement sees the latest commit."""
@@ -232,6 +254,48 @@ class Store:
 
         return await self.read(body)
 
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the thread: commit what is waiting (up to MAX_GROUP writes), then settle each caller."""
+        with self._writes_lock:
+            group = [self._writes.popleft() for _ in range(min(len(self._writes), MAX_GROUP))]
+        outcomes = self._commit_group([body for body, _ in group]) if group else []
+        for (_, waiter), outcome in zip(group, outcomes):
+            loop.call_soon_threadsafe(_settle, waiter, outcome)
+        with self._writes_lock:
+            if self._writes:
+                # Submit anew rather than loop, so reads queued meanwhile run in between.
+                self._thread.submit(self._flush, loop)
+            else:
+                self._flushing = False
+
+    def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
+        if len(bodies) == 1:
+            try:
+                return [(True, self._write(bodies[0]))]
+            except Exception as exc:
+                return [(False, exc)]
+        conn = self._conn
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for body in bodies:
+                conn.execute("SAVEPOINT item")
+                try:
+                    outcomes.append((True, body(Transaction(conn))))
+                except Exception as exc:
+                    if not conn.in_transaction:
+                        raise  # SQLite rolled everything back: no item of the group survived
+                    conn.execute("ROLLBACK TO item")
+                    outcomes.append((False, exc))
+                conn.execute("RELEASE item")
+            conn.execute("COMMIT")
+            self._commits += 1
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(False, exc)] * len(bodies)  # nothing committed: nobody may ack
+        return outcomes
+
     def _write(self, body: Callable[[Transaction], T]) -> T:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
@@ -246,6 +310,16 @@ class Store:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+
+def _settle(waiter: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if waiter.cancelled():  # the caller went away; its work committed (or not) all the same
+        return
+    ok, value = outcome
+    if ok:
+        waiter.set_result(value)
+    else:
+        waiter.set_exception(value)
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:

@@ -1,0 +1,96 @@
+"""Group commit: concurrent writers in one process share a transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from switchboard_local import todos
+from switchboard_local.errors import Conflict
+from switchboard_local.store import Store
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+
+async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Task]:
+    """Keep the store's thread busy so that the writes issued next queue up together."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def wait(tx):  # noqa: ANN001, ANN202
+        entered.set()
+        gate.wait(10)
+
+    task = asyncio.create_task(store.read(wait))
+    await asyncio.to_thread(entered.wait, 10)
+    return gate, task
+
+
+async def commits(store: Store) -> int:
+    return (await store.data_version())[1]
+
+
+async def test_writes_waiting_together_share_one_commit_and_all_land(store, db_path: Path) -> None:
+    before = await commits(store)
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{i}"))) for i in range(40)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    created = await asyncio.gather(*writes)
+    assert sorted(t.id for t, _ in created) == list(range(1, 41))
+    assert await commits(store) - before == 1
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 40
+
+
+async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
+    first, _ = await todos.create(store, NewTodo(queue="q", title="claim me"))
+    claimed = await todos.claim_next(store, owner="a")
+    gate, held = await hold_the_thread(store)
+    before = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="before")))
+    stale = asyncio.create_task(todos.complete(store, first.id, "not-the-token"))
+    after = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="after")))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    assert (await before)[0].title == "before" and (await after)[0].title == "after"
+    with pytest.raises(Conflict):
+        await stale
+    assert (await todos.get(store, first.id)).state == "claimed"
+    assert (await todos.complete(store, first.id, claimed.lease_token)).state == "done"
+
+
+async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON todos WHEN NEW.title = 'poison' "
+                     "BEGIN SELECT RAISE(ABORT, 'injected'); END")  # fmt: skip
+    gate, held = await hold_the_thread(store)
+    titles = ["one", "poison", "two"]
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=t))) for t in titles]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(results[1], sqlite3.IntegrityError)
+    assert [r[0].title for r in (results[0], results[2])] == ["one", "two"]
+    with sqlite3.connect(db_path) as conn:
+        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
+
+
+async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_path: Path) -> None:
+    gate, held = await hold_the_thread(store)
+    write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="fire and forget")))
+    await asyncio.sleep(0.05)
+    write.cancel()
+    gate.set()
+    await held
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    await store.read(lambda tx: None)  # let the thread finish the flush
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 1
