@@ -11,7 +11,7 @@
 -- One delivery that arrived: a webhook request, a Redis entry, an operator
 -- action. Immutable once written.
 CREATE TABLE IF NOT EXISTS events (
-    id              INTEGER PRIMARY KEY,
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune: ids are cursors
     source          TEXT    NOT NULL,            -- configured webhook or adapter name
     family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'operator')),
     type            TEXT    NOT NULL,            -- e.g. X-GitHub-Event, or the stream key
@@ -37,7 +37,7 @@ CREATE INDEX IF NOT EXISTS events_received ON events (received_at);
 -- retry time). Claiming is therefore "visible_at <= now", served by one
 -- partial index that done rows never enter.
 CREATE TABLE IF NOT EXISTS todos (
-    id               INTEGER PRIMARY KEY,
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune
     queue            TEXT    NOT NULL CHECK (queue <> ''),
     assignee         TEXT,                        -- NULL: anyone draining the queue
     title            TEXT    NOT NULL,

@@ -159,6 +159,7 @@ async def remove(store: Store, name: str) -> None:
     def body(tx: Transaction) -> None:
         if tx.run(Q.delete_adapter, {"name": name}) == 0:
             raise NotFound(f"no adapter named {name!r}")
+        tx.run(Q.delete_rules_of_source, {"name": name})
 
     await store.write(body)
 

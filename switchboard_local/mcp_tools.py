@@ -18,7 +18,7 @@ from pydantic import Field
 
 from . import agents, events, routing, todos, watch
 from .agents import Agent
-from .errors import InvalidArgument, NotFound
+from .errors import Conflict, InvalidArgument, NotFound
 from .mcp_channel import Doorbell
 from .mcp_models import (
     ClaimNextResult,
@@ -246,6 +246,9 @@ async def create_for(
         idempotency_key=idempotency_key,
     )
     todo, created = await todos.create(s.store, new)
+    if not created and s.scope.queues is not None and todo.queue not in s.scope.queues:
+        # Someone else's live todo holds the key: say so, but show nothing of it.
+        raise Conflict(f"a live todo on queue {todo.queue!r} already holds this idempotency key")
     return CreatedTodo(todo=TodoRow.of(todo), created=created)
 
 
@@ -278,15 +281,8 @@ async def replay_event(ctx: Context, id: Id) -> Replayed:
     """Run a stored event through the routing rules again, as if it had just arrived: creates the todos the rules
     give now (a todo still live under the same key is found, not duplicated). Returns their ids."""
     s = _session(ctx)
-    await events.get_event(s.store, id, queues=s.scope.queues)  # outside the scope: not_found, nothing replayed
-    ids = await routing.replay(s.store, id)
-    visible = []
-    for todo_id in ids:
-        try:
-            visible.append((await todos.get(s.store, todo_id, queues=s.scope.queues)).id)
-        except NotFound:
-            continue  # routed outside this agent's queues
-    return Replayed(event_id=id, todo_ids=visible)
+    # Outside the scope the event is not found; inside it, only the scope's queues get todos.
+    return Replayed(event_id=id, todo_ids=await routing.replay(s.store, id, queues=s.scope.queues))
 
 
 # ---------------------------------------------------------------- the list

@@ -173,16 +173,20 @@ WHERE id = :id AND state = 'failed' AND visible_at IS NULL
 RETURNING *;
 
 -- name: stats
--- Counts per queue and state; dead letters are the failed todos with no
--- retry time; the oldest pending todo's creation time gives its age.
+-- Counts per queue and state as they stand at :now, without writing: a claimed
+-- todo whose lease lapsed counts as what the next claim will make of it
+-- (pending again, or a dead letter when its attempts are used up). Dead
+-- letters are the failed todos with no retry time; the oldest pending todo's
+-- creation time gives its age.
 SELECT queue,
-       SUM(state = 'pending')                        AS pending,
-       SUM(state = 'claimed')                        AS claimed,
-       SUM(state = 'done')                           AS done,
-       SUM(state = 'failed')                         AS failed,
-       SUM(state = 'failed' AND visible_at IS NULL)  AS dead_letters,
-       MIN(CASE WHEN state = 'pending' THEN created_at END) AS oldest_pending_created_at
-FROM todos
+       SUM(state = 'pending' OR (lapsed AND attempt < max_attempts))          AS pending,
+       SUM(state = 'claimed' AND NOT lapsed)                                   AS claimed,
+       SUM(state = 'done')                                                     AS done,
+       SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts))          AS failed,
+       SUM((state = 'failed' AND visible_at IS NULL) OR (lapsed AND attempt >= max_attempts)) AS dead_letters,
+       MIN(CASE WHEN state = 'pending' OR (lapsed AND attempt < max_attempts) THEN created_at END)
+                                                                               AS oldest_pending_created_at
+FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM todos)
 GROUP BY queue
 ORDER BY queue;
 
@@ -208,6 +212,12 @@ SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY positi
 -- name: get_event
 SELECT * FROM events WHERE id = :id;
 
+-- name: event_in_scope
+-- Whether a todo in one of :queues (a JSON array) came from the event.
+SELECT 1 FROM todos
+WHERE event_id = :id AND queue IN (SELECT value FROM json_each(:queues))
+LIMIT 1;
+
 -- name: recent_events
 -- The newest :limit events (any filter may be NULL), newest first.
 SELECT * FROM events
@@ -232,6 +242,10 @@ SELECT * FROM adapters WHERE (:family IS NULL OR family = :family) ORDER BY name
 
 -- name: delete_adapter
 DELETE FROM adapters WHERE name = :name;
+
+-- name: delete_rules_of_source
+-- A removed source takes its rules along: a new source of the same name starts clean.
+DELETE FROM rules WHERE source = :name;
 
 -- name: set_adapter_enabled
 UPDATE adapters SET enabled = :enabled, updated_at = :now WHERE name = :name RETURNING *;

@@ -60,26 +60,31 @@ class RedisAdapter:
         self.rng = random.Random()
         self._stored_since_health = 0
         self._health_at = 0.0
+        self._delay = BACKOFF_FIRST
+        self._password: str | None = None
 
     async def run(self) -> None:
-        delay = BACKOFF_FIRST
+        self._delay = BACKOFF_FIRST
         while not self.stop.is_set():
             client = None
             try:
                 url = _url(self.adapter)
+                self._password = urlsplit(url).password
                 client = aioredis.Redis.from_url(
                     url, socket_timeout=BLOCK_MS / 1000 + 10, socket_connect_timeout=5, health_check_interval=30
                 )
                 await {"stream": self._stream, "list": self._list, "pubsub": self._pubsub}[self.config["mode"]](client)
-                delay = BACKOFF_FIRST
             except Exception as exc:  # broker, database, or a bug: back off, never crash serve
                 message = self._describe(exc)
                 expected = isinstance(exc, (RedisError, OSError, sqlite3.Error))
-                log.warning("adapter %s: %s; retrying in up to %.0f s", self.adapter.name, message, delay,
-                            exc_info=not expected)  # fmt: skip
+                if expected:
+                    log.warning("adapter %s: %s; retrying in up to %.0f s", self.adapter.name, message, self._delay)
+                else:  # a bug: its type and place, never a message that might quote the URL
+                    log.error("adapter %s: unexpected %s at %s; retrying", self.adapter.name, type(exc).__name__,
+                              _where(exc))  # fmt: skip
                 await self._health(error=message)
-                await self._sleep(self.rng.uniform(delay / 2, delay))
-                delay = min(delay * 2, BACKOFF_MAX)
+                await self._sleep(self.rng.uniform(self._delay / 2, self._delay))
+                self._delay = min(self._delay * 2, BACKOFF_MAX)
             finally:
                 if client is not None:
                     try:
@@ -211,6 +216,7 @@ class RedisAdapter:
             log.warning("fault hook: committed %d messages, pausing before the ack", len(events))
             await asyncio.Event().wait()  # the test kills the process here
         self._stored_since_health += len(events)
+        self._delay = BACKOFF_FIRST  # a committed batch: the next fault starts its backoff afresh
         await self._health()
 
     async def _health(self, error: str | None = None) -> None:
@@ -228,14 +234,20 @@ class RedisAdapter:
 
     def _describe(self, exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {exc}"
-        password = urlsplit(self.config.get("redis_url", "")).password
-        return text.replace(password, "****") if password else text
+        return text.replace(self._password, "****") if self._password else text
 
     async def _sleep(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
         except TimeoutError:
             pass
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "?"
 
 
 def _body_key(body: bytes) -> str:

@@ -14,6 +14,7 @@ body; the raw bytes stay on the event.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,9 +43,16 @@ class Delivery:
 
     @property
     def key_base(self) -> str:
-        """Idempotency keys are namespaced by source (and by Redis for adapters)."""
+        """Idempotency keys are namespaced by source (and by Redis for adapters).
+
+        A delivery id too long for a key is replaced by its hash, so that a
+        strange id can never make its delivery unstorable.
+        """
         prefix = "redis:" if self.family == "queue" else ""
-        return f"{prefix}{self.source}:{self.external_id}"
+        delivery = self.external_id
+        if len(delivery) > 200:
+            delivery = "sha256:" + hashlib.sha256(delivery.encode()).hexdigest()
+        return f"{prefix}{self.source}:{delivery}"
 
 
 def parse_payload(body: bytes, content_type: str | None) -> Any:
@@ -60,15 +68,29 @@ def parse_payload(body: bytes, content_type: str | None) -> Any:
         except UnicodeDecodeError:
             return None
         if "payload" in form:
-            try:
-                return json.loads(form["payload"])
-            except ValueError:
-                pass
+            decoded = _strict_json(form["payload"])
+            if decoded is not _NOT_JSON:
+                return decoded
         return form
+    decoded = _strict_json(body)
+    return None if decoded is _NOT_JSON else decoded
+
+
+_NOT_JSON = object()
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _strict_json(text: str | bytes) -> Any:
+    """Standard JSON only (no NaN or Infinity, no absurd nesting): what a todo's payload can hold."""
     try:
-        return json.loads(body)
-    except ValueError:
-        return None
+        value = json.loads(text, parse_constant=_reject_constant)
+        json.dumps(value, allow_nan=False)  # 1e999 parses as inf: refuse it too
+        return value
+    except (ValueError, RecursionError):
+        return _NOT_JSON
 
 
 def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, replay: bool = False) -> list[NewTodo]:
@@ -159,19 +181,27 @@ async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingeste
     return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)])
 
 
-async def replay(store: Store, event_id: int) -> list[int]:
+async def replay(store: Store, event_id: int, *, queues: Sequence[str] | None = None) -> list[int]:
     """Route a stored event again; never a second event.
 
     The replay's todos are marked (``"replay": true`` in their payload, a
     ``:replay`` key suffix): a replay whose todos are still live finds them
-    instead of adding more.
+    instead of adding more. ``queues`` (an agent's scope) keeps the replay to
+    those queues, and an event outside it is not found.
     """
-    event = await get_event(store, event_id)
-    delivery = _delivery_of(event)
 
     def body(tx: Transaction) -> list[int]:
+        row = tx.one(Q.get_event, {"id": event_id})
+        in_scope = queues is None or tx.one(Q.event_in_scope, {"id": event_id, "queues": json.dumps(list(queues))})
+        if row is None or not in_scope:
+            raise NotFound(f"event {event_id} does not exist")
         now = store.clock.now_ms()
-        return [insert(tx, todo, now=now, event_id=event_id)[0].id for todo in _route_in(tx, delivery, replay=True)]
+        planned = _route_in(tx, _delivery_of(Event.from_row(row)), replay=True)
+        return [
+            insert(tx, todo, now=now, event_id=event_id)[0].id
+            for todo in planned
+            if queues is None or todo.queue in queues
+        ]
 
     return await store.write(body)
 

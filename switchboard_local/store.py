@@ -261,6 +261,14 @@ class Store:
                 return result
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
 
+    async def probe_writable(self, timeout: float = 2.0) -> None:
+        """Take the file's write lock for a moment on a fresh connection; raise within ``timeout``.
+
+        Off the store's thread, so a health check answers even while a long
+        transaction (of this process or another) holds the lock.
+        """
+        await asyncio.to_thread(_probe_writable, self.path, timeout)
+
     def _locked(self, body: Callable[[Transaction], T]) -> T:
         with self._conn_lock:
             return body(Transaction(self._conn))
@@ -315,18 +323,26 @@ class Store:
         with self._writes_lock:
             group = [self._writes.popleft() for _ in range(min(len(self._writes), MAX_GROUP))]
         self._lone_flushes = self._lone_flushes + 1 if len(group) == 1 else 0
-        with self._conn_lock:
-            outcomes = self._commit_group([body for body, _ in group]) if group else []
+        try:
+            with self._conn_lock:
+                outcomes = self._commit_group([body for body, _ in group])
+        except BaseException as exc:  # never leave a caller waiting, whatever happened
+            outcomes = [(False, exc)] * len(group)
         for (_, waiter), outcome in zip(group, outcomes):
-            loop.call_soon_threadsafe(_settle, waiter, outcome)
+            try:
+                loop.call_soon_threadsafe(_settle, waiter, outcome)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
         with self._writes_lock:
-            if self._writes:
-                # Submit anew rather than loop, so reads queued meanwhile run in between.
-                self._thread.submit(self._flush, loop)
-            else:
-                self._flushing = False
+            more = bool(self._writes)
+            self._flushing = more
+        if more:
+            # Submit anew rather than loop, so reads queued meanwhile run in between.
+            self._thread.submit(self._flush, loop)
 
     def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
+        if not bodies:
+            return []
         if len(bodies) == 1:
             try:
                 return [(True, self._write(bodies[0]))]
@@ -368,6 +384,15 @@ class Store:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+
+def _probe_writable(path: Path, timeout: float) -> None:
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -243,22 +243,25 @@ async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
 
 def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> tuple[Todo, bool]:
     """The insert shared by ``create`` and the ingestion back half."""
-    row = tx.one(
-        Q.insert_todo,
-        {
-            "queue": todo.queue,
-            "assignee": todo.assignee,
-            "title": todo.title,
-            "kind": todo.kind,
-            "payload": _dump_json("payload", todo.payload),
-            "event_id": event_id,
-            "idempotency_key": todo.idempotency_key,
-            "priority": todo.priority,
-            "max_attempts": todo.max_attempts,
-            "visible_at": now + round(todo.delay * 1000),
-            "now": now,
-        },
-    )
+    params = {
+        "queue": todo.queue,
+        "assignee": todo.assignee,
+        "title": todo.title,
+        "kind": todo.kind,
+        "payload": _dump_json("payload", todo.payload),
+        "event_id": event_id,
+        "idempotency_key": todo.idempotency_key,
+        "priority": todo.priority,
+        "max_attempts": todo.max_attempts,
+        "visible_at": now + round(todo.delay * 1000),
+        "now": now,
+    }
+    row = tx.one(Q.insert_todo, params)
+    if row is None:
+        # The holder of the key may be a lapsed last attempt, which is a dead
+        # letter already (and frees the key) once lapsed leases are recovered.
+        _recover_lapsed(tx, now)
+        row = tx.one(Q.insert_todo, params)
     if row is not None:
         return Todo.from_row(row), True
     existing = tx.one(Q.live_todo_by_key, {"queue": todo.queue, "idempotency_key": todo.idempotency_key})
@@ -561,17 +564,13 @@ class QueueStats:
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
     """Counts per queue and state, dead letters, and the oldest pending todo's age.
 
-    Lapsed leases are recovered first, so a todo whose last attempt lapsed
-    counts as the dead letter it is. ``queues`` limits the answer to a scope
-    (each of its queues listed, empty ones with zero counts).
+    A pure read: a todo whose lease lapsed counts as what the next claim will
+    make of it (pending again, or the dead letter it is when that was its
+    last attempt). ``queues`` limits the answer to a scope (each of its
+    queues listed, empty ones with zero counts).
     """
-
-    def body(tx: Transaction) -> tuple[int, list[Any]]:
-        now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
-        return now, tx.all(Q.stats, {})
-
-    now, rows = await store.write(body)
+    now = store.clock.now_ms()
+    rows = await store.read(lambda tx: tx.all(Q.stats, {"now": now}))
     found = [
         QueueStats(
             queue=r["queue"],

@@ -70,10 +70,8 @@ def create_app(
         return await receive(state["store"], request)
 
     async def healthz(request: Request) -> Response:
-        # Its own short-lived connection, off the store's thread: a probe must
-        # answer quickly even while a long transaction holds the write lock.
         try:
-            await asyncio.to_thread(_probe_writable, state["store"].path)
+            await state["store"].probe_writable()
         except (sqlite3.Error, OSError) as exc:
             return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
         return JSONResponse({"ok": True})
@@ -82,16 +80,6 @@ def create_app(
         routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
         lifespan=lifespan,
     )
-
-
-def _probe_writable(path: Path) -> None:
-    """Take the write lock for a moment (BEGIN IMMEDIATE, ROLLBACK); fail within 2 s."""
-    conn = sqlite3.connect(path, timeout=2.0, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-    finally:
-        conn.close()
 
 
 def _problem(status: int, message: str) -> JSONResponse:
@@ -104,6 +92,9 @@ async def receive(store: Store, request: Request) -> Response:
         source = await adapters.get(store, name)
     except NotFound:
         source = None
+    except (sqlite3.Error, OSError) as exc:
+        log.error("delivery source=%s outcome=store-failed error=%r", name, str(exc))
+        return _problem(503, "the store cannot be read; retry later")
     if source is None or source.family != "webhook" or not source.enabled:
         log.info("delivery source=%s outcome=unknown-source", name)
         return _problem(404, f"no enabled webhook source named {name!r}")

@@ -147,3 +147,33 @@ async def test_the_doorbell_names_the_source_of_the_event_a_todo_came_from(store
         delivered = await webhook(store, "gh", "d1")
         (ring,) = await rings.until(delivered.todo_ids[0])
     assert ring.meta == {"todo_id": str(delivered.todo_ids[0]), "queue": "gh", "source": "gh"}
+
+
+async def test_create_for_never_shows_another_queues_todo_that_holds_the_key(store) -> None:
+    reviewer = await agents.add(store, "reviewer", queues=["review"])
+    foreign = await new(store, "billing", title="pay invoice 7", idempotency_key="k-1", payload={"card": "4242"})
+    async with connect(store, reviewer) as client:
+        text = await refused(client, "create_for", queue="billing", title="guess", idempotency_key="k-1")
+        made = await call(client, "create_for", queue="billing", title="handed over", idempotency_key="k-2")
+    assert text.startswith("conflict: ") and "pay invoice" not in text and "4242" not in text
+    assert made["created"] is True and made["todo"]["title"] == "handed over"
+    assert (await todos.get(store, foreign.id)).title == "pay invoice 7"
+
+
+async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
+    from switchboard_local import adapters, rules, webhooks
+
+    await adapters.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
+                       config=webhooks.source_config("open", {}))  # fmt: skip
+    await rules.add(store, source="hooks", queue="review")
+    await rules.add(store, source="hooks", queue="billing")
+    reviewer = await agents.add(store, "reviewer", queues=["review"])
+    delivered = await webhook(store, "hooks", "e-1")
+    for todo_id in delivered.todo_ids:  # finish the originals so a replay makes new todos
+        claimed = await todos.claim(store, todo_id, owner="x")
+        await todos.complete(store, todo_id, claimed.lease_token)
+    async with connect(store, reviewer) as client:
+        replayed = await call(client, "replay_event", id=delivered.event_id)
+    made = [await todos.get(store, i) for i in replayed["todo_ids"]]
+    assert [t.queue for t in made] == ["review"]
+    assert {t.queue for t in await todos.list_todos(store, state="pending")} == {"review"}
