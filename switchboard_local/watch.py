@@ -31,9 +31,11 @@ class Changes:
         self._interval = interval
         self._changed = asyncio.Event()
         self.count = 0
+        self.ready = asyncio.Event()  # set once the starting version is read: later commits count
 
     async def run(self) -> None:
         seen = await self._store.data_version()
+        self.ready.set()
         while True:
             await asyncio.sleep(self._interval)
             version = await self._store.data_version()

@@ -68,7 +68,7 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     async with await Store.open(db_path) as store:
         todo, _ = await todos.create(store, todos.NewTodo(queue="work", title="fragile"))
 
-    crashed = start_worker(db_path, "crasher", "work", "--lease", "1", "--hang-on-first")
+    crashed = start_worker(db_path, "crasher", "work", "--lease", "4", "--hang-on-first")
     assert crashed.stdout is not None
     first = json.loads(crashed.stdout.readline())
     assert first["claimed"] == todo.id
@@ -78,7 +78,8 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     # While the lease holds, nobody else gets the todo.
     async with await Store.open(db_path) as store:
         assert await todos.claim_next(store, owner="early", queues=["work"]) is None
-    time.sleep(1.2)  # real processes, real clock: let the 1 s lease lapse
+        expires = (await todos.get(store, todo.id)).lease_expires_at
+    time.sleep(max(0.0, expires / 1000 - time.time()) + 0.1)  # real processes, real clock: let the lease lapse
 
     rescuer = start_worker(db_path, "rescuer", "work")
     stdout, stderr = rescuer.communicate(timeout=60)

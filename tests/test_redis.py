@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from redis_server import RedisServer
+from redis_server import RedisServer, free_port
 from switchboard_local import adapters, redis_config, rules, todos
 from switchboard_local.redis_adapters import RedisAdapter, Supervisor
 from switchboard_local.store import Store
@@ -188,7 +188,7 @@ async def test_adapters_follow_enable_and_disable_at_runtime(real_store, redis_s
 
 
 async def test_a_redis_url_password_never_reaches_output_or_health(real_store, redis_server, db_path) -> None:
-    dead = f"redis://:hunter2-secret@127.0.0.1:{redis_server.port + 1 if redis_server.port < 65535 else 1}/0"
+    dead = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
     adapter = await add_adapter(real_store, dead, "stream", "orders")
     assert "hunter2" not in json.dumps(adapter.to_dict())
     assert "hunter2" not in json.dumps(redis_config.shown_config(adapter.config))
@@ -196,3 +196,18 @@ async def test_a_redis_url_password_never_reaches_output_or_health(real_store, r
     await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
     await running.finish()
     assert "hunter2" not in (await adapters.get(real_store, "orders")).last_error
+
+
+async def test_entries_left_pending_by_a_dead_consumer_are_taken_over_after_claim_idle(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
+    for i in range(5):
+        r.xadd("orders", {"payload": json.dumps({"order": i})})
+    r.xreadgroup("switchboard", "dead-consumer", {"orders": ">"}, count=5)  # read, then it died: never acked
+    assert r.xpending("orders", "switchboard")["pending"] == 5
+
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", claim_idle=1))
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 5)
+    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.finish()
+    assert count(db_path, "SELECT count(*) FROM todos") == 5

@@ -33,7 +33,7 @@ async def test_changes_wakes_a_waiter_soon_after_another_connection_commits(stor
     changes = watch.Changes(store, interval=0.05)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(changes.run)
-        await anyio.sleep(0.2)  # let the poller read its starting version
+        await changes.ready.wait()  # commits from here on are counted
         seen = changes.count
         assert await changes.wait(seen, timeout=0.1) == seen  # nothing committed: times out
         commit_elsewhere(db_path)
