@@ -143,11 +143,17 @@ async def add(
     return await store.write(body)
 
 
-async def get(store: Store, name: str) -> Adapter:
-    row = await store.read(lambda tx: tx.one(Q.get_adapter, {"name": name}))
-    if row is None:
-        raise NotFound(f"no adapter named {name!r}")
+def _found(row: Any, name: str, family: str | None) -> Adapter:
+    """The row as an adapter of that family; anything else is not found."""
+    if row is None or (family is not None and row["family"] != family):
+        noun = {"webhook": "webhook source", "queue": "adapter"}.get(family or "", "adapter")
+        raise NotFound(f"no {noun} named {name!r}")
     return Adapter.from_row(row)
+
+
+async def get(store: Store, name: str, *, family: str | None = None) -> Adapter:
+    row = await store.read(lambda tx: tx.one(Q.get_adapter, {"name": name}))
+    return _found(row, name, family)
 
 
 async def list_adapters(store: Store, *, family: str | None = None) -> list[Adapter]:
@@ -155,20 +161,21 @@ async def list_adapters(store: Store, *, family: str | None = None) -> list[Adap
     return [Adapter.from_row(r) for r in rows]
 
 
-async def remove(store: Store, name: str) -> None:
+async def remove(store: Store, name: str, *, family: str | None = None) -> None:
+    """Remove an adapter and its rules (its stored events stay)."""
+
     def body(tx: Transaction) -> None:
-        if tx.run(Q.delete_adapter, {"name": name}) == 0:
-            raise NotFound(f"no adapter named {name!r}")
+        _found(tx.one(Q.get_adapter, {"name": name}), name, family)
+        tx.run(Q.delete_adapter, {"name": name})
         tx.run(Q.delete_rules_of_source, {"name": name})
 
     await store.write(body)
 
 
-async def set_enabled(store: Store, name: str, enabled: bool) -> Adapter:
+async def set_enabled(store: Store, name: str, enabled: bool, *, family: str | None = None) -> Adapter:
     def body(tx: Transaction) -> Adapter:
+        _found(tx.one(Q.get_adapter, {"name": name}), name, family)
         row = tx.one(Q.set_adapter_enabled, {"name": name, "enabled": int(enabled), "now": store.clock.now_ms()})
-        if row is None:
-            raise NotFound(f"no adapter named {name!r}")
         return Adapter.from_row(row)
 
     return await store.write(body)

@@ -10,7 +10,7 @@ import click
 from . import adapters, redis_config
 from .adapters import Adapter
 from .cli_common import Out, common, table, when
-from .errors import NotFound, SwitchboardError
+from .errors import SwitchboardError
 
 
 def register(main: click.Group) -> None:
@@ -18,14 +18,13 @@ def register(main: click.Group) -> None:
 
 
 def _view(a: Adapter) -> dict[str, Any]:
-    view = a.to_dict()
-    view["config"] = redis_config.shown_config(a.config)
+    view = a.to_dict()  # the URL's password masked
     view["guarantee"] = redis_config.GUARANTEES[a.config["mode"]]
     return view
 
 
 def _text(a: Adapter) -> str:
-    c = redis_config.shown_config(a.config)
+    c = a.to_dict()["config"]
     lines = [
         f"adapter {a.name}: redis {c['mode']} {c['key']!r} ({'enabled' if a.enabled else 'disabled'})",
         f"  redis        {c.get('redis_url') or 'from $' + c['redis_url_env']}",
@@ -74,16 +73,6 @@ def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any
     out.emit(_view(added), _text(added))
 
 
-def _one(name: str) -> Any:
-    async def get(store: Any) -> Adapter:
-        found = await adapters.get(store, name)
-        if found.family != "queue":
-            raise NotFound(f"no adapter named {name!r}")
-        return found
-
-    return get
-
-
 @adapter.command("list")
 @common
 def adapter_list(db: Path | None, as_json: bool | None) -> None:
@@ -115,7 +104,7 @@ def adapter_status(db: Path | None, as_json: bool | None) -> None:
 def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show an adapter, its guarantee and its health (the URL's password masked)."""
     out = Out(db, as_json)
-    found = out.run(_one(name))
+    found = out.run(lambda store: adapters.get(store, name, family="queue"))
     out.emit(_view(found), _text(found))
 
 
@@ -125,12 +114,7 @@ def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove an adapter (its consumer group and pending entries stay in Redis)."""
     out = Out(db, as_json)
-
-    async def remove(store: Any) -> None:
-        await _one(name)(store)
-        await adapters.remove(store, name)
-
-    out.run(remove)
+    out.run(lambda store: adapters.remove(store, name, family="queue"))
     out.emit({"removed": name}, f"removed adapter {name}")
 
 
@@ -139,12 +123,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-
-        async def change(store: Any) -> Adapter:
-            await _one(name)(store)
-            return await adapters.set_enabled(store, name, enabled)
-
-        changed = out.run(change)
+        changed = out.run(lambda store: adapters.set_enabled(store, name, enabled, family="queue"))
         out.emit(_view(changed), f"adapter {name} {'enabled' if enabled else 'disabled'} (a running serve follows within seconds)")
 
     return command

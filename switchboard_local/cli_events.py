@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import sys
 from datetime import datetime, timezone
@@ -11,9 +10,8 @@ from typing import Any
 
 import click
 
-from . import events, retention, routing
+from . import adapters, events, retention, routing
 from .cli_common import Out, common, table, when
-from .events import Event
 
 
 class SinceValue(click.ParamType):
@@ -33,13 +31,6 @@ class SinceValue(click.ParamType):
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
         return ("time", round(moment.timestamp() * 1000))
-
-
-def _body_view(event: Event) -> dict[str, str]:
-    try:
-        return {"body": event.body.decode("utf-8"), "body_encoding": "utf-8"}
-    except UnicodeDecodeError:
-        return {"body": base64.b64encode(event.body).decode(), "body_encoding": "base64"}
 
 
 def register(main: click.Group) -> None:
@@ -89,7 +80,7 @@ def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool)
         sys.stdout.buffer.write(event.body)
         sys.stdout.buffer.flush()
         return
-    view = {**event.summary(), "headers": event.headers, **_body_view(event)}
+    view = event.full()
     lines = [f"event {event.id}: {event.type} from {event.source}"]
     lines += [f"  {k:<14} {v}" for k, v in event.summary().items() if k not in ("id", "type", "source")]
     lines += [f"  header {k}: {v}" for k, v in event.headers.items()]
@@ -120,10 +111,6 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
     out.emit({"events": pruned.events, "todos": pruned.todos}, f"pruned {pruned.events} events and {pruned.todos} todos")
 
 
-async def _check_store(store: Any) -> None:
-    return None
-
-
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
@@ -137,7 +124,7 @@ def serve_command(
     from . import web  # starlette and uvicorn only for this command
 
     out = Out(db, as_json)
-    out.run(_check_store)  # a database that cannot be used stops us here, with its exit code
+    out.run(adapters.list_adapters)  # a database that cannot be used stops us here, with its exit code
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     app = web.create_app(out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events)
     server = web.server(app, host, port)

@@ -10,7 +10,7 @@ import click
 from . import adapters, routing, rules, webhooks
 from .adapters import Adapter
 from .cli_common import JsonValue, Out, common, table, when
-from .errors import NotFound, SwitchboardError
+from .errors import SwitchboardError
 from .todos import DEFAULT_MAX_ATTEMPTS
 
 
@@ -105,23 +105,13 @@ def source_list(db: Path | None, as_json: bool | None) -> None:
     out.emit([s.to_dict() for s in found], table(["NAME", "KIND", "STATE", "QUEUE"], rows) if rows else "no sources")
 
 
-def _one(name: str) -> Any:
-    async def get(store: Any) -> Adapter:
-        found = await adapters.get(store, name)
-        if found.family != "webhook":
-            raise NotFound(f"no webhook source named {name!r}")
-        return found
-
-    return get
-
-
 @source.command("show")
 @click.argument("name")
 @common
 def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show a source (secrets masked)."""
     out = Out(db, as_json)
-    found = out.run(_one(name))
+    found = out.run(lambda store: adapters.get(store, name, family="webhook"))
     out.emit(found.to_dict(), _source_text(found))
 
 
@@ -129,14 +119,9 @@ def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
 @click.argument("name")
 @common
 def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
-    """Remove a source (its stored events stay)."""
+    """Remove a source and its rules (its stored events stay)."""
     out = Out(db, as_json)
-
-    async def remove(store: Any) -> None:
-        await _one(name)(store)
-        await adapters.remove(store, name)
-
-    out.run(remove)
+    out.run(lambda store: adapters.remove(store, name, family="webhook"))
     out.emit({"removed": name}, f"removed source {name}")
 
 
@@ -145,12 +130,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-
-        async def change(store: Any) -> Adapter:
-            await _one(name)(store)
-            return await adapters.set_enabled(store, name, enabled)
-
-        changed = out.run(change)
+        changed = out.run(lambda store: adapters.set_enabled(store, name, enabled, family="webhook"))
         out.emit(changed.to_dict(), f"source {name} {'enabled' if enabled else 'disabled'}")
 
     return command

@@ -9,6 +9,8 @@ store-then-ack.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,11 @@ from .store import Store, Transaction
 from .todos import NewTodo, insert
 
 FAMILIES = ("webhook", "queue", "operator")
+
+
+def body_hash(body: bytes) -> str:
+    """The delivery id of a message that brings none of its own."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,14 @@ class Event:
             size=row["size"],
             received_at=row["received_at"],
         )
+
+    def full(self) -> dict[str, Any]:
+        """The summary plus redacted headers and the body: UTF-8 text, else base64."""
+        try:
+            body, encoding = self.body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(self.body).decode("ascii"), "base64"
+        return {**self.summary(), "headers": self.headers, "body": body, "body_encoding": encoding}
 
     def summary(self) -> dict[str, Any]:
         return {

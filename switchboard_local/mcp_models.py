@@ -8,7 +8,6 @@ Imported only by the MCP edge (pydantic comes with the SDK).
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any, Literal
 
@@ -148,13 +147,7 @@ class EventFull(EventSummary):
 
     @classmethod
     def of(cls, event: Event) -> EventFull:  # type: ignore[override]
-        try:
-            body, encoding = event.body.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            body, encoding = base64.b64encode(event.body).decode("ascii"), "base64"
-        return cls.model_validate(
-            {**event.summary(), "headers": event.headers, "body": body, "body_encoding": encoding}
-        )
+        return cls.model_validate(event.full())
 
 
 class Replayed(Out):

@@ -14,7 +14,6 @@ resume; they never crash ``serve`` and never ack what did not commit.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from . import adapters, routing
 from .adapters import Adapter
-from .events import NewEvent
+from .events import NewEvent, body_hash
 from .store import Store
 
 log = logging.getLogger("switchboard_local.redis")
@@ -170,7 +169,7 @@ class RedisAdapter:
             await self._store_list(r, processing, items)
 
     async def _store_list(self, r: aioredis.Redis, processing: str, items: list[bytes]) -> None:
-        await self._commit([self._event(_body_key(item), item) for item in items])
+        await self._commit([self._event(body_hash(item), item) for item in items])
         async with r.pipeline(transaction=False) as pipe:
             for item in items:
                 pipe.lrem(processing, 1, item)
@@ -190,7 +189,7 @@ class RedisAdapter:
                     if more is None:
                         break
                     bodies.append(more["data"])
-                await self._commit([self._event(_body_key(b), b) for b in bodies])
+                await self._commit([self._event(body_hash(b), b) for b in bodies])
 
     # -------------------------------------------------------------- storing
 
@@ -248,10 +247,6 @@ def _where(exc: BaseException) -> str:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "?"
-
-
-def _body_key(body: bytes) -> str:
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 class Supervisor:

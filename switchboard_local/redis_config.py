@@ -9,7 +9,6 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from .adapters import masked_url
 from .errors import InvalidArgument
 
 MODES = ("stream", "list", "pubsub")
@@ -56,10 +55,3 @@ def adapter_config(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("queue"):
         config["queue"] = options["queue"]
     return config
-
-
-def shown_config(config: dict[str, Any]) -> dict[str, Any]:
-    shown = dict(config)
-    if "redis_url" in shown:
-        shown["redis_url"] = masked_url(shown["redis_url"])
-    return shown

@@ -89,13 +89,13 @@ def _problem(status: int, message: str) -> JSONResponse:
 async def receive(store: Store, request: Request) -> Response:
     name = request.path_params["name"]
     try:
-        source = await adapters.get(store, name)
+        source = await adapters.get(store, name, family="webhook")
     except NotFound:
         source = None
     except (sqlite3.Error, OSError) as exc:
         log.error("delivery source=%s outcome=store-failed error=%r", name, str(exc))
         return _problem(503, "the store cannot be read; retry later")
-    if source is None or source.family != "webhook" or not source.enabled:
+    if source is None or not source.enabled:
         log.info("delivery source=%s outcome=unknown-source", name)
         return _problem(404, f"no enabled webhook source named {name!r}")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import os
@@ -23,6 +22,7 @@ from typing import Any
 
 from .adapters import Adapter
 from .errors import InvalidArgument
+from .events import body_hash
 
 KINDS = ("github", "gitea", "stripe", "slack", "standard", "gitlab", "hmac", "token", "open")
 ALGORITHMS = ("sha1", "sha256", "sha512")
@@ -144,10 +144,6 @@ def resolve_secrets(source: Adapter) -> list[bytes]:
 def verify(source: Adapter, headers: Mapping[str, str], body: bytes, now: float, secrets: list[bytes]) -> Verified:
     """Verify a delivery and name it: its type and its delivery id."""
     return _VERIFIERS[source.kind](source.config, headers, body, now, secrets)
-
-
-def body_hash(body: bytes) -> str:
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def _hmac_hex(secret: bytes, message: bytes, algorithm: str = "sha256") -> str:

@@ -191,7 +191,6 @@ async def test_a_redis_url_password_never_reaches_output_or_health(real_store, r
     dead = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
     adapter = await add_adapter(real_store, dead, "stream", "orders")
     assert "hunter2" not in json.dumps(adapter.to_dict())
-    assert "hunter2" not in json.dumps(redis_config.shown_config(adapter.config))
     running = Running(real_store, adapter)
     await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
     await running.finish()
