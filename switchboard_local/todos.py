@@ -8,225 +8,44 @@
 
 Each verb is one ``BEGIN IMMEDIATE`` transaction around named statements from
 queries.sql. A verb whose UPDATE changes no row never reports success: it
-reads the todo and raises the error that explains why.
+reads the todo and raises the error that explains why. What a todo is (its
+fields and their checks) lives in todo_model.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import secrets
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
-
-STATES = ("pending", "claimed", "done", "failed")
-
-DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_LEASE_SECONDS = 300.0
-LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats included (as SQS)
-BACKOFF_BASE_SECONDS = 30.0
-BACKOFF_CAP_SECONDS = 15 * 60.0
-MAX_TITLE_LENGTH = 1000
-MAX_DELAY_SECONDS = 365 * 86400.0
-INT64 = (-(2**63), 2**63 - 1)
-MAX_LIST_LIMIT = 1000
-
-
-@dataclass(frozen=True)
-class Attempt:
-    attempt: int
-    owner: str
-    claimed_at: int
-    ended_at: int | None
-    outcome: str | None
-    error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "owner": self.owner,
-            "claimed_at": rfc3339(self.claimed_at),
-            "ended_at": rfc3339(self.ended_at),
-            "outcome": self.outcome,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
-class Todo:
-    id: int
-    queue: str
-    title: str
-    kind: str | None
-    payload: Any
-    state: str
-    priority: int
-    assignee: str | None
-    attempt: int
-    max_attempts: int
-    owner: str | None
-    lease_expires_at: int | None
-    visible_at: int | None
-    idempotency_key: str | None
-    event_id: int | None
-    result: Any
-    last_error: str | None
-    created_at: int
-    updated_at: int
-    claimed_at: int | None
-    completed_at: int | None
-    # Only in the answer to a claim: the token is shown once and stored hashed.
-    lease_token: str | None = None
-    attempts: tuple[Attempt, ...] | None = field(default=None, compare=False)
-
-    @property
-    def dead_letter(self) -> bool:
-        """Failed with no retry coming: waits for an operator's redrive."""
-        return self.state == "failed" and self.visible_at is None
-
-    @classmethod
-    def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
-        return cls(
-            id=row["id"],
-            queue=row["queue"],
-            title=row["title"],
-            kind=row["kind"],
-            payload=json.loads(row["payload"]),
-            state=row["state"],
-            priority=row["priority"],
-            assignee=row["assignee"],
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            owner=row["owner"],
-            lease_expires_at=row["lease_expires_at"],
-            visible_at=row["visible_at"],
-            idempotency_key=row["idempotency_key"],
-            event_id=row["event_id"],
-            result=None if row["result"] is None else json.loads(row["result"]),
-            last_error=row["last_error"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            claimed_at=row["claimed_at"],
-            completed_at=row["completed_at"],
-            lease_token=lease_token,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape every edge shows: schema names, RFC 3339 UTC times."""
-        out: dict[str, Any] = {
-            "id": self.id,
-            "queue": self.queue,
-            "title": self.title,
-            "kind": self.kind,
-            "payload": self.payload,
-            "state": self.state,
-            "dead_letter": self.dead_letter,
-            "priority": self.priority,
-            "assignee": self.assignee,
-            "attempt": self.attempt,
-            "max_attempts": self.max_attempts,
-            "owner": self.owner,
-            "lease_expires_at": rfc3339(self.lease_expires_at),
-            "visible_at": rfc3339(self.visible_at),
-            "idempotency_key": self.idempotency_key,
-            "event_id": self.event_id,
-            "result": self.result,
-            "last_error": self.last_error,
-            "created_at": rfc3339(self.created_at),
-            "updated_at": rfc3339(self.updated_at),
-            "claimed_at": rfc3339(self.claimed_at),
-            "completed_at": rfc3339(self.completed_at),
-        }
-        if self.lease_token is not None:
-            out["lease_token"] = self.lease_token
-        if self.attempts is not None:
-            out["attempts"] = [a.to_dict() for a in self.attempts]
-        return out
-
-
-@dataclass(frozen=True)
-class NewTodo:
-    """What a producer asks for; validated on construction."""
-
-    queue: str
-    title: str
-    payload: Any = None
-    kind: str | None = None
-    assignee: str | None = None
-    priority: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    idempotency_key: str | None = None
-    delay: float = 0.0
-
-    def __post_init__(self) -> None:
-        _require_name("queue", self.queue)
-        if not isinstance(self.title, str):
-            raise InvalidArgument("title must be a string")
-        # A title is one human-readable line: fold newlines and runs of blanks.
-        title = " ".join(self.title.split())
-        if not title:
-            raise InvalidArgument("title must not be empty")
-        if len(title) > MAX_TITLE_LENGTH:
-            raise InvalidArgument(f"title is longer than {MAX_TITLE_LENGTH} characters")
-        object.__setattr__(self, "title", title)
-        for name in ("kind", "assignee", "idempotency_key"):
-            value = getattr(self, name)
-            if value is not None:
-                _require_name(name, value)
-        _require_int("priority", self.priority, *INT64)
-        _require_int("max_attempts", self.max_attempts, low=1, high=1000)
-        _require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
-        _dump_json("payload", self.payload)
-
-
-# ---------------------------------------------------------------- validation
-
-
-def _require_name(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(f"{name} must be a non-empty string")
-    if len(value) > 512:
-        raise InvalidArgument(f"{name} is longer than 512 characters")
-
-
-def _require_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be an integer")
-    if low is not None and value < low or high is not None and value > high:
-        raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
-
-
-def _require_seconds(name: str, value: object, low: float, high: float | None = None) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be a finite number of seconds")
-    if value < low or (high is not None and value > high):
-        bound = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-        raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
-
-
-def _dump_json(name: str, value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
-
-
-def _lease_ms(lease: float | None) -> int:
-    seconds = DEFAULT_LEASE_SECONDS if lease is None else lease
-    _require_seconds("lease", seconds, low=1.0, high=LEASE_CAP_SECONDS)
-    return round(seconds * 1000)
-
-
-def _token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+from .todo_model import (  # noqa: F401  (the nouns, re-exported for callers of the verbs)
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_CAP_SECONDS,
+    MAX_DELAY_SECONDS,
+    MAX_LIST_LIMIT,
+    MAX_TITLE_LENGTH,
+    STATES,
+    Attempt,
+    NewTodo,
+    QueueStats,
+    Todo,
+    dump_json,
+    hash_token,
+    lease_millis,
+    require_int,
+    require_name,
+    require_seconds,
+)
 
 
 # ---------------------------------------------------------------- create
@@ -248,7 +67,7 @@ def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = N
         "assignee": todo.assignee,
         "title": todo.title,
         "kind": todo.kind,
-        "payload": _dump_json("payload", todo.payload),
+        "payload": dump_json("payload", todo.payload),
         "event_id": event_id,
         "idempotency_key": todo.idempotency_key,
         "priority": todo.priority,
@@ -304,7 +123,7 @@ async def list_todos(
     """
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state must be one of {', '.join(STATES)}, got {state!r}")
-    _require_int("limit", limit, low=1, high=MAX_LIST_LIMIT)
+    require_int("limit", limit, low=1, high=MAX_LIST_LIMIT)
     params = {
         "queue": queue,
         "state": state,
@@ -333,8 +152,8 @@ async def claim(
     ``agent`` is the name an assignee must equal (default: ``owner``);
     ``queues`` is a scope the todo must be in.
     """
-    _require_name("owner", owner)
-    lease_ms = _lease_ms(lease)
+    require_name("owner", owner)
+    lease_ms = lease_millis(lease)
 
     def body(tx: Transaction) -> Todo:
         _check_scope(tx, todo_id, queues)
@@ -362,8 +181,8 @@ async def claim_next(
 
     Returns None when nothing is claimable; that is not an error.
     """
-    _require_name("owner", owner)
-    lease_ms = _lease_ms(lease)
+    require_name("owner", owner)
+    lease_ms = lease_millis(lease)
     if queues is not None:
         if isinstance(queues, str):  # a bare name would be iterated letter by letter
             raise InvalidArgument("queues must be a list of queue names, not a string")
@@ -371,7 +190,7 @@ async def claim_next(
         if not queues:
             raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
         for q in queues:
-            _require_name("queue", q)
+            require_name("queue", q)
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
@@ -405,7 +224,7 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
     return {
         "owner": owner,
         "agent": agent or owner,
-        "lease_token_hash": _token_hash(token),
+        "lease_token_hash": hash_token(token),
         "lease_expires_at": now + lease_ms,
         "now": now,
     }
@@ -444,7 +263,7 @@ async def heartbeat(
     store: Store, todo_id: int, lease_token: str, *, lease: float | None = None, queues: Sequence[str] | None = None
 ) -> Todo:
     """Reset the lease to now + lease (default 300 s), within the 12 h cap per attempt."""
-    params = {"lease_ms": _lease_ms(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
+    params = {"lease_ms": lease_millis(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
     return await _leased(store, Q.heartbeat, todo_id, lease_token, params, queues=queues)
 
 
@@ -452,7 +271,7 @@ async def complete(
     store: Store, todo_id: int, lease_token: str, *, result: Any = None, queues: Sequence[str] | None = None
 ) -> Todo:
     """claimed → done, with an optional JSON result."""
-    params = {"result": _dump_json("result", result)}
+    params = {"result": dump_json("result", result)}
     return await _leased(store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues)
 
 
@@ -477,7 +296,7 @@ async def release(
     store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
 ) -> Todo:
     """claimed → pending (after ``delay`` seconds), the attempt refunded."""
-    _require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
+    require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
     params = {"delay_ms": round(delay * 1000)}
     return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
 
@@ -495,7 +314,7 @@ async def _leased(
     """Run a verb that needs the current lease; refuse a missing or stale token."""
     if not lease_token or not isinstance(lease_token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
-    token_hash = _token_hash(lease_token)
+    token_hash = hash_token(lease_token)
 
     def body(tx: Transaction) -> Todo:
         _check_scope(tx, todo_id, queues)
@@ -545,20 +364,6 @@ async def redrive(store: Store, todo_id: int) -> Todo:
         raise Conflict(f"todo {todo_id} is {detail}, not a dead letter; only dead letters can be redriven")
 
     return await store.write(body)
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    queue: str
-    pending: int
-    claimed: int
-    done: int
-    failed: int
-    dead_letters: int
-    oldest_pending_age_seconds: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:

@@ -1,0 +1,230 @@
+"""What a todo is: its fields, what a producer may ask for, and the checks on both.
+
+The verbs that move a todo through its lifecycle are in todos.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .clock import rfc3339
+from .errors import InvalidArgument
+
+STATES = ("pending", "claimed", "done", "failed")
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE_SECONDS = 300.0
+LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats included (as SQS)
+BACKOFF_BASE_SECONDS = 30.0
+BACKOFF_CAP_SECONDS = 15 * 60.0
+MAX_TITLE_LENGTH = 1000
+MAX_DELAY_SECONDS = 365 * 86400.0
+INT64 = (-(2**63), 2**63 - 1)
+MAX_LIST_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    owner: str
+    claimed_at: int
+    ended_at: int | None
+    outcome: str | None
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "owner": self.owner,
+            "claimed_at": rfc3339(self.claimed_at),
+            "ended_at": rfc3339(self.ended_at),
+            "outcome": self.outcome,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Todo:
+    id: int
+    queue: str
+    title: str
+    kind: str | None
+    payload: Any
+    state: str
+    priority: int
+    assignee: str | None
+    attempt: int
+    max_attempts: int
+    owner: str | None
+    lease_expires_at: int | None
+    visible_at: int | None
+    idempotency_key: str | None
+    event_id: int | None
+    result: Any
+    last_error: str | None
+    created_at: int
+    updated_at: int
+    claimed_at: int | None
+    completed_at: int | None
+    # Only in the answer to a claim: the token is shown once and stored hashed.
+    lease_token: str | None = None
+    attempts: tuple[Attempt, ...] | None = field(default=None, compare=False)
+
+    @property
+    def dead_letter(self) -> bool:
+        """Failed with no retry coming: waits for an operator's redrive."""
+        return self.state == "failed" and self.visible_at is None
+
+    @classmethod
+    def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            title=row["title"],
+            kind=row["kind"],
+            payload=json.loads(row["payload"]),
+            state=row["state"],
+            priority=row["priority"],
+            assignee=row["assignee"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            owner=row["owner"],
+            lease_expires_at=row["lease_expires_at"],
+            visible_at=row["visible_at"],
+            idempotency_key=row["idempotency_key"],
+            event_id=row["event_id"],
+            result=None if row["result"] is None else json.loads(row["result"]),
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            claimed_at=row["claimed_at"],
+            completed_at=row["completed_at"],
+            lease_token=lease_token,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape every edge shows: schema names, RFC 3339 UTC times."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "queue": self.queue,
+            "title": self.title,
+            "kind": self.kind,
+            "payload": self.payload,
+            "state": self.state,
+            "dead_letter": self.dead_letter,
+            "priority": self.priority,
+            "assignee": self.assignee,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "owner": self.owner,
+            "lease_expires_at": rfc3339(self.lease_expires_at),
+            "visible_at": rfc3339(self.visible_at),
+            "idempotency_key": self.idempotency_key,
+            "event_id": self.event_id,
+            "result": self.result,
+            "last_error": self.last_error,
+            "created_at": rfc3339(self.created_at),
+            "updated_at": rfc3339(self.updated_at),
+            "claimed_at": rfc3339(self.claimed_at),
+            "completed_at": rfc3339(self.completed_at),
+        }
+        if self.lease_token is not None:
+            out["lease_token"] = self.lease_token
+        if self.attempts is not None:
+            out["attempts"] = [a.to_dict() for a in self.attempts]
+        return out
+
+
+@dataclass(frozen=True)
+class NewTodo:
+    """What a producer asks for; validated on construction."""
+
+    queue: str
+    title: str
+    payload: Any = None
+    kind: str | None = None
+    assignee: str | None = None
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_name("queue", self.queue)
+        if not isinstance(self.title, str):
+            raise InvalidArgument("title must be a string")
+        # A title is one human-readable line: fold newlines and runs of blanks.
+        title = " ".join(self.title.split())
+        if not title:
+            raise InvalidArgument("title must not be empty")
+        if len(title) > MAX_TITLE_LENGTH:
+            raise InvalidArgument(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        object.__setattr__(self, "title", title)
+        for name in ("kind", "assignee", "idempotency_key"):
+            value = getattr(self, name)
+            if value is not None:
+                require_name(name, value)
+        require_int("priority", self.priority, *INT64)
+        require_int("max_attempts", self.max_attempts, low=1, high=1000)
+        require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
+        dump_json("payload", self.payload)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def require_name(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name} must be a non-empty string")
+    if len(value) > 512:
+        raise InvalidArgument(f"{name} is longer than 512 characters")
+
+
+def require_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be an integer")
+    if low is not None and value < low or high is not None and value > high:
+        raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
+
+
+def require_seconds(name: str, value: object, low: float, high: float | None = None) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number of seconds")
+    if value < low or (high is not None and value > high):
+        bound = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
+        raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
+
+
+def dump_json(name: str, value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def lease_millis(lease: float | None) -> int:
+    seconds = DEFAULT_LEASE_SECONDS if lease is None else lease
+    require_seconds("lease", seconds, low=1.0, high=LEASE_CAP_SECONDS)
+    return round(seconds * 1000)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    pending: int
+    claimed: int
+    done: int
+    failed: int
+    dead_letters: int
+    oldest_pending_age_seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
