@@ -183,32 +183,86 @@ def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_to
     out.emit(found.to_dict(), f"lease on todo {found.id} runs until {when(found.lease_expires_at)}")
 
 
+def _next_options(fn: Any) -> Any:
+    """--claim-next and where to claim from: finish and take the next todo in one commit."""
+    fn = click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None,
+                      help="With --claim-next: lease seconds for the next todo (default 300).")(fn)  # fmt: skip
+    fn = click.option("--owner", default=None, help="With --claim-next: who claims (default: your user name).")(fn)
+    fn = click.option("--queue", "queues", multiple=True, help="With --claim-next: claim from this queue (repeatable).")(fn)
+    fn = click.option("--claim-next", is_flag=True, help="Also claim the next todo, in the same transaction.")(fn)
+    return fn
+
+
+def _finish(
+    out: Out, finish: Any, then: Any, claim_next: bool, queues: tuple[str, ...], owner: str | None,
+    lease: float | None, text: Any,
+) -> None:  # fmt: skip
+    """Run a finishing verb, or it and the next claim together; print both."""
+    if not claim_next:
+        if queues or owner or lease is not None:
+            raise click.UsageError("--queue, --owner and --lease go with --claim-next")
+        found = out.run(finish)
+        out.emit(found.to_dict(), text(found))
+        return
+    claim = todos.NextClaim(owner=owner or _default_owner(), queues=queues or None, lease=lease)
+    found, following = out.run(lambda store: then(store, claim))
+    lines = [text(found)]
+    if following is None:
+        lines.append("nothing more to claim")
+    else:
+        lines.append(f"claimed todo {following.id} on {following.queue}: {following.title}")
+        lines.append(f"lease token: {following.lease_token}")
+    out.emit({"todo": found.to_dict(), "next": following and following.to_dict()}, "\n".join(lines))
+
+
 @todo.command("complete")
 @click.argument("todo_id", metavar="ID", type=int)
 @token_option
 @click.option("--result", type=JsonValue(), default=None, help="JSON result, or @FILE.")
+@_next_options
 @common
-def todo_complete(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, result: Any) -> None:
-    """Finish a claimed todo: it is done."""
-    out = Out(db, as_json)
-    found = out.run(lambda store: todos.complete(store, todo_id, lease_token, result=result))
-    out.emit(found.to_dict(), f"todo {found.id} done")
+def todo_complete(
+    db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, result: Any, claim_next: bool,
+    queues: tuple[str, ...], owner: str | None, lease: float | None,
+) -> None:  # fmt: skip
+    """Finish a claimed todo: it is done.
+
+    With --claim-next the answer is {"todo": the finished one, "next": the
+    newly claimed one with its lease token, or null}.
+    """
+    _finish(
+        Out(db, as_json),
+        lambda store: todos.complete(store, todo_id, lease_token, result=result),
+        lambda store, claim: todos.complete_then_claim(store, todo_id, lease_token, claim, result=result),
+        claim_next, queues, owner, lease,
+        lambda found: f"todo {found.id} done",
+    )  # fmt: skip
+
+
+def _failed_text(found: Todo) -> str:
+    if found.dead_letter:
+        return f"todo {found.id} failed for good after {found.attempt} attempts (dead letter; see 'todo redrive')"
+    return f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {when(found.visible_at)}"
 
 
 @todo.command("fail")
 @click.argument("todo_id", metavar="ID", type=int)
 @token_option
 @click.option("--error", default=None, help="What went wrong (kept as last_error).")
+@_next_options
 @common
-def todo_fail(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, error: str | None) -> None:
+def todo_fail(
+    db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, error: str | None, claim_next: bool,
+    queues: tuple[str, ...], owner: str | None, lease: float | None,
+) -> None:  # fmt: skip
     """Fail the attempt: retried after backoff, or a dead letter at the cap."""
-    out = Out(db, as_json)
-    found = out.run(lambda store: todos.fail(store, todo_id, lease_token, error=error))
-    if found.dead_letter:
-        text = f"todo {found.id} failed for good after {found.attempt} attempts (dead letter; see 'todo redrive')"
-    else:
-        text = f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {when(found.visible_at)}"
-    out.emit(found.to_dict(), text)
+    _finish(
+        Out(db, as_json),
+        lambda store: todos.fail(store, todo_id, lease_token, error=error),
+        lambda store, claim: todos.fail_then_claim(store, todo_id, lease_token, claim, error=error),
+        claim_next, queues, owner, lease,
+        _failed_text,
+    )  # fmt: skip
 
 
 @todo.command("release")

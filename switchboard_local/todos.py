@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .clock import rfc3339
@@ -181,8 +181,25 @@ async def claim_next(
 
     Returns None when nothing is claimable; that is not an error.
     """
+    return await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """Who claims next, from where: for claim_next, and for finishing a todo and
+    claiming the next one in the same transaction (one commit per job)."""
+
+    owner: str
+    queues: Sequence[str] | None = None
+    lease: float | None = None
+    agent: str | None = None
+
+
+def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
+    owner, agent = claim.owner, claim.agent
     require_name("owner", owner)
-    lease_ms = lease_millis(lease)
+    lease_ms = lease_millis(claim.lease)
+    queues = claim.queues
     if queues is not None:
         if isinstance(queues, str):  # a bare name would be iterated letter by letter
             raise InvalidArgument("queues must be a list of queue names, not a string")
@@ -208,7 +225,7 @@ async def claim_next(
         tx.run(Q.open_attempt, {"todo_id": row["id"], "attempt": row["attempt"], "owner": owner, "now": now})
         return Todo.from_row(row, lease_token=token)
 
-    return await store.write(body)
+    return body
 
 
 def _check_scope(tx: Transaction, todo_id: int, queues: Sequence[str] | None) -> None:
@@ -264,21 +281,77 @@ async def heartbeat(
 ) -> Todo:
     """Reset the lease to now + lease (default 300 s), within the 12 h cap per attempt."""
     params = {"lease_ms": lease_millis(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
-    return await _leased(store, Q.heartbeat, todo_id, lease_token, params, queues=queues)
+    return await store.write(_leased_body(store, Q.heartbeat, todo_id, lease_token, params, queues=queues))
 
 
 async def complete(
     store: Store, todo_id: int, lease_token: str, *, result: Any = None, queues: Sequence[str] | None = None
 ) -> Todo:
     """claimed → done, with an optional JSON result."""
-    params = {"result": dump_json("result", result)}
-    return await _leased(store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues)
+    return await store.write(_complete_body(store, todo_id, lease_token, result, queues))
+
+
+async def complete_then_claim(
+    store: Store,
+    todo_id: int,
+    lease_token: str,
+    then: NextClaim,
+    *,
+    result: Any = None,
+    queues: Sequence[str] | None = None,
+) -> tuple[Todo, Todo | None]:
+    """``complete``, then ``claim_next``, in one transaction: one commit per job."""
+    return await _then_claim(store, _complete_body(store, todo_id, lease_token, result, queues), then)
 
 
 async def fail(
     store: Store, todo_id: int, lease_token: str, *, error: str | None = None, queues: Sequence[str] | None = None
 ) -> Todo:
     """claimed → failed: retried after backoff, or a dead letter at the attempt cap."""
+    return await store.write(_fail_body(store, todo_id, lease_token, error, queues))
+
+
+async def fail_then_claim(
+    store: Store,
+    todo_id: int,
+    lease_token: str,
+    then: NextClaim,
+    *,
+    error: str | None = None,
+    queues: Sequence[str] | None = None,
+) -> tuple[Todo, Todo | None]:
+    """``fail``, then ``claim_next``, in one transaction."""
+    return await _then_claim(store, _fail_body(store, todo_id, lease_token, error, queues), then)
+
+
+async def release(
+    store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
+) -> Todo:
+    """claimed → pending (after ``delay`` seconds), the attempt refunded."""
+    require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
+    params = {"delay_ms": round(delay * 1000)}
+    return await store.write(
+        _leased_body(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
+    )
+
+
+async def _then_claim(
+    store: Store, finish: Callable[[Transaction], Todo], then: NextClaim
+) -> tuple[Todo, Todo | None]:
+    claim = _claim_next_body(store, then)
+    return await store.write(lambda tx: (finish(tx), claim(tx)))
+
+
+def _complete_body(
+    store: Store, todo_id: int, lease_token: str, result: Any, queues: Sequence[str] | None
+) -> Callable[[Transaction], Todo]:
+    params = {"result": dump_json("result", result)}
+    return _leased_body(store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues)
+
+
+def _fail_body(
+    store: Store, todo_id: int, lease_token: str, error: str | None, queues: Sequence[str] | None
+) -> Callable[[Transaction], Todo]:
     if error is not None and not isinstance(error, str):
         raise InvalidArgument("error must be a string")
     params = {
@@ -289,19 +362,10 @@ async def fail(
         # of many todos that failed together spread out.
         "jitter": store.rng.uniform(0.5, 1.0),
     }
-    return await _leased(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues)
+    return _leased_body(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues)
 
 
-async def release(
-    store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
-) -> Todo:
-    """claimed → pending (after ``delay`` seconds), the attempt refunded."""
-    require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
-    params = {"delay_ms": round(delay * 1000)}
-    return await _leased(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
-
-
-async def _leased(
+def _leased_body(
     store: Store,
     sql: str,
     todo_id: int,
@@ -310,8 +374,8 @@ async def _leased(
     *,
     outcome: str | None = None,
     queues: Sequence[str] | None = None,
-) -> Todo:
-    """Run a verb that needs the current lease; refuse a missing or stale token."""
+) -> Callable[[Transaction], Todo]:
+    """A verb that needs the current lease; a missing or stale token is refused."""
     if not lease_token or not isinstance(lease_token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
     token_hash = hash_token(lease_token)
@@ -326,7 +390,7 @@ async def _leased(
             tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": outcome, "error": params.get("error"), "now": now})
         return Todo.from_row(row)
 
-    return await store.write(body)
+    return body
 
 
 def _why_token_refused(tx: Transaction, todo_id: int, token_hash: str) -> Exception:

@@ -1,6 +1,6 @@
 """A draining agent as its own OS process, for the concurrency tests.
 
-    python tests/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first]
+    python tests/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
 
 Claims and completes until the queue is empty, printing one JSON line per
 completed todo. With --hang-on-first it claims one todo, prints it, and
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -26,8 +27,13 @@ async def main() -> int:
     parser.add_argument("queue")
     parser.add_argument("--lease", type=float, default=300.0)
     parser.add_argument("--hang-on-first", action="store_true")
+    parser.add_argument("--start-when", help="wait until this file exists (so that all workers start together)")
     args = parser.parse_args()
     async with await Store.open(args.db) as store:
+        if args.start_when:
+            print(json.dumps({"ready": True}), flush=True)
+            while not os.path.exists(args.start_when):
+                time.sleep(0.01)
         while True:
             todo = await todos.claim_next(store, owner=args.owner, queues=[args.queue], lease=args.lease)
             if todo is None:

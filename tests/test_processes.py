@@ -38,7 +38,11 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
             (await todos.create(store, todos.NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
         ]
 
-    workers = [start_worker(db_path, f"worker-{n}", "work") for n in range(4)]
+    go = db_path.with_name("go")
+    workers = [start_worker(db_path, f"worker-{n}", "work", "--start-when", str(go)) for n in range(4)]
+    for proc in workers:  # every process has opened the file and waits: they start together
+        assert proc.stdout is not None and json.loads(proc.stdout.readline()) == {"ready": True}
+    go.touch()
     reports: dict[str, list[int]] = {}
     for n, proc in enumerate(workers):
         stdout, stderr = proc.communicate(timeout=300)
