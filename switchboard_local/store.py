@@ -291,15 +291,7 @@ class Store:
                 return False, None  # another process holds the file: wait in the thread instead
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            try:
-                result = body(Transaction(conn))
-                conn.execute("COMMIT")
-                self._commits += 1
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return True, result
+            return True, self._commit(body)
         finally:
             self._conn_lock.release()
 
@@ -371,8 +363,12 @@ class Store:
         return outcomes
 
     def _write(self, body: Callable[[Transaction], T]) -> T:
+        self._conn.execute("BEGIN IMMEDIATE")
+        return self._commit(body)
+
+    def _commit(self, body: Callable[[Transaction], T]) -> T:
+        """Inside BEGIN IMMEDIATE: run the body, then COMMIT, or ROLLBACK if it raises."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
             result = body(Transaction(conn))
             conn.execute("COMMIT")

@@ -94,3 +94,31 @@ async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_pat
     await store.read(lambda tx: None)  # let the thread finish the flush
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 1
+
+
+async def test_a_lone_writer_never_waits_for_another_process_on_the_event_loop(store, db_path: Path) -> None:
+    from switchboard_local import store as store_module
+
+    for n in range(store_module.INLINE_AFTER + 1):  # a lone writer for a while: the inline regime
+        await todos.create(store, NewTodo(queue="q", title=f"warm {n}"))
+    assert store._lone_flushes >= store_module.INLINE_AFTER
+
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticking = asyncio.create_task(ticker())
+    write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="waits in the thread")))
+    await asyncio.sleep(0.3)
+    assert not write.done() and ticks > 0  # waiting, and the loop kept running meanwhile
+    await asyncio.to_thread(holder.execute, "COMMIT")
+    created, _ = await write
+    ticking.cancel()
+    holder.close()
+    assert created.title == "waits in the thread"
