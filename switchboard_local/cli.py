@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from . import __version__, todos
-from .cli_common import JsonValue, Out, common, table, when
+from .cli_common import Commands, JsonValue, Out, common, table, when
 from .clock import rfc3339
 from .errors import SwitchboardError
 from .store import default_path
@@ -74,7 +74,7 @@ def _todo_text(todo: Todo) -> str:
 # ---------------------------------------------------------------- commands
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @common
 @click.version_option(__version__, prog_name="switchboard-local")
 @click.pass_context

@@ -59,6 +59,27 @@ def common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+class Commands(click.Group):
+    """The root group: usage errors answer in JSON too when --json was asked for.
+
+    click reports a bad option before any command runs, on stderr only; a
+    script reading --json output gets the same error object as for any other
+    refusal, and the same exit code 2.
+    """
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().main(args, *rest, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            if "--json" in getattr(self, "_argv", ()):
+                click.echo(json.dumps({"error": {"code": "invalid_argument", "message": exc.format_message()}}))
+            raise
+
+
 class Out:
     """Where a command's answer goes: JSON or text for people."""
 

@@ -54,6 +54,9 @@ SET state      = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' 
     updated_at = :now
 WHERE state = 'claimed' AND lease_expires_at <= :now;
 
+-- name: any_lapsed_lease
+SELECT 1 FROM todos WHERE state = 'claimed' AND lease_expires_at <= :now LIMIT 1;
+
 -- name: claim_by_id
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,

@@ -20,14 +20,14 @@ import os
 import random
 import sqlite3
 import time
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from . import adapters, routing
 from .adapters import Adapter
-from .events import NewEvent, body_hash
+from .events import NewEvent, body_hash, ingest
 from .store import Store
 
 log = logging.getLogger("switchboard_local.redis")
@@ -68,7 +68,7 @@ class RedisAdapter:
             client = None
             try:
                 url = _url(self.adapter)
-                self._password = urlsplit(url).password
+                self._password = url_password(url)
                 client = aioredis.Redis.from_url(
                     url, socket_timeout=BLOCK_MS / 1000 + 10, socket_connect_timeout=5, health_check_interval=30
                 )
@@ -118,7 +118,7 @@ class RedisAdapter:
             if entries:
                 await self._store_stream(r, entries)
             else:
-                await self._health()
+                await self._ok()
 
     async def _take_over_idle(self, r: aioredis.Redis) -> None:
         """Entries of other consumers idle past --claim-idle (a dead consumer's)."""
@@ -140,8 +140,12 @@ class RedisAdapter:
         events = [self._event(entry_id.decode(), self._stream_body(fields)) for entry_id, fields in present]
         if len(present) < len(entries):
             log.warning("adapter %s: %d pending entries were deleted from the stream", self.adapter.name, len(entries) - len(present))
-        await self._commit(events)
-        await r.xack(self.key, self.config["group"], *ids)
+        stored = dict(zip((entry_id for entry_id, _ in present), await self._commit(events)))
+        # Deleted entries cannot be stored: ack them with the rest. Never ack what did not commit.
+        acked = [entry_id for entry_id in ids if stored.get(entry_id, True)]
+        if acked:
+            await r.xack(self.key, self.config["group"], *acked)
+        await self._ok()
 
     @staticmethod
     def _stream_body(fields: dict[bytes, bytes]) -> bytes:
@@ -161,7 +165,7 @@ class RedisAdapter:
         while not self.stop.is_set():
             first = await r.blmove(self.key, processing, BLOCK_MS / 1000, "RIGHT", "LEFT")
             if first is None:
-                await self._health()
+                await self._ok()
                 continue
             items = [first]
             while len(items) < batch and (more := await r.lmove(self.key, processing, "RIGHT", "LEFT")) is not None:
@@ -169,11 +173,13 @@ class RedisAdapter:
             await self._store_list(r, processing, items)
 
     async def _store_list(self, r: aioredis.Redis, processing: str, items: list[bytes]) -> None:
-        await self._commit([self._event(body_hash(item), item) for item in items])
+        stored = await self._commit([self._event(body_hash(item), item) for item in items])
         async with r.pipeline(transaction=False) as pipe:
-            for item in items:
-                pipe.lrem(processing, 1, item)
+            for item, done in zip(items, stored):
+                if done:
+                    pipe.lrem(processing, 1, item)
             await pipe.execute()
+        await self._ok()
 
     async def _pubsub(self, r: aioredis.Redis) -> None:
         async with r.pubsub() as ps:
@@ -181,7 +187,7 @@ class RedisAdapter:
             while not self.stop.is_set():
                 message = await ps.get_message(ignore_subscribe_messages=True, timeout=BLOCK_MS / 1000)
                 if message is None:
-                    await self._health()
+                    await self._ok()
                     continue
                 bodies = [message["data"]]
                 while len(bodies) < self.config["batch"]:
@@ -190,6 +196,7 @@ class RedisAdapter:
                         break
                     bodies.append(more["data"])
                 await self._commit([self._event(body_hash(b), b) for b in bodies])
+                await self._ok()
 
     # -------------------------------------------------------------- storing
 
@@ -208,14 +215,52 @@ class RedisAdapter:
             body=body,
         )
 
-    async def _commit(self, events: list[NewEvent]) -> None:
+    async def _commit(self, events: list[NewEvent]) -> list[bool]:
+        """Store a batch in one transaction; answer which messages are stored (may be acked)."""
+        stored = [True] * len(events)
         if events:
-            await routing.deliver_many(self.store, events)
+            try:
+                await routing.deliver_many(self.store, events)
+            except sqlite3.OperationalError:
+                raise  # the database itself (full, read-only, locked): back off, retry it all
+            except Exception as exc:
+                stored = await self._isolate(events, exc)
         if os.environ.get(FAULT_ENV) == "pause-after-commit":
             log.warning("fault hook: committed %d messages, pausing before the ack", len(events))
             await asyncio.Event().wait()  # the test kills the process here
-        self._stored_since_health += len(events)
-        self._delay = BACKOFF_FIRST  # a committed batch: the next fault starts its backoff afresh
+        self._stored_since_health += sum(stored)
+        return stored
+
+    async def _isolate(self, events: list[NewEvent], batch_error: Exception) -> list[bool]:
+        """A message spoiled the batch: store each on its own. One that still fails
+        is kept as a bare event (no todos; replay it once the cause is fixed), so
+        it cannot block the messages behind it; one that cannot even be kept
+        stays un-acked, and if nothing could be stored the batch backs off."""
+        stored = []
+        for event in events:
+            try:
+                await routing.deliver(self.store, event)
+                stored.append(True)
+                continue
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            try:
+                await ingest(self.store, event, [])
+                log.error("adapter %s: message %s kept without todos: %s", self.adapter.name, event.external_id, reason)
+                stored.append(True)
+            except sqlite3.OperationalError:
+                raise
+            except Exception:
+                stored.append(False)
+        if not any(stored):
+            raise batch_error
+        return stored
+
+    async def _ok(self) -> None:
+        """A poll or a batch went through: the next fault starts its backoff afresh."""
+        self._delay = BACKOFF_FIRST
         await self._health()
 
     async def _health(self, error: str | None = None) -> None:
@@ -242,6 +287,11 @@ class RedisAdapter:
             pass
 
 
+def url_password(url: str) -> str | None:
+    """The password as redis-py will send it (percent-decoded), to mask it in messages."""
+    return unquote(urlsplit(url).password or "") or None
+
+
 def _where(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -262,11 +312,9 @@ class Supervisor:
             while not stop.is_set():
                 try:
                     wanted = {a.name: a for a in await adapters.list_adapters(self.store, family="queue") if a.enabled}
-                except sqlite3.Error as exc:
-                    log.warning("cannot read the adapter registry: %s", exc)
-                    wanted = None
-                if wanted is not None:
                     await self._reconcile(wanted)
+                except Exception:  # keep supervising whatever happened; say what it was
+                    log.exception("adapter supervisor: cannot follow the registry this time")
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=self.poll)
                 except TimeoutError:

@@ -83,14 +83,33 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+MAX_JSON_DEPTH = 64
+
+
 def _strict_json(text: str | bytes) -> Any:
-    """Standard JSON only (no NaN or Infinity, no absurd nesting): what a todo's payload can hold."""
+    """Standard JSON only: no NaN or Infinity, no lone surrogates, nesting at most
+    MAX_JSON_DEPTH deep. That is what a todo's payload can hold and every edge
+    can show; anything else is kept as the event's raw bytes alone."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
-        json.dumps(value, allow_nan=False)  # 1e999 parses as inf: refuse it too
-        return value
-    except (ValueError, RecursionError):
+        # 1e999 parses as inf, and "\ud800" as a string UTF-8 cannot hold: refuse both.
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeError is a ValueError
         return _NOT_JSON
+    return value if _depth(value) <= MAX_JSON_DEPTH else _NOT_JSON
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                break
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, replay: bool = False) -> list[NewTodo]:
@@ -122,7 +141,7 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> Ne
     return NewTodo(
         queue=queue,
         title=title,
-        kind=delivery.type[:512],
+        kind=delivery.type.strip()[:512] or None,
         assignee=rule.assignee if rule else None,
         priority=rule.priority if rule else 0,
         max_attempts=rule.max_attempts if rule else NewTodo.max_attempts,

@@ -193,6 +193,8 @@ class Store:
         self._conn_lock = threading.Lock()
         self._lone_flushes = 0
         self._inline_count = 0
+        self._inline_this_tick = False
+        self._closed = False
 
     @classmethod
     async def open(
@@ -216,6 +218,7 @@ class Store:
         return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random())
 
     async def close(self) -> None:
+        self._closed = True
         await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, lambda tx: self._conn.close())
         self._thread.shutdown(wait=True)
 
@@ -237,13 +240,19 @@ class Store:
         file's write lock is free at that instant (it never waits for a lock
         there: a busy file sends the write to the thread).
         """
-        if self._lone_flushes >= INLINE_AFTER:
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        loop = asyncio.get_running_loop()
+        if self._lone_flushes >= INLINE_AFTER and not self._inline_this_tick:
             self._inline_count += 1
             if self._inline_count % PROBE_EVERY:
                 done, result = self._inline(body, write=True)
                 if done:
+                    # Writes that queued up behind this one (the loop was busy
+                    # with its fsync) go to the thread, to share one commit.
+                    self._inline_this_tick = True
+                    loop.call_soon(self._end_inline_tick)
                     return result
-        loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
         with self._writes_lock:
             self._writes.append((body, waiter))
@@ -252,6 +261,9 @@ class Store:
         if start:
             self._thread.submit(self._flush, loop)
         return await waiter
+
+    def _end_inline_tick(self) -> None:
+        self._inline_this_tick = False
 
     async def read(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in autocommit mode: each statement sees the latest commit."""
@@ -341,6 +353,7 @@ class Store:
             except Exception as exc:
                 return [(False, exc)]
         conn = self._conn
+        changes = conn.total_changes
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -355,12 +368,18 @@ class Store:
                     outcomes.append((False, exc))
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
-            self._commits += 1
-        except Exception as exc:
+            self._count_commit(changes)
+        except BaseException as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             return [(False, exc)] * len(bodies)  # nothing committed: nobody may ack
         return outcomes
+
+    def _count_commit(self, changes_before: int) -> None:
+        # Only commits that changed rows: an empty claim must not look like news
+        # to this store's own waiters (data_version), or idle long polls spin.
+        if self._conn.total_changes != changes_before:
+            self._commits += 1
 
     def _write(self, body: Callable[[Transaction], T]) -> T:
         self._conn.execute("BEGIN IMMEDIATE")
@@ -369,10 +388,11 @@ class Store:
     def _commit(self, body: Callable[[Transaction], T]) -> T:
         """Inside BEGIN IMMEDIATE: run the body, then COMMIT, or ROLLBACK if it raises."""
         conn = self._conn
+        changes = conn.total_changes
         try:
             result = body(Transaction(conn))
             conn.execute("COMMIT")
-            self._commits += 1
+            self._count_commit(changes)
         except BaseException:
             # SQLite may already have rolled back (e.g. on SQLITE_FULL);
             # a second ROLLBACK would hide the real error.
@@ -401,8 +421,10 @@ def _settle(waiter: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
     ok, value = outcome
     if ok:
         waiter.set_result(value)
-    else:
+    elif isinstance(value, Exception) and not isinstance(value, StopIteration):
         waiter.set_exception(value)
+    else:  # a future cannot carry these: report them instead of leaving the caller waiting
+        waiter.set_exception(RuntimeError(f"the store's thread failed: {value!r}"))
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:

@@ -91,8 +91,18 @@ def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = N
 # ---------------------------------------------------------------- reads
 
 
+async def _settle_lapsed(store: Store) -> None:
+    """Before a read: recover lapsed leases, if any, so that what is shown is what
+    the next claim would find (a lapsed todo is pending again, or a dead letter).
+    A cheap indexed check; the write happens only when a lease has lapsed."""
+    now = store.clock.now_ms()
+    if await store.read(lambda tx: tx.one(Q.any_lapsed_lease, {"now": now})) is not None:
+        await store.write(lambda tx: _recover_lapsed(tx, store.clock.now_ms()))
+
+
 async def get(store: Store, todo_id: int, *, queues: Sequence[str] | None = None) -> Todo:
     """One todo with its attempt history (``queues``: a scope it must be in)."""
+    await _settle_lapsed(store)
 
     def body(tx: Transaction) -> Todo:
         row = tx.one(Q.get_todo, {"id": todo_id})
@@ -131,6 +141,7 @@ async def list_todos(
         "queues": None if queues is None else json.dumps(list(queues)),
         "before_id": before_id,
     }
+    await _settle_lapsed(store)
     rows = await store.read(lambda tx: tx.all(Q.list_todos, params))
     return [Todo.from_row(r) for r in rows]
 
@@ -412,8 +423,10 @@ async def redrive(store: Store, todo_id: int) -> Todo:
     """A dead letter back to pending with a fresh attempt budget."""
 
     def body(tx: Transaction) -> Todo:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)  # a lapsed last attempt is the dead letter it will become
         try:
-            row = tx.one(Q.redrive, {"id": todo_id, "now": store.clock.now_ms()})
+            row = tx.one(Q.redrive, {"id": todo_id, "now": now})
         except sqlite3.IntegrityError:  # the unique index on live (queue, key)
             raise Conflict(
                 f"todo {todo_id} cannot be redriven: a newer live todo holds its idempotency key"

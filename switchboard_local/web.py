@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from . import adapters, retention, routing, webhooks
 from .errors import NotFound
-from .events import NewEvent
+from .events import NewEvent, ingest
 from .redis_adapters import Supervisor
 from .store import Store
 
@@ -141,7 +141,17 @@ async def receive(store: Store, request: Request) -> Response:
         body=raw,
     )
     try:
-        result = await routing.deliver(store, event)
+        try:
+            result = await routing.deliver(store, event)
+        except (sqlite3.OperationalError, OSError):
+            raise
+        except Exception as exc:
+            # Routing could not make todos of it: keep the verified delivery as a
+            # bare event (replay it once the cause is fixed) rather than have the
+            # provider retry a delivery that will never route.
+            result = await ingest(store, event, [])
+            log.error("delivery source=%s type=%s event=%d kept without todos: %s: %s", name, verified.type,
+                      result.event_id, type(exc).__name__, exc)  # fmt: skip
     except (sqlite3.Error, OSError) as exc:
         log.error("delivery source=%s type=%s outcome=store-failed error=%r", name, verified.type, str(exc))
         return _problem(503, "the event could not be stored; retry later")

@@ -207,3 +207,11 @@ def test_cli_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path) -> None:
+    code, out, err = cli("todo", "create", "--queue", "q", "--title", "t", "--priority", "high", "--json")
+    assert code == 2 and "--priority" in err
+    error = json.loads(out)["error"]
+    assert error["code"] == "invalid_argument" and "--priority" in error["message"]
+    assert count_todos(db_path) == 0

@@ -285,3 +285,24 @@ async def test_redrive_is_refused_while_a_newer_live_todo_holds_the_key(store):
     claimed = await todos.claim(store, newer.id, owner="w")
     await todos.complete(store, newer.id, claimed.lease_token)
     assert (await todos.redrive(store, old.id)).state == "pending"
+
+
+async def test_a_key_held_by_a_lapsed_last_attempt_is_free_for_new_work(store, clock) -> None:
+    old, _ = await todos.create(store, NewTodo(queue="q", title="old", idempotency_key="k", max_attempts=1))
+    await todos.claim_next(store, owner="crashed", lease=60)
+    clock.advance(61)  # its only attempt lapsed: a dead letter, though nobody claimed since
+    new, created = await todos.create(store, NewTodo(queue="q", title="new", idempotency_key="k"))
+    assert created and new.id != old.id
+    assert (await todos.get(store, old.id)).dead_letter
+
+
+async def test_stats_reads_without_writing(store, clock, db_path) -> None:
+    import sqlite3
+
+    await todos.create(store, NewTodo(queue="q", title="t", max_attempts=1))
+    await todos.claim_next(store, owner="crashed", lease=60)
+    clock.advance(61)
+    (row,) = await todos.stats(store)
+    assert (row.claimed, row.failed, row.dead_letters) == (0, 1, 1)
+    with sqlite3.connect(db_path) as conn:  # the file still holds the lapsed claim
+        assert conn.execute("SELECT state FROM todos").fetchone()[0] == "claimed"

@@ -13,7 +13,7 @@ import pytest
 
 from redis_server import RedisServer, free_port
 from switchboard_local import adapters, redis_config, rules, todos
-from switchboard_local.redis_adapters import RedisAdapter, Supervisor
+from switchboard_local.redis_adapters import RedisAdapter, Supervisor, url_password
 from switchboard_local.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -210,3 +210,31 @@ async def test_entries_left_pending_by_a_dead_consumer_are_taken_over_after_clai
     await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
     await running.finish()
     assert count(db_path, "SELECT count(*) FROM todos") == 5
+
+
+async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the_rest(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    await rules.add(real_store, source="orders", queue="q", title="{name}")
+    with sqlite3.connect(db_path) as conn:  # a todo that can never be stored, for this one message
+        conn.execute("CREATE TRIGGER poison BEFORE INSERT ON todos WHEN NEW.title = 'poison' "
+                     "BEGIN SELECT RAISE(ABORT, 'poisoned'); END")  # fmt: skip
+    for name in ("first", "poison", "third"):
+        r.xadd("orders", {"name": name})
+    running = Running(real_store, await adapters.get(real_store, "orders"))
+    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 3)
+    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.finish()
+    with sqlite3.connect(db_path) as conn:
+        titles = [row[0] for row in conn.execute("SELECT title FROM todos ORDER BY id")]
+    assert titles == ["first", "third"]  # the poison message is an event without todos
+
+
+def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:
+    adapter = RedisAdapter(None, adapters.Adapter(  # type: ignore[arg-type]
+        name="a", family="queue", kind="redis", trust_mode="queue", enabled=True,
+        config={"mode": "stream", "key": "k", "redis_url_env": "X"}, secrets=[], created_at=0, updated_at=0,
+        last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,
+    ), asyncio.Event())  # fmt: skip
+    adapter._password = url_password("redis://:p%40ss%3Aword@127.0.0.1:6379/0")
+    assert adapter._describe(RuntimeError("AUTH p@ss:word failed")) == "RuntimeError: AUTH **** failed"

@@ -204,3 +204,39 @@ def test_rule_cli_add_list_test_and_refusal(db_path: Path, tmp_path: Path) -> No
     assert [(t["queue"], t["title"]) for t in json.loads(tested.stdout)] == [("review", "PR 42")]
     listed = cli("rule", "list", "--json")
     assert [r["queue"] for r in json.loads(listed.stdout)] == ["review"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"a": NaN}', b'[1e999]', b'{"a": "\\ud800"}', b'{"a": "\xed\xa0\x80"}', b"[" * 65 + b"]" * 65],
+    ids=["nan", "infinity", "escaped-surrogate", "raw-surrogate", "65-deep"],
+)
+def test_only_standard_json_becomes_a_payload(body: bytes) -> None:
+    assert routing.parse_payload(body, "application/json") is None
+    assert routing.parse_payload(b"[" * 64 + b"]" * 64, "application/json") is not None
+
+
+async def test_a_delivery_with_a_payload_no_todo_can_hold_still_routes_with_an_empty_body(store) -> None:
+    await add_source(store)
+    result = await routing.deliver(store, NewEvent(
+        source="gh", family="webhook", type="push", external_id="d-x", trust_mode="github", verified=True,
+        body=b'{"a": "\\ud800", "b": NaN}', content_type="application/json",
+    ))  # fmt: skip
+    (todo_id,) = result.todo_ids
+    assert (await todos.get(store, todo_id)).payload["body"] is None
+
+
+async def test_an_over_long_delivery_id_is_hashed_into_the_key(store) -> None:
+    await add_source(store)
+    result = await routing.deliver(store, event(PR, delivery="x" * 5000))
+    todo = await todos.get(store, result.todo_ids[0])
+    assert todo.idempotency_key.startswith("gh:sha256:") and len(todo.idempotency_key) < 100
+
+
+async def test_removing_a_source_removes_its_rules(store) -> None:
+    await add_source(store)
+    await add_source(store, "other")
+    await rules.add(store, source="gh", queue="q")
+    kept = await rules.add(store, source="other", queue="q")
+    await adapters.remove(store, "gh")
+    assert [r.id for r in await rules.list_rules(store)] == [kept.id]
