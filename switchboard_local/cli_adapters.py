@@ -23,6 +23,12 @@ def _view(a: Adapter) -> dict[str, Any]:
     return view
 
 
+def _last_error(a: Adapter) -> str:
+    if a.last_error is None:
+        return "-"
+    return a.last_error if a.consecutive_failures else f"(recovered since) {a.last_error}"
+
+
 def _text(a: Adapter) -> str:
     c = a.to_dict()["config"]
     lines = [
@@ -36,7 +42,7 @@ def _text(a: Adapter) -> str:
         lines.append(f"  group        {c['group']} (consumer {c['consumer']}, takes over entries idle {c['claim_idle']} s)")
     lines += [
         f"  last poll    {when(a.last_poll_at)}",
-        f"  last error   {a.last_error or '-'}",
+        f"  last error   {_last_error(a)}",
         f"  failures     {a.consecutive_failures} in a row",
         f"  stored       {a.messages_stored} messages",
     ]
@@ -91,7 +97,7 @@ def adapter_status(db: Path | None, as_json: bool | None) -> None:
     found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
     rows = [
         [a.name, "enabled" if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
-         a.messages_stored, a.last_error or "-"]
+         a.messages_stored, _last_error(a)]
         for a in found
     ]  # fmt: skip
     headers = ["NAME", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"]

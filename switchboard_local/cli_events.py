@@ -82,7 +82,8 @@ def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool)
         return
     view = event.full()
     lines = [f"event {event.id}: {event.type} from {event.source}"]
-    lines += [f"  {k:<14} {v}" for k, v in event.summary().items() if k not in ("id", "type", "source")]
+    shown = {**event.summary(), "verified": "yes" if event.verified else "NO"}
+    lines += [f"  {k:<14} {v}" for k, v in shown.items() if k not in ("id", "type", "source")]
     lines += [f"  header {k}: {v}" for k, v in event.headers.items()]
     lines.append(f"  body ({view['body_encoding']}):")
     lines.append("    " + view["body"].replace("\n", "\n    "))

@@ -166,6 +166,13 @@ def _matches(candidates: list[str], expected: list[str] | list[bytes]) -> int | 
     return found
 
 
+def _which(index: int, count: int) -> str:
+    """Which active secret matched, in words: secrets are tried newest first."""
+    if count == 1:
+        return "the secret"
+    return "the newest secret" if index == 1 else "an older secret (retire it once the sender has switched)"
+
+
 def _require(headers: Mapping[str, str], name: str) -> str:
     value = headers.get(name)
     if not value:
@@ -209,7 +216,7 @@ def _hex_signed(prefix: str, header: str, type_header: str, id_header: str):  # 
         return Verified(
             type=headers.get(type_header) or "webhook",
             external_id=headers.get(id_header) or body_hash(body),
-            detail=f"{header} matched secret {index} of {len(secrets)}",
+            detail=f"{header} matched {_which(index, len(secrets))}",
         )
 
     return check
@@ -228,7 +235,7 @@ def _stripe(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now
     return Verified(
         type=_json_field(body, "type") or "webhook",
         external_id=_json_field(body, "id") or body_hash(body),
-        detail=f"stripe-signature v1 matched secret {index} of {len(secrets)}",
+        detail=f"stripe-signature v1 matched {_which(index, len(secrets))}",
     )
 
 
@@ -242,7 +249,7 @@ def _slack(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now:
     index = _matches([given[3:].lower()], [_hmac_hex(s, base) for s in secrets])
     if index is None:
         raise Unverified("x-slack-signature does not match")
-    detail = f"x-slack-signature matched secret {index} of {len(secrets)}"
+    detail = f"x-slack-signature matched {_which(index, len(secrets))}"
     if _json_field(body, "type") == "url_verification":
         return Verified("url_verification", body_hash(body), detail, challenge=_json_field(body, "challenge") or "")
     return Verified(
@@ -272,7 +279,7 @@ def _standard(config: dict[str, Any], headers: Mapping[str, str], body: bytes, n
     return Verified(
         type=_json_field(body, "type") or "webhook",
         external_id=msg_id,
-        detail=f"webhook-signature v1 matched secret {index} of {len(secrets)}",
+        detail=f"webhook-signature v1 matched {_which(index, len(secrets))}",
     )
 
 
@@ -283,7 +290,7 @@ def _gitlab(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now
     return Verified(
         type=headers.get("x-gitlab-event") or "webhook",
         external_id=headers.get("x-gitlab-event-uuid") or headers.get("idempotency-key") or body_hash(body),
-        detail=f"x-gitlab-token matched secret {index} of {len(secrets)}",
+        detail=f"x-gitlab-token matched {_which(index, len(secrets))}",
     )
 
 
@@ -308,7 +315,7 @@ def _generic_hmac(config: dict[str, Any], headers: Mapping[str, str], body: byte
         index = _matches([given], [base64.b64encode(d).decode() for d in digests])
     if index is None:
         raise Unverified(f"{header} does not match")
-    return _named(config, headers, body, f"{header} {config['algorithm']} matched secret {index} of {len(secrets)}")
+    return _named(config, headers, body, f"{header} {config['algorithm']} matched {_which(index, len(secrets))}")
 
 
 def _token(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now: float, secrets: list[bytes]) -> Verified:
@@ -321,7 +328,7 @@ def _token(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now:
     index = _matches([given.strip()], secrets)
     if index is None:
         raise Unverified(f"{header} token does not match")
-    return _named(config, headers, body, f"{header} token matched secret {index} of {len(secrets)}")
+    return _named(config, headers, body, f"{header} token matched {_which(index, len(secrets))}")
 
 
 def _open(config: dict[str, Any], headers: Mapping[str, str], body: bytes, now: float, secrets: list[bytes]) -> Verified:
