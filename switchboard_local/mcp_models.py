@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .events import Event
 from .todos import QueueStats, Todo
@@ -96,6 +96,15 @@ class TodoFull(Out):
         default=None, description="only in a claim's answer: pass it to heartbeat, complete, fail, release"
     )
     attempts: list[AttemptOut] | None = Field(default=None, description="one per claim, oldest first (get_todo)")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: Any) -> Any:
+        # lease_token only in a claim's answer, attempts only in get_todo's: absent, not null.
+        data = handler(self)
+        for key in ("lease_token", "attempts"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @classmethod
     def of(cls, todo: Todo) -> TodoFull:

@@ -137,6 +137,8 @@ async def _ring_for_arrivals(session: Session, after_id: int) -> None:
             after_id = arrival.id
             if arrival.state != "pending":
                 continue  # taken (or finished) before we looked: nothing to ring for
+            if session.is_polling(arrival.queue):
+                continue  # this session's own long poll is about to hand it over
             try:
                 await session.doorbell.ring(doorbell_content(arrival), doorbell_meta(arrival))
             except Exception:

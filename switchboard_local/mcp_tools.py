@@ -75,6 +75,12 @@ class Session:
     owner: str  # agent name / per-process session id
     changes: watch.Changes
     doorbell: Doorbell = field(default_factory=Doorbell)
+    # The queues of this session's claim_next calls that are waiting right now:
+    # what lands there is about to be handed over, so the doorbell stays silent.
+    polling: list[frozenset[str] | None] = field(default_factory=list)
+
+    def is_polling(self, queue: str) -> bool:
+        return any(queues is None or queue in queues for queues in self.polling)
 
 
 def _session(ctx: Context) -> Session:
@@ -159,15 +165,22 @@ async def claim_next(
         await anyio.sleep(wait_seconds)  # answered like a queue that exists but stays empty
         return ClaimNextResult(todo=None, empty=True)
     queues = [queue] if queue is not None else s.scope.queues
-    while True:
-        seen = s.changes.count  # before the attempt: a commit during it still wakes the wait below
-        todo = await todos.claim_next(s.store, owner=s.owner, queues=queues, lease=lease_seconds, agent=s.scope.agent)
-        if todo is not None:
-            return ClaimNextResult(todo=TodoFull.of(todo), empty=False)
-        remaining = deadline - anyio.current_time()
-        if remaining <= 0:
-            return ClaimNextResult(todo=None, empty=True)
-        await s.changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+    polled = None if queues is None else frozenset(queues)
+    s.polling.append(polled)
+    try:
+        while True:
+            seen = s.changes.count  # before the attempt: a commit during it still wakes the wait below
+            todo = await todos.claim_next(
+                s.store, owner=s.owner, queues=queues, lease=lease_seconds, agent=s.scope.agent
+            )
+            if todo is not None:
+                return ClaimNextResult(todo=TodoFull.of(todo), empty=False)
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                return ClaimNextResult(todo=None, empty=True)
+            await s.changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+    finally:
+        s.polling.remove(polled)
 
 
 # ---------------------------------------------------------------- the leased verbs

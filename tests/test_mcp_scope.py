@@ -177,3 +177,24 @@ async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
     made = [await todos.get(store, i) for i in replayed["todo_ids"]]
     assert [t.queue for t in made] == ["review"]
     assert {t.queue for t in await todos.list_todos(store, state="pending")} == {"review"}
+
+
+async def test_the_doorbell_stays_silent_for_what_the_sessions_own_long_poll_hands_over(store) -> None:
+    import anyio
+
+    reviewer = await agents.add(store, "reviewer", queues=["review", "other"])
+    rings = Rings()
+    async with connect(store, reviewer, rings) as client:
+        answer: dict = {}
+
+        async def poll() -> None:
+            answer.update(await call(client, "claim_next", queue="review", wait_seconds=15))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(poll)
+            await anyio.sleep(0.3)  # let the poll start waiting
+            polled = await new(store, "review", title="handed over by the poll")
+        elsewhere = await new(store, "other", title="nobody is polling here")
+        received = await rings.until(elsewhere.id)
+    assert answer["todo"]["id"] == polled.id
+    assert [r.meta["todo_id"] for r in received] == [str(elsewhere.id)]
