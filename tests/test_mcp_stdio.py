@@ -91,10 +91,16 @@ async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db
             await todos.create(store, NewTodo(queue="work", title=f"job {n}"))
 
     completed: dict[str, list[int]] = {}
+    both_ready = anyio.Event()
+    ready: list[str] = []
 
     async def drain(name: str, params) -> None:
         async with Client(params, mode="legacy") as client:
             mine = completed.setdefault(name, [])
+            ready.append(name)  # both processes are up before either drains: they really compete
+            if len(ready) == 2:
+                both_ready.set()
+            await both_ready.wait()
             while True:
                 got = await call(client, "claim_next")
                 if got["empty"]:
