@@ -90,6 +90,8 @@ class RedisAdapter:
                         await client.aclose()
                     except (RedisError, OSError):
                         pass
+        if self._stored_since_health:
+            await self._health(force=True)  # what was stored since the last record counts too
 
     # -------------------------------------------------------------- modes
 
@@ -263,10 +265,10 @@ class RedisAdapter:
         self._delay = BACKOFF_FIRST
         await self._health()
 
-    async def _health(self, error: str | None = None) -> None:
+    async def _health(self, error: str | None = None, *, force: bool = False) -> None:
         """Record polls at most once a second (each record is a commit), errors at once."""
         now = time.monotonic()
-        if error is None and now - self._health_at < HEALTH_EVERY:
+        if error is None and not force and now - self._health_at < HEALTH_EVERY:
             return
         self._health_at = now
         stored, self._stored_since_health = self._stored_since_health, 0

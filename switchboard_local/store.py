@@ -193,7 +193,7 @@ class Store:
         self._conn_lock = threading.Lock()
         self._lone_flushes = 0
         self._inline_count = 0
-        self._inline_this_tick = False
+        self._inline_tick_task: asyncio.Task[Any] | None = None
         self._closed = False
 
     @classmethod
@@ -243,15 +243,18 @@ class Store:
         if self._closed:
             raise RuntimeError("the store is closed")
         loop = asyncio.get_running_loop()
-        if self._lone_flushes >= INLINE_AFTER and not self._inline_this_tick:
+        tick_owner = self._inline_tick_task
+        if self._lone_flushes >= INLINE_AFTER and (tick_owner is None or tick_owner is asyncio.current_task()):
             self._inline_count += 1
             if self._inline_count % PROBE_EVERY:
                 done, result = self._inline(body, write=True)
                 if done:
-                    # Writes that queued up behind this one (the loop was busy
-                    # with its fsync) go to the thread, to share one commit.
-                    self._inline_this_tick = True
-                    loop.call_soon(self._end_inline_tick)
+                    # Other tasks' writes that queued up behind this one (the
+                    # loop was busy with its fsync) go to the thread, to share
+                    # one commit; this task's next write may stay inline.
+                    if tick_owner is None:
+                        self._inline_tick_task = asyncio.current_task()
+                        loop.call_soon(self._end_inline_tick)
                     return result
         waiter: asyncio.Future[T] = loop.create_future()
         with self._writes_lock:
@@ -263,7 +266,7 @@ class Store:
         return await waiter
 
     def _end_inline_tick(self) -> None:
-        self._inline_this_tick = False
+        self._inline_tick_task = None
 
     async def read(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in autocommit mode: each statement sees the latest commit."""
