@@ -1,0 +1,376 @@
+"""The whole benchmark suite, side by side, in one invocation.
+
+    .venv/bin/python -m pip install -e '.[bench]'     # the peers: litequeue, persist-queue
+    .venv/bin/python bench/run.py [--runs 5] [--only a,b,c,d,e,f,g]
+
+Every figure is a median over --runs runs, measured on the same file system
+at the same durability: WAL + synchronous=FULL for every SQLite-based system
+(set on the peers' connections too). Sections:
+
+  a  the limit: raw sqlite3 one INSERT per transaction; one UPDATE…RETURNING
+     claim + one UPDATE complete per job in their own transactions; 100
+     inserts per transaction; fdatasync latency of this directory
+  b  core: todos created/s; claim+complete/s (two commits per job); the drain
+     loop with complete_then_claim (one commit per job); 4 processes draining
+     one file; 8 concurrent consumers in one process (group commit)
+  c  peers: litequeue put, pop+done; persist-queue SQLiteAckQueue put, get+ack
+  d  webhook ingest over loopback HTTP, 1 and 32 senders (bench/webhooks.py)
+  e  Redis stream drain, batch 1 and 64, beside raw XREADGROUP+XACK (bench/redis_drain.py)
+  f  MCP over stdio: start → initialize, claim_next+complete p50/p99 (bench/mcp.py)
+  g  scale: claim_next latency with 1,000 vs 1,000,000 todos in the file, bytes per todo
+
+Prints a table with the issue's target ratios and writes bench/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from switchboard_local import todos  # noqa: E402
+from switchboard_local.store import Store  # noqa: E402
+
+N = 2000
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _raw_conn(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+# ---------------------------------------------------------------- a: the limit
+
+
+def raw_insert(tmp: Path) -> float:
+    conn = _raw_conn(tmp / "raw-insert.db")
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, body TEXT, state TEXT)")
+    start = time.perf_counter()
+    for i in range(N):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO jobs (body, state) VALUES (?, 'pending')", (f"job {i}",))
+        conn.execute("COMMIT")
+    return N / (time.perf_counter() - start)
+
+
+def raw_claim_complete(tmp: Path) -> float:
+    conn = _raw_conn(tmp / "raw-claim.db")
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, body TEXT, state TEXT)")
+    conn.execute("CREATE INDEX jobs_pending ON jobs (id) WHERE state = 'pending'")
+    conn.executemany("INSERT INTO jobs (body, state) VALUES (?, 'pending')", [(f"job {i}",) for i in range(N)])
+    start = time.perf_counter()
+    for _ in range(N):
+        conn.execute("BEGIN IMMEDIATE")
+        (job_id,) = conn.execute(
+            "UPDATE jobs SET state = 'claimed' WHERE id = (SELECT id FROM jobs WHERE state = 'pending' "
+            "ORDER BY id LIMIT 1) RETURNING id"
+        ).fetchone()
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
+        conn.execute("COMMIT")
+    return N / (time.perf_counter() - start)
+
+
+def raw_batched_insert(tmp: Path) -> float:
+    conn = _raw_conn(tmp / "raw-batch.db")
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, body TEXT, state TEXT)")
+    total = N * 10
+    start = time.perf_counter()
+    for batch in range(total // 100):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO jobs (body, state) VALUES (?, 'pending')",
+                         [(f"job {batch}-{i}",) for i in range(100)])  # fmt: skip
+        conn.execute("COMMIT")
+    return total / (time.perf_counter() - start)
+
+
+def fdatasync_ms(tmp: Path) -> float:
+    fd = os.open(tmp / "sync.bin", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        times = []
+        for _ in range(200):
+            os.write(fd, b"x" * 4096)
+            start = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    return statistics.median(times) * 1000
+
+
+# ---------------------------------------------------------------- b: core
+
+
+async def _filled(path: Path, n: int = N) -> Store:
+    store = await Store.open(path)
+    for i in range(n):
+        await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}"))
+    return store
+
+
+async def core_drain_one_commit(path: Path) -> float:
+    store = await _filled(path)
+    try:
+        then = todos.NextClaim("bench", ["bench"])
+        start = time.perf_counter()
+        todo, done = await todos.claim_next(store, owner="bench", queues=["bench"]), 0
+        while todo is not None:
+            _, todo = await todos.complete_then_claim(store, todo.id, todo.lease_token, then)
+            done += 1
+        assert done == N
+        return N / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
+async def core_eight_consumers(path: Path) -> float:
+    store = await _filled(path)
+    try:
+
+        async def consumer(k: int) -> int:
+            then, done = todos.NextClaim(f"c{k}", ["bench"]), 0
+            todo = await todos.claim_next(store, owner=f"c{k}", queues=["bench"])
+            while todo is not None:
+                _, todo = await todos.complete_then_claim(store, todo.id, todo.lease_token, then)
+                done += 1
+            return done
+
+        start = time.perf_counter()
+        assert sum(await asyncio.gather(*(consumer(k) for k in range(8)))) == N
+        return N / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- c: peers
+
+
+def _peer(name: str) -> Any:
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def litequeue_put_pop(tmp: Path) -> tuple[float, float]:
+    from litequeue import LiteQueue
+
+    q = LiteQueue(str(tmp / "litequeue.db"))
+    q.conn.execute("PRAGMA synchronous = FULL")
+    start = time.perf_counter()
+    for i in range(N):
+        q.put(f"job {i}")
+    put = N / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for _ in range(N):
+        message = q.pop()
+        q.done(message.message_id)
+    return put, N / (time.perf_counter() - start)
+
+
+def persist_queue_put_get(tmp: Path) -> tuple[float, float]:
+    from persistqueue import SQLiteAckQueue
+
+    q = SQLiteAckQueue(str(tmp / "persist-queue"), multithreading=False, auto_commit=True)
+    for conn in {id(c): c for c in (q._conn, q._putter)}.values():
+        conn.execute("PRAGMA synchronous = FULL")
+    start = time.perf_counter()
+    for i in range(N):
+        q.put(f"job {i}")
+    put = N / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for _ in range(N):
+        item = q.get(raw=True)
+        q.ack(id=item["pqid"])
+    return put, N / (time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------- g: scale
+
+
+async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
+    """p50 of claim_next with ``done_rows`` finished todos in the file; bytes per todo."""
+    store = await Store.open(path)
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    now = int(time.time() * 1000)
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO todos (queue, title, payload, state, created_at, updated_at, completed_at) "
+        "VALUES ('bench', ?, '{\"n\": 1}', 'done', ?, ?, ?)",
+        ((f"old job {i}", now, now, now) for i in range(done_rows)),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+    store = await Store.open(path)
+    try:
+        for i in range(1000):
+            await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}"))
+        times = []
+        for _ in range(500):
+            start = time.perf_counter()
+            todo = await todos.claim_next(store, owner="bench", queues=["bench"])
+            times.append(time.perf_counter() - start)
+            await todos.complete(store, todo.id, todo.lease_token)
+    finally:
+        await store.close()
+    size = path.stat().st_size + sum(p.stat().st_size for p in path.parent.glob(path.name + "-*"))
+    return statistics.median(times) * 1000, size / (done_rows + 1000)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def median_of(runs: int, measure: Callable[[int], Any]) -> Any:
+    values = [measure(i) for i in range(runs)]
+    if isinstance(values[0], tuple):
+        return tuple(statistics.median(v[k] for v in values) for k in range(len(values[0])))
+    if isinstance(values[0], dict):
+        return {k: statistics.median(v[k] for v in values) for k in values[0]}
+    return statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", default="a,b,c,d,e,f,g")
+    args = parser.parse_args()
+    sections = set(args.only.split(","))
+    r: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=BENCH) as tmp_name:
+        tmp = Path(tmp_name)
+
+        def fresh(i: int, name: str) -> Path:
+            folder = tmp / f"{name}-{i}"
+            folder.mkdir()
+            return folder
+
+        if "a" in sections:
+            r["raw_insert_per_s"] = median_of(args.runs, lambda i: raw_insert(fresh(i, "ri")))
+            r["raw_claim_complete_per_s"] = median_of(args.runs, lambda i: raw_claim_complete(fresh(i, "rc")))
+            r["raw_100_per_tx_per_s"] = median_of(args.runs, lambda i: raw_batched_insert(fresh(i, "rb")))
+            r["fdatasync_ms"] = median_of(args.runs, lambda i: fdatasync_ms(fresh(i, "fs")))
+        if "b" in sections:
+            core = _load("core")
+            r["core_create_per_s"] = median_of(args.runs, lambda i: asyncio.run(core.create(fresh(i, "cc") / "db", N)))
+
+            def two_commits(i: int) -> float:
+                db = fresh(i, "cd") / "db"
+                asyncio.run(core.create(db, N))
+                return asyncio.run(core.drain(db, N))
+
+            def processes(i: int) -> float:
+                db = fresh(i, "cp") / "db"
+                asyncio.run(core.create(db, N))
+                return core.drain_processes(db, N, 4)
+
+            r["core_claim_complete_per_s"] = median_of(args.runs, two_commits)
+            r["core_drain_one_commit_per_s"] = median_of(args.runs, lambda i: asyncio.run(core_drain_one_commit(fresh(i, "c1") / "db")))
+            r["core_4_processes_per_s"] = median_of(args.runs, processes)
+            r["core_8_consumers_per_s"] = median_of(args.runs, lambda i: asyncio.run(core_eight_consumers(fresh(i, "c8") / "db")))
+        if "c" in sections:
+            if _peer("litequeue"):
+                r["litequeue_put_per_s"], r["litequeue_pop_done_per_s"] = median_of(args.runs, lambda i: litequeue_put_pop(fresh(i, "lq")))
+            if _peer("persistqueue"):
+                r["persist_queue_put_per_s"], r["persist_queue_get_ack_per_s"] = median_of(args.runs, lambda i: persist_queue_put_get(fresh(i, "pq")))
+        if "d" in sections:
+            web = _load("webhooks")
+            for senders in (1, 32):
+                got = median_of(args.runs, lambda i, s=senders: web.run(1000, s, fresh(i, f"w{s}"), i))
+                r[f"webhook_{senders}_senders_per_s"] = got["per_s"]
+                r[f"webhook_{senders}_senders_p50_ms"] = got["p50_ms"]
+                r[f"webhook_{senders}_senders_p99_ms"] = got["p99_ms"]
+        if "e" in sections:
+            rd = _load("redis_drain")
+            from redis_server import RedisServer
+
+            server = RedisServer(tmp).start()
+            try:
+                entries = 5000
+
+                def raw_run(i: int) -> float:
+                    rd.fill(server, f"raw{i}", entries)
+                    return rd.raw(server, f"raw{i}", entries)
+
+                def drain_run(i: int, batch: int) -> float:
+                    rd.fill(server, f"d{batch}-{i}", entries)
+                    return asyncio.run(rd.drain(server, f"d{batch}-{i}", entries, batch, fresh(i, f"rd{batch}") / "db"))
+
+                r["redis_raw_per_s"] = median_of(args.runs, raw_run)
+                r["redis_batch_1_per_s"] = median_of(args.runs, lambda i: drain_run(i, 1))
+                r["redis_batch_64_per_s"] = median_of(args.runs, lambda i: drain_run(i, 64))
+            finally:
+                server.stop()
+        if "f" in sections:
+            mcp_bench = _load("mcp")
+            got = median_of(args.runs, lambda i: mcp_bench.one_run(200))
+            r["mcp_initialize_ms"] = got["startup_to_initialize_ms"]
+            r["mcp_round_trip_p50_ms"] = got["claim_next_complete_p50_ms"]
+            r["mcp_round_trip_p99_ms"] = got["claim_next_complete_p99_ms"]
+        if "g" in sections:
+            small = median_of(args.runs, lambda i: asyncio.run(claim_latency_ms(fresh(i, "s1k") / "db", 0)))
+            big = asyncio.run(claim_latency_ms(fresh(0, "s1m") / "db", 1_000_000))
+            r["claim_next_ms_1k"], r["claim_next_ms_1m"], r["bytes_per_todo_1m"] = small[0], big[0], big[1]
+    report(r, args.runs)
+
+
+TARGETS = [
+    ("core drain (1 commit/job) vs litequeue pop+done", "core_drain_one_commit_per_s", "litequeue_pop_done_per_s", 2.0),
+    ("core drain (1 commit/job) vs persist-queue get+ack", "core_drain_one_commit_per_s", "persist_queue_get_ack_per_s", 1.8),
+    ("core create vs raw one-insert-per-transaction", "core_create_per_s", "raw_insert_per_s", 0.7),
+    ("8 consumers in one process vs raw one-insert", "core_8_consumers_per_s", "raw_insert_per_s", 3.0),
+    ("webhook ingest, 32 senders vs raw one-insert", "webhook_32_senders_per_s", "raw_insert_per_s", 1.0),
+    ("stream drain batch 64 vs raw XREADGROUP+XACK", "redis_batch_64_per_s", "redis_raw_per_s", 0.3),
+]
+
+
+def report(r: dict[str, Any], runs: int) -> None:
+    print(f"figure (median of {runs} runs)                     value")
+    for key, value in r.items():
+        print(f"  {key:<44}{value:>12.2f}")
+    print("\ntarget                                                  ratio   target  met")
+    results = {"figures": r, "targets": []}
+    for label, mine, theirs, target in TARGETS:
+        if mine in r and theirs in r:
+            ratio = r[mine] / r[theirs]
+            print(f"  {label:<54}{ratio:>6.2f}  {target:>6.2f}  {'yes' if ratio >= target else 'no'}")
+            results["targets"].append({"target": label, "ratio": ratio, "wanted": target, "met": ratio >= target})
+    if "claim_next_ms_1m" in r:
+        ratio = r["claim_next_ms_1m"] / r["claim_next_ms_1k"]
+        print(f"  {'claim_next latency at 1,000,000 todos vs 1,000 (at most)':<54}{ratio:>6.2f}  {1.5:>6.2f}  {'yes' if ratio <= 1.5 else 'no'}")
+        results["targets"].append({"target": "claim_next 1M vs 1k", "ratio": ratio, "wanted_at_most": 1.5, "met": ratio <= 1.5})
+    if "mcp_round_trip_p50_ms" in r:
+        p50 = r["mcp_round_trip_p50_ms"]
+        print(f"  {'MCP claim_next+complete p50 (ms, at most)':<54}{p50:>6.2f}  {5.0:>6.2f}  {'yes' if p50 <= 5 else 'no'}")
+        results["targets"].append({"target": "MCP p50 ms", "value": p50, "wanted_at_most": 5.0, "met": p50 <= 5})
+    (BENCH / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
