@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from . import __version__, todos
-from .cli_common import Commands, JsonValue, Out, common, table, when
+from .cli_common import ID, Commands, JsonValue, Out, common, table, when
 from .clock import rfc3339
 from .errors import SwitchboardError
 from .store import default_path
@@ -126,7 +126,7 @@ def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: s
 
 
 @todo.command("show")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @common
 def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
     """Show one todo in full, with its attempt history."""
@@ -136,7 +136,7 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 
 
 @todo.command("claim")
-@click.argument("todo_id", metavar="[ID]", type=int, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
 @click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
 @click.option("--owner", default=None, help="Who claims (default: your user name).")
 @click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
@@ -172,7 +172,7 @@ token_option = click.option("--token", "lease_token", required=True, help="The l
 
 
 @todo.command("heartbeat")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @token_option
 @click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
 @common
@@ -216,7 +216,7 @@ def _finish(
 
 
 @todo.command("complete")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @token_option
 @click.option("--result", type=JsonValue(), default=None, help="JSON result, or @FILE.")
 @_next_options
@@ -246,7 +246,7 @@ def _failed_text(found: Todo) -> str:
 
 
 @todo.command("fail")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @token_option
 @click.option("--error", default=None, help="What went wrong (kept as last_error).")
 @_next_options
@@ -266,7 +266,7 @@ def todo_fail(
 
 
 @todo.command("release")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @token_option
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
 @common
@@ -278,7 +278,7 @@ def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_toke
 
 
 @todo.command("redrive")
-@click.argument("todo_id", metavar="ID", type=int)
+@click.argument("todo_id", metavar="ID", type=ID)
 @common
 def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
     """Send a dead letter back to pending with a fresh attempt budget."""

@@ -18,12 +18,17 @@ import click
 from .clock import rfc3339
 from .errors import InvalidArgument, StoreUnusable, SwitchboardError
 from .store import DB_ENV, Store
+from .todo_model import dump_json
 
 T = TypeVar("T")
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNUSABLE = 3
+
+
+# An id: what SQLite's INTEGER PRIMARY KEY can hold.
+ID = click.IntRange(1, 2**63 - 1)
 
 
 class JsonValue(click.ParamType):
@@ -42,9 +47,16 @@ class JsonValue(click.ParamType):
             except OSError as exc:
                 self.fail(f"cannot read {source}: {exc.strerror}", param, ctx)
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", param, ctx)
+        except (ValueError, RecursionError) as exc:  # e.g. a 5,000-digit number, absurd nesting
+            self.fail(f"not JSON this tool can take: {type(exc).__name__}", param, ctx)
+        try:
+            dump_json("it", value)  # what a payload or result can hold: valid UTF-8, not too deep
+        except SwitchboardError as exc:
+            self.fail(exc.message.removeprefix("it "), param, ctx)
+        return value
 
 
 def common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,7 +111,9 @@ class Out:
             return asyncio.run(go())
         except SwitchboardError as exc:
             self.fail(exc)
-            raise AssertionError("unreachable")  # fail() exits
+        except UnicodeEncodeError:  # undecodable bytes in an argument (a filter, a name)
+            self.fail(InvalidArgument("an argument is not valid UTF-8 text"))
+        raise AssertionError("unreachable")  # fail() exits
 
     def fail(self, exc: SwitchboardError) -> None:
         if self.json:

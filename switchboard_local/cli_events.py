@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from . import adapters, events, retention, routing
-from .cli_common import Out, common, table, when
+from .cli_common import ID, Out, common, table, when
 
 
 class SinceValue(click.ParamType):
@@ -22,7 +22,9 @@ class SinceValue(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple):
             return value
-        if value.isdigit():
+        if value.isascii() and value.isdigit():
+            if int(value) >= 2**63:
+                self.fail(f"{value} is beyond any event id", param, ctx)
             return ("id", int(value))
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -69,7 +71,7 @@ def events_list(db: Path | None, as_json: bool | None, source: str | None, type_
 
 
 @events_group.command("show")
-@click.argument("event_id", metavar="ID", type=int)
+@click.argument("event_id", metavar="ID", type=ID)
 @click.option("--raw", is_flag=True, help="Write the body bytes exactly as received, and nothing else.")
 @common
 def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool) -> None:
@@ -91,7 +93,7 @@ def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool)
 
 
 @events_group.command("replay")
-@click.argument("event_id", metavar="ID", type=int)
+@click.argument("event_id", metavar="ID", type=ID)
 @common
 def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
     """Route a stored event again (its new todos are marked as a replay)."""
@@ -101,7 +103,7 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 
 
 @click.command("prune")
-@click.option("--older-than", "older_than", type=click.FloatRange(min=0), default=retention.DEFAULT_OLDER_THAN_DAYS,
+@click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days.")  # fmt: skip
 @click.option("--max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
 @common
@@ -115,7 +117,7 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
-@click.option("--prune-older-than", type=click.FloatRange(min=0), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
+@click.option("--prune-older-than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
 @click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
 @common
 def serve_command(

@@ -9,7 +9,7 @@ import click
 
 from . import adapters, routing, rules, webhooks
 from .adapters import Adapter
-from .cli_common import JsonValue, Out, common, table, when
+from .cli_common import ID, JsonValue, Out, common, table, when
 from .errors import SwitchboardError
 from .todos import DEFAULT_MAX_ATTEMPTS
 
@@ -219,7 +219,7 @@ def rule_list(db: Path | None, as_json: bool | None, source: str | None) -> None
 
 
 @rule.command("remove")
-@click.argument("rule_id", metavar="ID", type=int)
+@click.argument("rule_id", metavar="ID", type=ID)
 @common
 def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
     """Remove a rule."""
@@ -229,7 +229,7 @@ def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
 
 
 @rule.command("move")
-@click.argument("rule_id", metavar="ID", type=int)
+@click.argument("rule_id", metavar="ID", type=ID)
 @click.option("--to", "to", type=int, required=True, help="The 1-based position it takes.")
 @common
 def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> None:

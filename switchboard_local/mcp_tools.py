@@ -8,6 +8,7 @@ unknown id: the core is asked with the scope and says ``not_found``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -90,7 +91,7 @@ def _session(ctx: Context) -> Session:
 def _cursor(cursor: str | None) -> int | None:
     if cursor is None:
         return None
-    if not cursor.isdigit():
+    if not re.fullmatch(r"[0-9]{1,18}", cursor):
         raise InvalidArgument("cursor is not one this server gave out; pass next_cursor back unchanged")
     return int(cursor)
 

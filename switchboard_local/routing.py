@@ -26,7 +26,7 @@ from .events import Event, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .store import Store, Transaction
-from .todos import MAX_TITLE_LENGTH, NewTodo, insert
+from .todos import MAX_TITLE_LENGTH, NewTodo, dump_json, insert
 
 
 @dataclass(frozen=True)
@@ -83,33 +83,15 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-MAX_JSON_DEPTH = 64
-
-
 def _strict_json(text: str | bytes) -> Any:
-    """Standard JSON only: no NaN or Infinity, no lone surrogates, nesting at most
-    MAX_JSON_DEPTH deep. That is what a todo's payload can hold and every edge
-    can show; anything else is kept as the event's raw bytes alone."""
+    """Standard JSON that a todo's payload can hold (see todo_model.dump_json);
+    anything else is kept as the event's raw bytes alone."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
-        # 1e999 parses as inf, and "\ud800" as a string UTF-8 cannot hold: refuse both.
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (ValueError, RecursionError):  # UnicodeError is a ValueError
+        dump_json("payload", value)
+    except (ValueError, RecursionError, InvalidArgument):  # 1e999 parses as inf: dump_json refuses it
         return _NOT_JSON
-    return value if _depth(value) <= MAX_JSON_DEPTH else _NOT_JSON
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            if level > MAX_JSON_DEPTH:
-                break
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+    return value
 
 
 def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, replay: bool = False) -> list[NewTodo]:

@@ -14,6 +14,7 @@ import asyncio
 import os
 import random
 import sqlite3
+import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -79,16 +80,21 @@ def _statements(script: str) -> list[str]:
 
 
 def _create_owner_only(path: Path) -> None:
-    """Create the folder (0700) and the file (0600) before SQLite touches them.
+    """Create missing folders (0700) and the file (0600) before SQLite touches them;
+    an existing regular file open to others is made owner-only.
 
     SQLite gives the -wal and -shm files the database file's mode, so they
     inherit owner-only permissions from here.
     """
-    if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
+        info = path.stat()
+        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o077 and info.st_uid == os.getuid():
+            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
         return
     os.close(fd)
 
@@ -405,7 +411,13 @@ class Store:
         return result
 
 
+MIN_FREE_BYTES = 4 * 1024 * 1024  # below this, commits are about to fail with "disk is full"
+
+
 def _probe_writable(path: Path, timeout: float) -> None:
+    disk = os.statvfs(path.parent)
+    if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
+        raise OSError(f"less than {MIN_FREE_BYTES // 1024 // 1024} MiB free beside {path}")
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

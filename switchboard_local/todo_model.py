@@ -182,6 +182,15 @@ def require_name(name: str, value: object) -> None:
         raise InvalidArgument(f"{name} must be a non-empty string")
     if len(value) > 512:
         raise InvalidArgument(f"{name} is longer than 512 characters")
+    require_text(name, value)
+
+
+def require_text(name: str, value: str) -> None:
+    """Text SQLite can store: valid Unicode (no lone surrogates, as undecodable bytes become)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{name} is not valid UTF-8 text") from None
 
 
 def require_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
@@ -199,11 +208,34 @@ def require_seconds(name: str, value: object, low: float, high: float | None = N
         raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
 
 
+MAX_JSON_DEPTH = 64
+
+
 def dump_json(name: str, value: Any) -> str:
+    """The JSON text of a payload or result: standard JSON, valid UTF-8, at most MAX_JSON_DEPTH deep."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{name} holds text that is not valid UTF-8") from None
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
+    return text
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of lists and objects, without recursion (stops counting past the limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                break
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def lease_millis(lease: float | None) -> int:

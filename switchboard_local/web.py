@@ -152,8 +152,9 @@ async def receive(store: Store, request: Request) -> Response:
             result = await ingest(store, event, [])
             log.error("delivery source=%s type=%s event=%d kept without todos: %s: %s", name, verified.type,
                       result.event_id, type(exc).__name__, exc)  # fmt: skip
-    except (sqlite3.Error, OSError) as exc:
-        log.error("delivery source=%s type=%s outcome=store-failed error=%r", name, verified.type, str(exc))
+    except Exception as exc:  # nothing was stored: the provider should retry
+        log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", name, verified.type,
+                  type(exc).__name__, exc)  # fmt: skip
         return _problem(503, "the event could not be stored; retry later")
     log.info(
         "delivery source=%s type=%s event=%d outcome=%s todos=%s",

@@ -192,15 +192,22 @@ def _check_window(timestamp: str, now: float, tolerance: int) -> None:
 
 
 def _json_field(body: bytes, *path: str) -> str | None:
+    """A string field of a JSON body, if it has one that can be stored (valid UTF-8)."""
     try:
         value: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     for key in path:
         if not isinstance(value, dict):
             return None
         value = value.get(key)
-    return value if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _hex_signed(prefix: str, header: str, type_header: str, id_header: str):  # noqa: ANN202

@@ -215,3 +215,27 @@ def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path)
     error = json.loads(out)["error"]
     assert error["code"] == "invalid_argument" and "--priority" in error["message"]
     assert count_todos(db_path) == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["todo", "show", str(2**63)],
+        ["todo", "redrive", "0"],
+        ["events", "list", "--since", str(2**64)],
+        ["prune", "--older-than", "inf"],
+        ["todo", "create", "--queue", "q", "--title", "t", "--payload", '"\\ud800"'],
+        ["todo", "create", "--queue", "q", "--title", "t", "--payload", "[" * 5000 + "]" * 5000],
+        ["todo", "create", "--queue", "q", "--title", "t", "--payload", "1" * 5000],
+        ["todo", "create", "--queue", "q", "--title", "t", "--key", "k\udcff"],  # an undecodable byte in argv
+        ["todo", "list", "--queue", "\udced\udca0\udc80"],
+    ],
+    ids=["id-2**63", "id-0", "since-2**64", "older-than-inf", "surrogate-payload", "deep-payload",
+         "5000-digit-payload", "undecodable-key", "undecodable-filter"],
+)  # fmt: skip
+def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: Path, args) -> None:
+    code, out, err = cli(*args, "--json")
+    assert code == 2, err
+    assert json.loads(out)["error"]["code"] == "invalid_argument"
+    assert "Traceback" not in err
+    assert count_todos(db_path) == 0

@@ -240,3 +240,24 @@ async def test_removing_a_source_removes_its_rules(store) -> None:
     kept = await rules.add(store, source="other", queue="q")
     await adapters.remove(store, "gh")
     assert [r.id for r in await rules.list_rules(store)] == [kept.id]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"type": "\\ud800", "id": "evt_1"}', b'{"type": "charge", "id": "\\udc00"}', b'{"a":' + b"[" * 100_000],
+    ids=["surrogate-type", "surrogate-id", "runaway-nesting"],
+)
+def test_a_signed_stripe_delivery_with_unstorable_fields_is_still_named(body: bytes) -> None:
+    import hashlib
+    import hmac
+    import time
+
+    source = adapters.Adapter(name="st", family="webhook", kind="stripe", trust_mode="stripe", enabled=True,
+                              config=webhooks.source_config("stripe", {}), secrets=[], created_at=0, updated_at=0,
+                              last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0)  # fmt: skip
+    ts = str(int(time.time()))
+    signature = hmac.new(b"whsec_x", ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    verified = webhooks.verify(source, {"stripe-signature": f"t={ts},v1={signature}"}, body, time.time(), [b"whsec_x"])
+    for text in (verified.type, verified.external_id):
+        text.encode("utf-8")  # storable
+    assert verified.external_id.startswith(("evt_", "sha256:"))

@@ -410,3 +410,11 @@ def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_t
     assert len(logged) == 2, stderr  # one line per delivery: source, type, event id, outcome
     for line, event_id in zip(logged, (1, 2)):
         assert all(part in line for part in ("type=pull_request", f"event={event_id}", "outcome=stored")), line
+
+
+async def test_healthz_answers_503_when_the_disk_is_nearly_full(receiver, monkeypatch):
+    from switchboard_local import store as store_module
+
+    monkeypatch.setattr(store_module, "MIN_FREE_BYTES", 2**62)  # no disk has that much free
+    answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")
+    assert answer.status == 503 and "free" in answer.json()["error"]
