@@ -111,6 +111,29 @@ class TodoFull(Out):
         return cls.model_validate(todo.to_dict())
 
 
+class FinishedRow(TodoRow):
+    """complete's and fail's answer: the finished todo's row and, when claim_next
+    was asked, the next todo claimed in the same commit (null when none was)."""
+
+    next: TodoFull | None = Field(
+        default=None,
+        description="only with claim_next: the next todo, claimed for you with its lease_token; null when none was",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unasked(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and "next" not in self.model_fields_set:
+            data.pop("next", None)  # no claim_next asked: absent, not null
+        return data
+
+    @classmethod
+    def with_next(cls, todo: Todo, next_todo: Todo | None) -> FinishedRow:
+        fields = TodoRow.of(todo).model_dump()
+        fields["next"] = None if next_todo is None else TodoFull.of(next_todo)
+        return cls.model_validate(fields)
+
+
 class TodoPage(Out):
     todos: list[TodoRow]
     next_cursor: str | None = Field(description="pass as cursor for older todos; null when this is the last page")

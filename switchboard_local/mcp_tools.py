@@ -9,7 +9,7 @@ unknown id: the core is asked with the scope and says ``not_found``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -27,6 +27,7 @@ from .mcp_models import (
     EventFull,
     EventPage,
     EventSummary,
+    FinishedRow,
     QueueStatsResult,
     QueueStatsRow,
     Replayed,
@@ -197,18 +198,73 @@ async def heartbeat(
     return TodoRow.of(await todos.heartbeat(s.store, id, lease_token, lease=lease_seconds, queues=s.scope.queues))
 
 
-async def complete(ctx: Context, id: Id, lease_token: LeaseToken, result: Any = None) -> TodoRow:
+ClaimNext = Annotated[
+    bool, Field(description="also claim your next todo in the same commit; it comes back as next, with its lease_token")
+]
+NextQueue = Annotated[str | None, Field(description="with claim_next: the queue to claim from (default: all yours)")]
+
+
+async def complete(
+    ctx: Context,
+    id: Id,
+    lease_token: LeaseToken,
+    result: Any = None,
+    claim_next: ClaimNext = False,
+    queue: NextQueue = None,
+    lease_seconds: LeaseSeconds | None = None,
+) -> FinishedRow:
     """Finish a claimed todo: it becomes done, with an optional JSON result (what you did, links, numbers) kept on
-    the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded."""
+    the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded. With
+    claim_next the next todo is claimed in the same commit and returned as next (null when nothing is claimable)."""
     s = _session(ctx)
-    return TodoRow.of(await todos.complete(s.store, id, lease_token, result=result, queues=s.scope.queues))
+    return await _finish(
+        s, claim_next, queue, lease_seconds,
+        alone=lambda: todos.complete(s.store, id, lease_token, result=result, queues=s.scope.queues),
+        then_claim=lambda then: todos.complete_then_claim(
+            s.store, id, lease_token, then, result=result, queues=s.scope.queues
+        ),
+    )  # fmt: skip
 
 
-async def fail(ctx: Context, id: Id, lease_token: LeaseToken, error: str | None = None) -> TodoRow:
+async def fail(
+    ctx: Context,
+    id: Id,
+    lease_token: LeaseToken,
+    error: str | None = None,
+    claim_next: ClaimNext = False,
+    queue: NextQueue = None,
+    lease_seconds: LeaseSeconds | None = None,
+) -> FinishedRow:
     """Give up on this attempt at a claimed todo, saying why in error. It is retried after a backoff (visible_at
-    says when) until its attempts run out; then it is a dead letter (dead_letter true) for an operator to look at."""
+    says when) until its attempts run out; then it is a dead letter (dead_letter true) for an operator to look at.
+    With claim_next the next todo is claimed in the same commit and returned as next (null when none is)."""
     s = _session(ctx)
-    return TodoRow.of(await todos.fail(s.store, id, lease_token, error=error, queues=s.scope.queues))
+    return await _finish(
+        s, claim_next, queue, lease_seconds,
+        alone=lambda: todos.fail(s.store, id, lease_token, error=error, queues=s.scope.queues),
+        then_claim=lambda then: todos.fail_then_claim(s.store, id, lease_token, then, error=error, queues=s.scope.queues),
+    )  # fmt: skip
+
+
+async def _finish(
+    s: Session,
+    claim_next: bool,
+    queue: str | None,
+    lease_seconds: float | None,
+    *,
+    alone: Callable[[], Awaitable[todos.Todo]],
+    then_claim: Callable[[todos.NextClaim], Awaitable[tuple[todos.Todo, todos.Todo | None]]],
+) -> FinishedRow:
+    """complete or fail, alone or with the next claim in the same commit."""
+    if not claim_next:
+        if queue is not None or lease_seconds is not None:
+            raise InvalidArgument("queue and lease_seconds go with claim_next: true")
+        return FinishedRow.of(await alone())
+    if queue is not None and not s.scope.has_queue(queue):
+        return FinishedRow.with_next(await alone(), None)  # answered like a queue that exists but is empty
+    queues = [queue] if queue is not None else s.scope.queues
+    finished, next_todo = await then_claim(todos.NextClaim(s.owner, queues, lease_seconds, s.scope.agent))
+    return FinishedRow.with_next(finished, next_todo)
 
 
 async def release(

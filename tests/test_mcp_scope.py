@@ -92,6 +92,22 @@ async def test_an_agent_lists_counts_and_drains_only_its_queues(store) -> None:
     assert (await todos.get(store, 3)).state == "pending"
 
 
+async def test_complete_with_claim_next_claims_only_inside_the_agents_queues(store) -> None:
+    mine = await agents.add(store, "mine", queues=["a"])
+    first, second = await new(store, "a", "first"), await new(store, "a", "second")
+    foreign = await new(store, "c", "not mine", priority=9)
+    async with connect(store, mine) as client:
+        claimed = (await call(client, "claim", id=first.id))
+        asked_foreign = await call(
+            client, "complete", id=first.id, lease_token=claimed["lease_token"], claim_next=True, queue="c"
+        )
+        claimed = (await call(client, "claim", id=second.id))
+        by_default = await call(client, "complete", id=second.id, lease_token=claimed["lease_token"], claim_next=True)
+    assert asked_foreign["state"] == "done" and asked_foreign["next"] is None
+    assert by_default["state"] == "done" and by_default["next"] is None
+    assert (await todos.get(store, foreign.id)).state == "pending"
+
+
 async def test_an_event_outside_the_agents_queues_is_answered_like_an_unknown_id(store) -> None:
     hooks = await agents.add(store, "hooks", queues=["gh"])  # with no rules, source gh's todos go to queue gh
     mine = await webhook(store, "gh", "d1")

@@ -188,6 +188,47 @@ async def test_fail_retries_after_a_backoff_then_dead_letters(store, clock) -> N
     assert (dead["state"], dead["dead_letter"], dead["attempt"]) == ("failed", True, 2)
 
 
+async def test_complete_with_claim_next_finishes_and_claims_the_next_todo_in_one_commit(store) -> None:
+    first, second = await new(store, title="first"), await new(store, title="second")
+    async with connect(store) as client:
+        claimed = (await call(client, "claim_next"))["todo"]
+        commits = store._commits
+        done = await call(client, "complete", id=first.id, lease_token=claimed["lease_token"], claim_next=True)
+        commits = store._commits - commits
+        last = await call(client, "complete", id=second.id, lease_token=done["next"]["lease_token"], claim_next=True)
+        plain = await call(client, "get_todo", id=second.id)
+    assert (done["state"], done["next"]["id"], done["next"]["state"]) == ("done", second.id, "claimed")
+    assert done["next"]["payload"] is None and done["next"]["lease_token"]
+    assert commits == 1
+    assert last["state"] == "done" and last["next"] is None  # asked, and nothing was left: null
+    assert plain["state"] == "done"
+
+
+async def test_complete_without_claim_next_answers_the_row_alone_and_refuses_next_options(store) -> None:
+    todo = await new(store)
+    async with connect(store) as client:
+        claimed = await call(client, "claim", id=todo.id)
+        stray = await refused(client, "complete", id=todo.id, lease_token=claimed["lease_token"], queue="q")
+        done = await call(client, "complete", id=todo.id, lease_token=claimed["lease_token"])
+    assert stray.startswith("invalid_argument: ") and "claim_next" in stray
+    assert done["state"] == "done" and set(done) == ROW_FIELDS
+
+
+async def test_fail_with_claim_next_claims_from_the_queue_asked_with_the_lease_asked(store, clock) -> None:
+    todo = await new(store, queue="a")
+    await new(store, queue="b", title="other queue", priority=5)
+    wanted = await new(store, queue="a", title="next in a")
+    async with connect(store) as client:
+        claimed = await call(client, "claim", id=todo.id)
+        failed = await call(
+            client, "fail", id=todo.id, lease_token=claimed["lease_token"], error="boom",
+            claim_next=True, queue="a", lease_seconds=60,
+        )  # fmt: skip
+    assert (failed["state"], failed["last_error"]) == ("failed", "boom")
+    assert failed["next"]["id"] == wanted.id
+    assert failed["next"]["lease_expires_at"] == todos.rfc3339(clock.now_ms() + 60_000)
+
+
 async def test_release_puts_the_todo_back_with_the_attempt_refunded(store, clock) -> None:
     todo = await new(store)
     async with connect(store) as client:
