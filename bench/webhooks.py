@@ -4,7 +4,7 @@
 
 Starts `switchboard-local serve` on a free loopback port with a GitHub-style
 source, sends correctly signed deliveries from S concurrent senders (one
-keep-alive connection each), and reports accepted deliveries/s and p50/p99
+keep-alive connection each, requests signed before the clock starts), and reports accepted deliveries/s and p50/p99
 latency as medians over R runs. Every answer must be 202 and every delivery
 stored, or the run fails. Writes bench/results-webhooks.json.
 """
@@ -12,18 +12,19 @@ stored, or the run fails. Writes bench/results-webhooks.json.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import hmac
 import http.client
 import json
 import os
+import re
 import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -61,23 +62,40 @@ def start_server(db: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("serve did not start")
 
 
-def send_all(port: int, bodies: list[tuple[str, bytes]], latencies: list[float], failures: list[str]) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    for delivery, body in bodies:
-        headers = {
-            "Content-Type": "application/json",
-            "X-GitHub-Event": "push",
-            "X-GitHub-Delivery": delivery,
-            "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest(),
-        }
-        start = time.perf_counter()
-        conn.request("POST", "/hooks/gh", body=body, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        latencies.append(time.perf_counter() - start)
-        if response.status != 202:
-            failures.append(f"{delivery}: {response.status}")
-    conn.close()
+def signed_request(port: int, delivery: str, body: bytes) -> bytes:
+    """One whole HTTP/1.1 request, signed before the clock starts: the sender's
+    HMAC and header formatting are not the receiver's cost."""
+    signature = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    head = (
+        f"POST /hooks/gh HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"X-GitHub-Event: push\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {signature}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def send_all(port: int, requests: list[bytes], latencies: list[float], failures: list[str]) -> None:
+    """One keep-alive connection, one request at a time, each answer read whole."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for request in requests:
+            start = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *([0-9]+)", head)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            latencies.append(time.perf_counter() - start)
+            status = head.split(b" ", 2)[1]
+            if status != b"202":
+                failures.append(f"{status.decode()}: {head[:200]!r}")
+    finally:
+        writer.close()
+
+
+async def send_from(port: int, shares: list[list[bytes]], latencies: list[float], failures: list[str]) -> float:
+    start = time.perf_counter()
+    await asyncio.gather(*(send_all(port, share, latencies, failures) for share in shares))
+    return time.perf_counter() - start
 
 
 def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
@@ -86,20 +104,14 @@ def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
     port = free_port()
     server = start_server(db, port)
     try:
-        payloads = [
-            (f"delivery-{i}", json.dumps({"ref": "refs/heads/main", "after": f"{i:040x}", "n": i}).encode())
+        requests = [
+            signed_request(port, f"delivery-{i}", json.dumps({"ref": "refs/heads/main", "after": f"{i:040x}", "n": i}).encode())
             for i in range(deliveries)
         ]
-        shares = [payloads[i::senders] for i in range(senders)]
+        shares = [requests[i::senders] for i in range(senders)]
         latencies: list[float] = []
         failures: list[str] = []
-        threads = [threading.Thread(target=send_all, args=(port, share, latencies, failures)) for share in shares]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        elapsed = asyncio.run(send_from(port, shares, latencies, failures))
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -259,9 +259,17 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
 
 
 def _recover_lapsed(tx: Transaction, now: int) -> None:
-    """Take back lapsed leases before claiming: takeover never waits for a sweeper."""
+    """Take back lapsed leases before claiming: takeover never waits for a sweeper.
+
+    Once per transaction: the claims that share a group commit are
+    milliseconds apart, and a lease lapsing in between is recovered by the
+    next transaction's first claim.
+    """
+    if tx.recovered_lapsed:
+        return
     tx.run(Q.close_lapsed_attempts, {"now": now})
     tx.run(Q.recover_lapsed_leases, {"now": now})
+    tx.recovered_lapsed = True
 
 
 def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:

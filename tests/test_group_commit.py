@@ -82,6 +82,43 @@ async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_
         assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
 
 
+async def test_a_write_that_raises_after_writing_leaves_none_of_its_rows_and_the_others_land(store, db_path) -> None:
+    def half_then_raise(tx):  # noqa: ANN001, ANN202
+        todos.insert(tx, NewTodo(queue="q", title="half"), now=store.clock.now_ms())
+        raise ValueError("changed my mind")
+
+    gate, held = await hold_the_thread(store)
+    writes = [
+        asyncio.create_task(todos.create(store, NewTodo(queue="q", title="one"))),
+        asyncio.create_task(store.write(half_then_raise)),
+        asyncio.create_task(todos.create(store, NewTodo(queue="q", title="two"))),
+    ]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(results[1], ValueError)
+    with sqlite3.connect(db_path) as conn:
+        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
+
+
+async def test_a_claim_inside_a_group_takes_over_a_lapsed_lease(store, clock) -> None:
+    lapsed, _ = await todos.create(store, NewTodo(queue="q", title="lapsed", priority=5))
+    await todos.claim_next(store, owner="crashed", lease=10)
+    clock.advance(11)
+    gate, held = await hold_the_thread(store)
+    other = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="other")))
+    takeover = asyncio.create_task(todos.claim_next(store, owner="b"))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    await other
+    claimed = await takeover
+    assert (claimed.id, claimed.owner, claimed.attempt) == (lapsed.id, "b", 2)
+    history = (await todos.get(store, lapsed.id)).attempts
+    assert [a.outcome for a in history] == ["lease_expired", None]
+
+
 async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_path: Path) -> None:
     gate, held = await hold_the_thread(store)
     write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="fire and forget")))
