@@ -20,7 +20,7 @@ from .clock import rfc3339
 from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
-from .todos import NewTodo, insert
+from .todos import NewTodo, insert_id
 
 FAMILIES = ("webhook", "queue", "operator")
 
@@ -175,9 +175,9 @@ def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewT
     derived = todos(tx, event_id, event) if callable(todos) else todos
     todo_ids = []
     for position, todo in enumerate(derived):
-        stored, _created = insert(tx, todo, now=now, event_id=event_id)
-        tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": stored.id})
-        todo_ids.append(stored.id)
+        todo_id = insert_id(tx, todo, now=now, event_id=event_id)
+        tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": todo_id})
+        todo_ids.append(todo_id)
     return Ingested(event_id, False, tuple(todo_ids))
 
 

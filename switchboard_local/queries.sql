@@ -12,6 +12,15 @@ VALUES (:queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
 ON CONFLICT DO NOTHING
 RETURNING *;
 
+-- name: insert_todo_id
+-- insert_todo for the ingestion back half, which needs only the new id.
+INSERT INTO todos (queue, assignee, title, kind, payload, event_id, idempotency_key,
+                   state, priority, max_attempts, visible_at, created_at, updated_at)
+VALUES (:queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
+        'pending', :priority, :max_attempts, :visible_at, :now, :now)
+ON CONFLICT DO NOTHING
+RETURNING id;
+
 -- name: live_todo_by_key
 -- The live (pending, claimed, or awaiting retry) todo holding a key.
 SELECT * FROM todos

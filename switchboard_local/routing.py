@@ -26,7 +26,7 @@ from .events import Event, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .store import Store, Transaction
-from .todos import MAX_TITLE_LENGTH, NewTodo, dump_json, insert
+from .todos import MAX_TITLE_LENGTH, NewTodo, dump_json, insert_id
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ async def replay(store: Store, event_id: int, *, queues: Sequence[str] | None = 
         now = store.clock.now_ms()
         planned = _route_in(tx, _delivery_of(Event.from_row(row)), replay=True)
         return [
-            insert(tx, todo, now=now, event_id=event_id)[0].id
+            insert_id(tx, todo, now=now, event_id=event_id)
             for todo in planned
             if queues is None or todo.queue in queues
         ]

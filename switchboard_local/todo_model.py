@@ -152,6 +152,8 @@ class NewTodo:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None = None
     delay: float = 0.0
+    # The payload's JSON text, made (and checked) once on construction.
+    payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_name("queue", self.queue)
@@ -171,7 +173,7 @@ class NewTodo:
         require_int("priority", self.priority, *INT64)
         require_int("max_attempts", self.max_attempts, low=1, high=1000)
         require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
-        dump_json("payload", self.payload)
+        object.__setattr__(self, "payload_json", dump_json("payload", self.payload))
 
 
 # ---------------------------------------------------------------- validation
@@ -234,7 +236,8 @@ def json_depth(value: Any) -> int:
             deepest = max(deepest, level)
             if level > MAX_JSON_DEPTH:
                 break
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children if isinstance(child, dict | list | tuple))
     return deepest
 
 

@@ -61,13 +61,24 @@ async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
 
 
 def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> tuple[Todo, bool]:
-    """The insert shared by ``create`` and the ingestion back half."""
+    """The insert behind ``create``: the stored (or live, holding the key) todo, and whether it is new."""
+    row, created = _insert(tx, Q.insert_todo, todo, now, event_id)
+    return Todo.from_row(row), created
+
+
+def insert_id(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> int:
+    """``insert`` for the ingestion back half, which needs only the id."""
+    row, _created = _insert(tx, Q.insert_todo_id, todo, now, event_id)
+    return int(row["id"])
+
+
+def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | None) -> tuple[Any, bool]:
     params = {
         "queue": todo.queue,
         "assignee": todo.assignee,
         "title": todo.title,
         "kind": todo.kind,
-        "payload": dump_json("payload", todo.payload),
+        "payload": todo.payload_json,
         "event_id": event_id,
         "idempotency_key": todo.idempotency_key,
         "priority": todo.priority,
@@ -75,17 +86,17 @@ def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = N
         "visible_at": now + round(todo.delay * 1000),
         "now": now,
     }
-    row = tx.one(Q.insert_todo, params)
+    row = tx.one(sql, params)
     if row is None:
         # The holder of the key may be a lapsed last attempt, which is a dead
         # letter already (and frees the key) once lapsed leases are recovered.
         _recover_lapsed(tx, now)
-        row = tx.one(Q.insert_todo, params)
+        row = tx.one(sql, params)
     if row is not None:
-        return Todo.from_row(row), True
+        return row, True
     existing = tx.one(Q.live_todo_by_key, {"queue": todo.queue, "idempotency_key": todo.idempotency_key})
     assert existing is not None, "insert_todo conflicted without a live todo holding the key"
-    return Todo.from_row(existing), False
+    return existing, False
 
 
 # ---------------------------------------------------------------- reads
