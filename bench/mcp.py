@@ -6,7 +6,8 @@ Speaks raw JSON-RPC lines to a child process (no client library in the
 measured path) and prints medians over R runs of:
 - process start → `initialize` reply (the SDK import dominates);
 - the round trip of `claim_next` + `complete` (p50 and p99 over N todos, one
-  after the other, at full durability);
+  after the other, at full durability), and of `complete` with `claim_next:
+  true` (one call and one commit per job) over N more;
 - the byte size of the `tools/list` reply, for every tool and for an agent
   limited to two.
 Writes the figures as JSON to bench/results-mcp.json.
@@ -113,7 +114,7 @@ async def prepare(db: Path, n: int) -> None:
 def one_run(n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        asyncio.run(prepare(db, n))
+        asyncio.run(prepare(db, 2 * n))
 
         server = Server(db)
         startup = server.initialize()
@@ -124,7 +125,14 @@ def one_run(n: int) -> dict[str, float]:
             todo = call(server, "claim_next", queue="bench")["todo"]
             call(server, "complete", id=todo["id"], lease_token=todo["lease_token"])
             trips.append(time.perf_counter() - start)
-        assert call(server, "claim_next")["empty"] is True
+        # One call per job: complete with claim_next hands over the next todo.
+        chained = []
+        todo = call(server, "claim_next", queue="bench")["todo"]
+        while todo is not None:
+            start = time.perf_counter()
+            todo = call(server, "complete", id=todo["id"], lease_token=todo["lease_token"], claim_next=True)["next"]
+            chained.append(time.perf_counter() - start)
+        assert len(chained) == n and call(server, "claim_next")["empty"] is True
         server.close()
 
         scoped = Server(db, "--agent", "drainer")
@@ -133,10 +141,13 @@ def one_run(n: int) -> dict[str, float]:
         scoped.close()
 
     trips.sort()
+    chained.sort()
     return {
         "startup_to_initialize_ms": startup * 1000,
         "claim_next_complete_p50_ms": statistics.median(trips) * 1000,
         "claim_next_complete_p99_ms": trips[min(len(trips) - 1, int(len(trips) * 0.99))] * 1000,
+        "complete_claim_next_p50_ms": statistics.median(chained) * 1000,
+        "complete_claim_next_p99_ms": chained[min(len(chained) - 1, int(len(chained) * 0.99))] * 1000,
         "tools_list_bytes": full_list,
         "tools_list_bytes_two_tools": scoped_list,
     }
@@ -154,6 +165,8 @@ def main() -> None:
     print(f"  process start -> initialize reply   {medians['startup_to_initialize_ms']:8.0f} ms (median)")
     print(f"  claim_next + complete round trip    {medians['claim_next_complete_p50_ms']:8.2f} ms p50, "
           f"{medians['claim_next_complete_p99_ms']:.2f} ms p99 (medians of runs)")  # fmt: skip
+    print(f"  complete with claim_next            {medians['complete_claim_next_p50_ms']:8.2f} ms p50, "
+          f"{medians['complete_claim_next_p99_ms']:.2f} ms p99 (one call per job)")  # fmt: skip
     print(f"  tools/list reply                    {medians['tools_list_bytes']:8.0f} bytes (13 tools), "
           f"{medians['tools_list_bytes_two_tools']:.0f} bytes (an agent with 2)")  # fmt: skip
     results = {"runs": args.runs, "todos": args.todos, "medians": medians, "each_run": runs}

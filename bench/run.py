@@ -3,8 +3,9 @@
     .venv/bin/python -m pip install -e '.[bench]'     # the peers: litequeue, persist-queue
     .venv/bin/python bench/run.py [--runs 5] [--only a,b,c,d,e,f,g]
 
-Every figure is a median over --runs runs, measured on the same file system
-at the same durability: WAL + synchronous=FULL for every SQLite-based system
+Every figure is a median over --runs rounds; each round runs every measure
+once, so what is compared is measured interleaved in time, on the same file
+system, at the same durability: WAL + synchronous=FULL for every SQLite-based system
 (set on the peers' connections too). Sections:
 
   a  the limit: raw sqlite3 one INSERT per transaction; one UPDATE…RETURNING
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -247,97 +249,113 @@ async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
 # ---------------------------------------------------------------- the table
 
 
-def median_of(runs: int, measure: Callable[[int], Any]) -> Any:
-    values = [measure(i) for i in range(runs)]
-    if isinstance(values[0], tuple):
-        return tuple(statistics.median(v[k] for v in values) for k in range(len(values[0])))
-    if isinstance(values[0], dict):
-        return {k: statistics.median(v[k] for v in values) for k in values[0]}
-    return statistics.median(values)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", default="a,b,c,d,e,f,g")
     args = parser.parse_args()
     sections = set(args.only.split(","))
-    r: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(dir=BENCH) as tmp_name:
-        tmp = Path(tmp_name)
-
-        def fresh(i: int, name: str) -> Path:
-            folder = tmp / f"{name}-{i}"
-            folder.mkdir()
-            return folder
-
-        if "a" in sections:
-            r["raw_insert_per_s"] = median_of(args.runs, lambda i: raw_insert(fresh(i, "ri")))
-            r["raw_claim_complete_per_s"] = median_of(args.runs, lambda i: raw_claim_complete(fresh(i, "rc")))
-            r["raw_100_per_tx_per_s"] = median_of(args.runs, lambda i: raw_batched_insert(fresh(i, "rb")))
-            r["fdatasync_ms"] = median_of(args.runs, lambda i: fdatasync_ms(fresh(i, "fs")))
-        if "b" in sections:
-            core = _load("core")
-            r["core_create_per_s"] = median_of(args.runs, lambda i: asyncio.run(core.create(fresh(i, "cc") / "db", N)))
-
-            def two_commits(i: int) -> float:
-                db = fresh(i, "cd") / "db"
-                asyncio.run(core.create(db, N))
-                return asyncio.run(core.drain(db, N))
-
-            def processes(i: int) -> float:
-                db = fresh(i, "cp") / "db"
-                asyncio.run(core.create(db, N))
-                return core.drain_processes(db, N, 4)
-
-            r["core_claim_complete_per_s"] = median_of(args.runs, two_commits)
-            r["core_drain_one_commit_per_s"] = median_of(args.runs, lambda i: asyncio.run(core_drain_one_commit(fresh(i, "c1") / "db")))
-            r["core_4_processes_per_s"] = median_of(args.runs, processes)
-            r["core_8_consumers_per_s"] = median_of(args.runs, lambda i: asyncio.run(core_eight_consumers(fresh(i, "c8") / "db")))
-        if "c" in sections:
-            if _peer("litequeue"):
-                r["litequeue_put_per_s"], r["litequeue_pop_done_per_s"] = median_of(args.runs, lambda i: litequeue_put_pop(fresh(i, "lq")))
-            if _peer("persistqueue"):
-                r["persist_queue_put_per_s"], r["persist_queue_get_ack_per_s"] = median_of(args.runs, lambda i: persist_queue_put_get(fresh(i, "pq")))
-        if "d" in sections:
-            web = _load("webhooks")
-            for senders in (1, 32):
-                got = median_of(args.runs, lambda i, s=senders: web.run(1000, s, fresh(i, f"w{s}"), i))
-                r[f"webhook_{senders}_senders_per_s"] = got["per_s"]
-                r[f"webhook_{senders}_senders_p50_ms"] = got["p50_ms"]
-                r[f"webhook_{senders}_senders_p99_ms"] = got["p99_ms"]
-        if "e" in sections:
-            rd = _load("redis_drain")
-            from redis_server import RedisServer
-
-            server = RedisServer(tmp).start()
-            try:
-                entries = 5000
-
-                def raw_run(i: int) -> float:
-                    rd.fill(server, f"raw{i}", entries)
-                    return rd.raw(server, f"raw{i}", entries)
-
-                def drain_run(i: int, batch: int) -> float:
-                    rd.fill(server, f"d{batch}-{i}", entries)
-                    return asyncio.run(rd.drain(server, f"d{batch}-{i}", entries, batch, fresh(i, f"rd{batch}") / "db"))
-
-                r["redis_raw_per_s"] = median_of(args.runs, raw_run)
-                r["redis_batch_1_per_s"] = median_of(args.runs, lambda i: drain_run(i, 1))
-                r["redis_batch_64_per_s"] = median_of(args.runs, lambda i: drain_run(i, 64))
-            finally:
-                server.stop()
-        if "f" in sections:
-            mcp_bench = _load("mcp")
-            got = median_of(args.runs, lambda i: mcp_bench.one_run(200))
-            r["mcp_initialize_ms"] = got["startup_to_initialize_ms"]
-            r["mcp_round_trip_p50_ms"] = got["claim_next_complete_p50_ms"]
-            r["mcp_round_trip_p99_ms"] = got["claim_next_complete_p99_ms"]
-        if "g" in sections:
-            small = median_of(args.runs, lambda i: asyncio.run(claim_latency_ms(fresh(i, "s1k") / "db", 0)))
-            big = asyncio.run(claim_latency_ms(fresh(0, "s1m") / "db", 1_000_000))
-            r["claim_next_ms_1k"], r["claim_next_ms_1m"], r["bytes_per_todo_1m"] = small[0], big[0], big[1]
+    with tempfile.TemporaryDirectory(dir=BENCH) as tmp_name, contextlib.ExitStack() as stack:
+        measures = plan(sections, Path(tmp_name), stack)
+        r = interleaved(measures, args.runs)
+        if "g" in sections:  # once: filling a file with 1,000,000 todos takes a while
+            big = asyncio.run(claim_latency_ms(Path(tmp_name) / "s1m.db", 1_000_000))
+            r["claim_next_ms_1m"], r["bytes_per_todo_1m"] = big
     report(r, args.runs)
+
+
+# A measure: the names of the figures it yields, and a function of the round's number.
+Measure = tuple[tuple[str, ...], Callable[[int], tuple[float, ...]]]
+
+
+def interleaved(measures: list[Measure], runs: int) -> dict[str, float]:
+    """Run every measure once per round, round after round, so that what is compared
+    is measured side by side in time too; then each figure's median."""
+    seen: dict[str, list[float]] = {name: [] for names, _ in measures for name in names}
+    for i in range(runs):
+        for names, measure in measures:
+            for name, value in zip(names, measure(i), strict=True):
+                seen[name].append(value)
+        print(f"round {i + 1} of {runs} done", file=sys.stderr)
+    return {name: statistics.median(values) for name, values in seen.items()}
+
+
+def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack) -> list[Measure]:
+    def fresh(i: int, name: str) -> Path:
+        folder = tmp / f"{name}-{i}"
+        folder.mkdir()
+        return folder
+
+    measures: list[Measure] = []
+    if "a" in sections:
+        measures += [
+            (("raw_insert_per_s",), lambda i: (raw_insert(fresh(i, "ri")),)),
+            (("raw_claim_complete_per_s",), lambda i: (raw_claim_complete(fresh(i, "rc")),)),
+            (("raw_100_per_tx_per_s",), lambda i: (raw_batched_insert(fresh(i, "rb")),)),
+            (("fdatasync_ms",), lambda i: (fdatasync_ms(fresh(i, "fs")),)),
+        ]
+    if "b" in sections:
+        core = _load("core")
+
+        def two_commits(i: int) -> tuple[float]:
+            db = fresh(i, "cd") / "db"
+            asyncio.run(core.create(db, N))
+            return (asyncio.run(core.drain(db, N)),)
+
+        def processes(i: int) -> tuple[float]:
+            db = fresh(i, "cp") / "db"
+            asyncio.run(core.create(db, N))
+            return (core.drain_processes(db, N, 4),)
+
+        measures += [
+            (("core_create_per_s",), lambda i: (asyncio.run(core.create(fresh(i, "cc") / "db", N)),)),
+            (("core_claim_complete_per_s",), two_commits),
+            (("core_drain_one_commit_per_s",), lambda i: (asyncio.run(core_drain_one_commit(fresh(i, "c1") / "db")),)),
+            (("core_4_processes_per_s",), processes),
+            (("core_8_consumers_per_s",), lambda i: (asyncio.run(core_eight_consumers(fresh(i, "c8") / "db")),)),
+        ]
+    if "c" in sections:
+        if _peer("litequeue"):
+            measures.append((("litequeue_put_per_s", "litequeue_pop_done_per_s"), lambda i: litequeue_put_pop(fresh(i, "lq"))))
+        if _peer("persistqueue"):
+            measures.append((("persist_queue_put_per_s", "persist_queue_get_ack_per_s"),
+                             lambda i: persist_queue_put_get(fresh(i, "pq"))))  # fmt: skip
+    if "d" in sections:
+        web = _load("webhooks")
+        for senders in (1, 32):
+            names = tuple(f"webhook_{senders}_senders_{k}" for k in ("per_s", "p50_ms", "p99_ms"))
+            measures.append((names, lambda i, s=senders: tuple(web.run(1000, s, fresh(i, f"w{s}"), i).values())))
+    if "e" in sections:
+        rd = _load("redis_drain")
+        from redis_server import RedisServer
+
+        server = RedisServer(tmp).start()
+        stack.callback(server.stop)
+        entries = 5000
+
+        def raw_run(i: int) -> tuple[float]:
+            rd.fill(server, f"raw{i}", entries)
+            return (rd.raw(server, f"raw{i}", entries),)
+
+        def drain_run(i: int, batch: int) -> tuple[float]:
+            rd.fill(server, f"d{batch}-{i}", entries)
+            return (asyncio.run(rd.drain(server, f"d{batch}-{i}", entries, batch, fresh(i, f"rd{batch}") / "db")),)
+
+        measures += [
+            (("redis_raw_per_s",), raw_run),
+            (("redis_batch_1_per_s",), lambda i: drain_run(i, 1)),
+            (("redis_batch_64_per_s",), lambda i: drain_run(i, 64)),
+        ]
+    if "f" in sections:
+        mcp_bench = _load("mcp")
+        keys = ("startup_to_initialize_ms", "claim_next_complete_p50_ms", "claim_next_complete_p99_ms",
+                "complete_claim_next_p50_ms", "complete_claim_next_p99_ms")  # fmt: skip
+        names = ("mcp_initialize_ms", "mcp_round_trip_p50_ms", "mcp_round_trip_p99_ms",
+                 "mcp_complete_claim_next_p50_ms", "mcp_complete_claim_next_p99_ms")  # fmt: skip
+        measures.append((names, lambda i: tuple(mcp_bench.one_run(200)[k] for k in keys)))
+    if "g" in sections:
+        measures.append((("claim_next_ms_1k",), lambda i: (asyncio.run(claim_latency_ms(fresh(i, "s1k") / "db", 0))[0],)))
+    return measures
 
 
 TARGETS = [

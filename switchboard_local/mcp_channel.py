@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from .errors import SwitchboardError
+from .mcp_stdio import pipe_streams
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -112,5 +113,7 @@ async def serve_stdio(server: MCPServer[Any]) -> None:
     """Serve one client over stdin/stdout, advertising the channel capability."""
     lowlevel = server._lowlevel_server
     options = lowlevel.create_initialization_options(experimental_capabilities={CHANNEL_CAPABILITY: {}})
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(read_stream, write_stream, options)
+    async with pipe_streams() as pipes:
+        stdin, stdout = pipes if pipes is not None else (None, None)  # not pipes: the SDK's own streams
+        async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(read_stream, write_stream, options)

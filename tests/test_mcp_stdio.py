@@ -173,3 +173,44 @@ def test_stdout_carries_nothing_but_json_rpc(db_path) -> None:
     assert replies[1]["result"]["structuredContent"] == {"todos": [], "next_cursor": None}
     assert replies[2]["result"]["isError"] is True
     assert replies[2]["result"]["content"][0]["text"] == "not_found: todo 7 does not exist"
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}  # fmt: skip
+
+STRAY_OUTPUT = """
+import asyncio, os, sys
+from switchboard_local.mcp_stdio import pipe_streams
+async def main():
+    async with pipe_streams() as (lines, out):
+        print("stray print", flush=True)
+        os.write(1, b"stray write\\n")
+        async for line in lines:
+            await out.write("echo " + line)
+            await out.flush()
+    os.write(1, b"after\\n")
+asyncio.run(main())
+"""
+
+
+def test_stray_output_while_serving_goes_to_stderr_and_the_wire_comes_back_after() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", STRAY_OUTPUT], input="one\n" + "x" * 300_000 + "\n",
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "echo one\necho " + "x" * 300_000 + "\nafter\n"  # a line far past asyncio's 64 KiB cap
+    assert "stray print" in done.stderr and "stray write" in done.stderr
+
+
+def test_a_server_whose_stdin_is_a_file_answers_through_the_sdks_own_streams(db_path, tmp_path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps(INITIALIZE) + "\n")
+    with requests.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard_local", "mcp"], stdin=stdin,
+            capture_output=True, timeout=60, env=child_env(db_path), check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (reply,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert reply["id"] == 1 and reply["result"]["capabilities"]["experimental"] == {"claude/channel": {}}
