@@ -152,7 +152,8 @@ def _found(row: Any, name: str, family: str | None) -> Adapter:
 
 
 async def get(store: Store, name: str, *, family: str | None = None) -> Adapter:
-    row = await store.read(lambda tx: tx.one(Q.get_adapter, {"name": name}))
+    """One adapter by name: a point read, on the loop's own connection (every webhook request asks)."""
+    row = await store.peek(lambda tx: tx.one(Q.get_adapter, {"name": name}))
     return _found(row, name, family)
 
 

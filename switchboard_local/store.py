@@ -202,6 +202,7 @@ class Store:
         self._inline_tick_task: asyncio.Task[Any] | None = None
         self._waits_for_locks = True  # busy_timeout is BUSY_TIMEOUT_MS (else 0)
         self._closed = False
+        self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
 
     @classmethod
     async def open(
@@ -226,6 +227,8 @@ class Store:
 
     async def close(self) -> None:
         self._closed = True
+        if self._peek_conn is not None:
+            self._peek_conn.close()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, lambda tx: self._conn.close())
         self._thread.shutdown(wait=True)
 
@@ -282,6 +285,25 @@ class Store:
             if done:
                 return result
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
+
+    async def peek(self, body: Callable[[Transaction], T]) -> T:
+        """A point read (an index lookup) on the event loop's own read-only connection.
+
+        Never queued behind the thread's commits, and no thread hop: a webhook
+        looks its source up this way on every request. It sees the latest
+        commit, like ``read``; only for reads of a few rows, as the loop waits
+        for it. Should the file be busy (WAL recovery), it is read in the thread.
+        """
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._peek_conn is None:
+            self._peek_conn = _connect_reader(self.path)
+        try:
+            return body(Transaction(self._peek_conn))
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        return await self.read(body)
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Take the file's write lock for a moment on a fresh connection; raise within ``timeout``.
@@ -487,6 +509,18 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
         conn.row_factory = sqlite3.Row
         for pragma in _pragmas(synchronous):
             conn.execute(pragma)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for the event loop: it never waits for a lock."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA query_only = ON")
     except BaseException:
         conn.close()
         raise

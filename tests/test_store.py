@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,29 @@ async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, c
         assert opened.path == target
         await todos.create(opened, NewTodo(queue="q", title="t"))
     assert sql(target, "SELECT title FROM todos") == [("t",)]
+
+
+# ---------------------------------------------------------------- peek
+
+
+async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store, db_path) -> None:
+    gate, entered = threading.Event(), threading.Event()
+
+    def busy(tx):  # noqa: ANN001, ANN202
+        entered.set()
+        gate.wait(10)
+
+    held = asyncio.create_task(store.read(busy))
+    await asyncio.to_thread(entered.wait, 10)
+    try:
+        sql(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
+        seen = await asyncio.wait_for(store.peek(lambda tx: tx.one("SELECT name FROM agents")), timeout=5)
+    finally:
+        gate.set()
+        await held
+    assert seen["name"] == "other"
+
+
+async def test_peek_cannot_write(store) -> None:
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await store.peek(lambda tx: tx.run("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)"))
