@@ -54,42 +54,47 @@ class PipeWriter:
         await self._writer.drain()
 
 
-def _is_pipe(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+def _separate_pipes() -> bool:
+    """stdin and stdout are pipes or sockets (as launchers make them), and not one
+    socket for both: asyncio's write transport takes readable data on its own fd
+    for the peer closing it."""
+    stdin, stdout = os.fstat(0), os.fstat(1)
+    pipes = all(stat.S_ISFIFO(s.st_mode) or stat.S_ISSOCK(s.st_mode) for s in (stdin, stdout))
+    return pipes and not os.path.samestat(stdin, stdout)
 
 
 @contextlib.asynccontextmanager
 async def pipe_streams() -> AsyncIterator[tuple[PipeLines, PipeWriter] | None]:
-    """The wire as loop-driven streams, or None when stdin or stdout is not a pipe."""
-    if not (_is_pipe(0) and _is_pipe(1)):
+    """The wire as loop-driven streams, or None when it is not two pipes."""
+    if not _separate_pipes():
         yield None
         return
     loop = asyncio.get_running_loop()
     # The transports own (and close) one copy of each end; another restores fds 0 and 1.
-    wire_in, saved_in = (fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3) for _ in range(2))
-    wire_out, saved_out = (fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3) for _ in range(2))
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    stdin_file = os.fdopen(wire_in, "rb", buffering=0)
-    stdout_file = os.fdopen(wire_out, "wb", buffering=0)
+    stdin_file = os.fdopen(fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3), "rb", buffering=0)
+    stdout_file = os.fdopen(fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3), "wb", buffering=0)
+    saved: list[tuple[int, int]] = []
     transports: list[asyncio.BaseTransport] = []
     try:
+        for fd in (0, 1):
+            saved.append((fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), fd))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
         reader = asyncio.StreamReader(limit=MAX_LINE)
         read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin_file)
         transports.append(read_transport)
         write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout_file)
         transports.append(write_transport)
-        writer = asyncio.StreamWriter(write_transport, protocol, reader, loop)
-        yield PipeLines(reader), PipeWriter(writer)
+        write_transport.set_write_buffer_limits(high=0)  # flush() returns once all of it is written
+        yield PipeLines(reader), PipeWriter(asyncio.StreamWriter(write_transport, protocol, None, loop))
     finally:
-        for saved, fd in ((saved_in, 0), (saved_out, 1)):  # the wire back, blocking as it came
-            os.dup2(saved, fd)
-            os.close(saved)
-            os.set_blocking(fd, True)
         for transport in transports:
-            transport.close()  # closes its file once what it buffered is written
+            transport.close()  # every answer was written whole: flush() waited for it
         for file in (stdin_file, stdout_file)[len(transports) :]:
             file.close()
+        for copy, fd in saved:  # the wire back on fds 0 and 1, blocking as it came
+            os.dup2(copy, fd)
+            os.close(copy)
+            os.set_blocking(fd, True)

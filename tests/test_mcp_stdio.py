@@ -7,6 +7,7 @@ answer), always under a timeout; none sleeps to let a lease lapse.
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -214,3 +215,45 @@ def test_a_server_whose_stdin_is_a_file_answers_through_the_sdks_own_streams(db_
     assert done.returncode == 0, done.stderr
     (reply,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert reply["id"] == 1 and reply["result"]["capabilities"]["experimental"] == {"claude/channel": {}}
+
+
+def ask_over_sockets(db_path, *, one_socket: bool) -> list[dict]:
+    """Run `mcp` with Unix sockets for stdin and stdout (as libuv, hence Claude Code, spawns
+    children), or with one socket for both; ask twice, a request after the server is up."""
+    ours_in, theirs_in = socket.socketpair()
+    ours_out, theirs_out = (ours_in, theirs_in) if one_socket else socket.socketpair()
+    requests = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_todos", "arguments": {}}},
+    ]
+    with ours_in, theirs_in, ours_out, theirs_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard_local", "mcp"], stdin=theirs_in, stdout=theirs_out,
+            stderr=subprocess.DEVNULL, env=child_env(db_path),
+        )  # fmt: skip
+        try:
+            replies, buffer = [], b""
+            ours_out.settimeout(30)
+            for request in requests:
+                ours_in.sendall(json.dumps(request).encode() + b"\n")
+                while "id" in request and b"\n" not in buffer:
+                    chunk = ours_out.recv(65536)
+                    assert chunk, "the server closed its stdout without answering"
+                    buffer += chunk
+                if "id" in request:
+                    line, buffer = buffer.split(b"\n", 1)
+                    replies.append(json.loads(line))
+            ours_in.shutdown(socket.SHUT_WR)  # the client leaves
+            assert proc.wait(timeout=30) == 0
+        finally:
+            proc.kill()
+    return replies
+
+
+def test_a_server_on_unix_sockets_answers_as_on_pipes(db_path) -> None:
+    assert [r["id"] for r in ask_over_sockets(db_path, one_socket=False)] == [1, 2]
+
+
+def test_a_server_whose_stdin_and_stdout_are_one_socket_still_answers(db_path) -> None:
+    assert [r["id"] for r in ask_over_sockets(db_path, one_socket=True)] == [1, 2]
