@@ -19,7 +19,7 @@ from pydantic import Field
 
 from . import agents, events, routing, todos, watch
 from .agents import Agent
-from .errors import Conflict, InvalidArgument, NotFound
+from .errors import Conflict, Forbidden, InvalidArgument, NotFound
 from .mcp_channel import Doorbell
 from .mcp_models import (
     ClaimNextResult,
@@ -260,6 +260,8 @@ async def _finish(
         if queue is not None or lease_seconds is not None:
             raise InvalidArgument("queue and lease_seconds go with claim_next: true")
         return FinishedRow.of(await alone())
+    if not s.scope.may_use("claim_next"):
+        raise Forbidden("claim_next is not one of this agent's tools; complete or fail without it")
     if queue is not None and not s.scope.has_queue(queue):
         return FinishedRow.with_next(await alone(), None)  # answered like a queue that exists but is empty
     queues = [queue] if queue is not None else s.scope.queues

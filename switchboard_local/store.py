@@ -39,6 +39,7 @@ MIGRATIONS: dict[int, str] = {}
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_GROUP = 256  # writes that may share one transaction
+OPTIMISTIC_RETRIES = 2  # refused items a group drops and reruns for, before savepoints
 # A lone writer skips the hop to the store's thread (about 140 us here) once
 # this many flushes in a row had nobody to share with; every PROBE_EVERY-th
 # write then still goes through the thread, so company is noticed again.
@@ -384,10 +385,14 @@ class Store:
             self._thread.submit(self._flush, loop)
 
     def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
-        """One transaction for the group. Optimistically without savepoints: when
-        an item raises, the whole transaction is rolled back and the group runs
-        again with a SAVEPOINT per item, so the one that raised is rolled back
-        alone (its body runs twice; a body only reads and writes through tx)."""
+        """One transaction for the group, optimistically without savepoints.
+
+        When an item raises, the transaction is rolled back and the group runs
+        again without it (its error is its answer); after OPTIMISTIC_RETRIES
+        such rounds the group runs with a SAVEPOINT per item instead, so each
+        item that raises is rolled back alone. Bodies may therefore run more
+        than once: a body only reads and writes through its transaction.
+        """
         if not bodies:
             return []
         if len(bodies) == 1:
@@ -395,24 +400,33 @@ class Store:
                 return [(True, self._write(bodies[0]))]
             except Exception as exc:
                 return [(False, exc)]
-        try:
-            return self._run_group(bodies, isolate=False)
-        except _ItemFailed:
-            return self._run_group(bodies, isolate=True)
+        refused: dict[int, Exception] = {}
+        for _ in range(OPTIMISTIC_RETRIES + 1):
+            try:
+                return self._run_group(bodies, refused)
+            except _ItemFailed as failed:
+                refused[failed.index] = failed.error
+        return self._run_group(bodies, None)
 
-    def _run_group(self, bodies: list[Callable[[Transaction], Any]], *, isolate: bool) -> list[tuple[bool, Any]]:
+    def _run_group(
+        self, bodies: list[Callable[[Transaction], Any]], refused: dict[int, Exception] | None
+    ) -> list[tuple[bool, Any]]:
+        """Optimistic with ``refused`` (the items to answer with their error), else isolated."""
         conn = self._conn
         changes = conn.total_changes
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             tx = Transaction(conn)
-            for body in bodies:
-                if not isolate:
+            for index, body in enumerate(bodies):
+                if refused is not None:
+                    if index in refused:
+                        outcomes.append((False, refused[index]))
+                        continue
                     try:
                         outcomes.append((True, body(tx)))
                     except Exception as exc:
-                        raise _ItemFailed from exc
+                        raise _ItemFailed(index, exc) from exc
                     continue
                 conn.execute("SAVEPOINT item")
                 try:
@@ -421,7 +435,7 @@ class Store:
                     if not conn.in_transaction:
                         raise  # SQLite rolled everything back: no item of the group survived
                     conn.execute("ROLLBACK TO item")
-                    tx.recovered_lapsed = False  # whatever it recovered is undone
+                    tx.recovered_at = None  # whatever it recovered is undone
                     outcomes.append((False, exc))
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
@@ -464,7 +478,12 @@ class Store:
 
 
 class _ItemFailed(Exception):
-    """An item of an optimistic group raised: run the group again, isolated."""
+    """Item ``index`` of an optimistic group raised ``error``: run the group again without it."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 
 
 MIN_FREE_BYTES = 4 * 1024 * 1024  # below this, commits are about to fail with "disk is full"
@@ -530,13 +549,14 @@ def _connect_reader(path: Path) -> sqlite3.Connection:
 class Transaction:
     """The statements a verb runs while it holds the connection.
 
-    A group commit's items share one: ``recovered_lapsed`` lets lapsed leases
-    be recovered once per transaction rather than once per claim in it.
+    A group commit's items share one: ``recovered_at`` (the clock's time of
+    the last recovery of lapsed leases in it) spares the claims that follow
+    within the same millisecond a recovery of their own.
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        self.recovered_lapsed = False
+        self.recovered_at: int | None = None
 
     def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         cursor = self._conn.execute(sql, params)

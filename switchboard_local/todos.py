@@ -272,15 +272,14 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
 def _recover_lapsed(tx: Transaction, now: int) -> None:
     """Take back lapsed leases before claiming: takeover never waits for a sweeper.
 
-    Once per transaction: the claims that share a group commit are
-    milliseconds apart, and a lease lapsing in between is recovered by the
-    next transaction's first claim.
+    Done already in this transaction at this time or later (the claims that
+    share a group commit): nothing more can have lapsed.
     """
-    if tx.recovered_lapsed:
+    if tx.recovered_at is not None and now <= tx.recovered_at:
         return
     tx.run(Q.close_lapsed_attempts, {"now": now})
     tx.run(Q.recover_lapsed_leases, {"now": now})
-    tx.recovered_lapsed = True
+    tx.recovered_at = now
 
 
 def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:

@@ -65,6 +65,25 @@ async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
     assert (await todos.complete(store, first.id, claimed.lease_token)).state == "done"
 
 
+async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_commit_once(store) -> None:
+    held_todo, _ = await todos.create(store, NewTodo(queue="q", title="claimed"))
+    await todos.claim_next(store, owner="a")
+    before = await commits(store)
+    gate, held = await hold_the_thread(store)
+    writes = []
+    for i in range(5):  # more refusals than the optimistic reruns allow for
+        writes.append(asyncio.create_task(todos.complete(store, held_todo.id, f"stale-{i}")))
+        writes.append(asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"new {i}"))))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(r, Conflict) for r in results[0::2])
+    assert [r[0].title for r in results[1::2]] == [f"new {i}" for i in range(5)]
+    assert await commits(store) - before == 1
+    assert len(await todos.list_todos(store, state="pending")) == 5
+
+
 async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_path: Path) -> None:
     with sqlite3.connect(db_path) as conn:
         conn.execute("CREATE TRIGGER boom BEFORE INSERT ON todos WHEN NEW.title = 'poison' "

@@ -41,6 +41,17 @@ async def test_an_agent_is_offered_only_its_tools_and_a_hidden_one_looks_nonexis
     assert await todos.list_todos(store) == []
 
 
+async def test_complete_with_claim_next_is_refused_to_an_agent_without_the_claim_next_tool(store) -> None:
+    closer = await agents.add(store, "closer", queues=["q"], tools=["claim", "complete"])
+    first, waiting = await new(store, "q", "first"), await new(store, "q", "waiting")
+    async with connect(store, closer) as client:
+        claimed = await call(client, "claim", id=first.id)
+        text = await refused(client, "complete", id=first.id, lease_token=claimed["lease_token"], claim_next=True)
+    assert text.startswith("forbidden: ") and "claim_next" in text
+    assert (await todos.get(store, first.id)).state == "claimed"  # refused before anything changed
+    assert (await todos.get(store, waiting.id)).state == "pending"
+
+
 async def test_without_an_agent_every_queue_and_every_tool(store) -> None:
     await new(store, "a")
     await new(store, "b")
