@@ -10,7 +10,9 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
 
   a  the limit: raw sqlite3 one INSERT per transaction; one UPDATE…RETURNING
      claim + one UPDATE complete per job in their own transactions; 100
-     inserts per transaction; fdatasync latency of this directory
+     inserts per transaction; the floor under an adapter batch (event, todo
+     and link rows of this schema, 64 messages per transaction, executemany);
+     fdatasync latency of this directory
   b  core: todos created/s; claim+complete/s (two commits per job); the drain
      loop with complete_then_claim (one commit per job); 4 processes draining
      one file; 8 concurrent consumers in one process (group commit)
@@ -110,6 +112,36 @@ def raw_batched_insert(tmp: Path) -> float:
                          [(f"job {batch}-{i}",) for i in range(100)])  # fmt: skip
         conn.execute("COMMIT")
     return total / (time.perf_counter() - start)
+
+
+def raw_ingest_rows(tmp: Path) -> float:
+    """The floor under an adapter batch: this project's schema, bare sqlite3, 64
+    messages per transaction, each an event, a todo and their link, with
+    executemany and nothing else (no routing, no validation, no dedup answers)."""
+    from switchboard_local.queries import Q
+    from switchboard_local.store import _statements, schema_sql
+
+    conn = _raw_conn(tmp / "raw-ingest.db")
+    conn.execute("PRAGMA foreign_keys = ON")
+    for statement in _statements(schema_sql()):
+        conn.execute(statement)
+    event = {"source": "s", "family": "queue", "type": "stream", "trust_mode": "queue", "verified": 1,
+             "verify_detail": None, "content_type": None, "headers": "{}", "body": b'{"order": 1}', "size": 12, "now": 1}
+    todo = {"queue": "q", "assignee": None, "title": "t", "kind": "stream", "payload": '{"body": {"order": 1}}',
+            "priority": 0, "max_attempts": 5, "visible_at": 1, "now": 1}  # fmt: skip
+    total = N * 5
+    start = time.perf_counter()
+    for batch in range(total // 64):
+        keys = [f"{batch}-{i}" for i in range(64)]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(Q.insert_event.replace("RETURNING id", ""), [{**event, "external_id": k} for k in keys])
+        first = conn.execute("SELECT max(id) FROM events").fetchone()[0] - 63
+        conn.executemany(Q.insert_todo.replace("RETURNING *", ""),
+                         [{**todo, "event_id": first + i, "idempotency_key": k} for i, k in enumerate(keys)])  # fmt: skip
+        first_todo = conn.execute("SELECT max(id) FROM todos").fetchone()[0] - 63
+        conn.executemany(Q.link_event_todo, [{"event_id": first + i, "position": 0, "todo_id": first_todo + i} for i in range(64)])
+        conn.execute("COMMIT")
+    return (total // 64 * 64) / (time.perf_counter() - start)
 
 
 def fdatasync_ms(tmp: Path) -> float:
@@ -292,6 +324,7 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack) -> list[Mea
             (("raw_insert_per_s",), lambda i: (raw_insert(fresh(i, "ri")),)),
             (("raw_claim_complete_per_s",), lambda i: (raw_claim_complete(fresh(i, "rc")),)),
             (("raw_100_per_tx_per_s",), lambda i: (raw_batched_insert(fresh(i, "rb")),)),
+            (("raw_ingest_rows_batch_64_per_s",), lambda i: (raw_ingest_rows(fresh(i, "rg")),)),
             (("fdatasync_ms",), lambda i: (fdatasync_ms(fresh(i, "fs")),)),
         ]
     if "b" in sections:
