@@ -1,6 +1,6 @@
 """Webhook ingest over loopback HTTP, at full durability.
 
-    .venv/bin/python bench/webhooks.py [--deliveries N] [--runs R] [--senders 1,16]
+    .venv/bin/python bench/webhooks.py [--deliveries N] [--runs R] [--senders 1,32]
 
 Starts `switchboard-local serve` on a free loopback port with a GitHub-style
 source, sends correctly signed deliveries from S concurrent senders (one
@@ -132,7 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--deliveries", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--senders", default="1,16")
+    parser.add_argument("--senders", default="1,32")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
