@@ -16,6 +16,7 @@ import random
 import sqlite3
 import stat
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ MIGRATIONS: dict[int, str] = {}
 BUSY_TIMEOUT_MS = 30_000
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # refused items a group drops and reruns for, before savepoints
+GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
 # A lone writer skips the hop to the store's thread (about 140 us here) once
 # this many flushes in a row had nobody to share with; every PROBE_EVERY-th
 # write then still goes through the thread, so company is noticed again.
@@ -362,7 +364,8 @@ class Store:
         return await self.read(body)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """In the thread: commit what is waiting (up to MAX_GROUP writes), then settle each caller."""
+        """In the thread: commit what is waiting (up to MAX_GROUP writes, or as many
+        as GROUP_SECONDS of work holds), then settle each caller."""
         with self._writes_lock:
             group = [self._writes.popleft() for _ in range(min(len(self._writes), MAX_GROUP))]
         self._lone_flushes = self._lone_flushes + 1 if len(group) == 1 else 0
@@ -378,6 +381,7 @@ class Store:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
         with self._writes_lock:
+            self._writes.extendleft(reversed(group[len(outcomes) :]))  # past the time budget: next, first
             more = bool(self._writes)
             self._flushing = more
         if more:
@@ -385,7 +389,9 @@ class Store:
             self._thread.submit(self._flush, loop)
 
     def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
-        """One transaction for the group, optimistically without savepoints.
+        """One transaction for the first of ``bodies``: as many as GROUP_SECONDS of
+        work holds (at least one), an outcome for each; the rest wait for the
+        next. Optimistically without savepoints.
 
         When an item raises, the transaction is rolled back and the group runs
         again without it (its error is its answer); after OPTIMISTIC_RETRIES
@@ -415,10 +421,13 @@ class Store:
         conn = self._conn
         changes = conn.total_changes
         outcomes: list[tuple[bool, Any]] = []
+        deadline = time.monotonic() + GROUP_SECONDS
         try:
             conn.execute("BEGIN IMMEDIATE")
             tx = Transaction(conn)
             for index, body in enumerate(bodies):
+                if index and time.monotonic() > deadline:
+                    break  # the rest waits for the next transaction
                 if refused is not None:
                     if index in refused:
                         outcomes.append((False, refused[index]))

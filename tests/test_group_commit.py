@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from switchboard_local import todos
 from switchboard_local.errors import Conflict
-from switchboard_local.store import Store
+from switchboard_local.store import GROUP_SECONDS, Store
 from switchboard_local.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
@@ -82,6 +83,25 @@ async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_
     assert [r[0].title for r in results[1::2]] == [f"new {i}" for i in range(5)]
     assert await commits(store) - before == 1
     assert len(await todos.list_todos(store, state="pending")) == 5
+
+
+async def test_a_group_commits_every_few_milliseconds_of_work_and_keeps_the_order(store, db_path) -> None:
+    def slow_create(title):  # noqa: ANN001, ANN202
+        def body(tx):  # noqa: ANN001, ANN202
+            time.sleep(2 * GROUP_SECONDS / 3)  # two fit in one transaction's budget, three do not
+            return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
+
+        return body
+
+    before = await commits(store)
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(store.write(slow_create(f"t{i}"))) for i in range(9)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    created = await asyncio.gather(*writes)
+    assert await commits(store) - before >= 3  # not one long transaction
+    assert [t.title for t in sorted(created, key=lambda t: t.id)] == [f"t{i}" for i in range(9)]
 
 
 async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_path: Path) -> None:
