@@ -167,10 +167,16 @@ async def deliver(store: Store, event: NewEvent) -> Ingested:
 async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingested]:
     """``deliver`` for a batch, in one transaction; rules are read once per source."""
     payloads = [parse_payload(e.body, e.content_type) for e in events]
+    # Rules read once per source and transaction: a rerun of the write (group
+    # commit) or a later transaction reads them afresh.
     routes: dict[str, tuple[list[Rule], str]] = {}
+    read_in: list[Transaction] = []
 
     def derive_for(payload: Any):  # noqa: ANN202
         def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
+            if not read_in or read_in[0] is not tx:
+                routes.clear()
+                read_in[:] = [tx]
             if new.source not in routes:
                 routes[new.source] = (rules_of(tx, new.source), _default_queue(tx, new.source))
             rules, default_queue = routes[new.source]

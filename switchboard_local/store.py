@@ -40,7 +40,7 @@ MIGRATIONS: dict[int, str] = {}
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_GROUP = 256  # writes that may share one transaction
-OPTIMISTIC_RETRIES = 2  # refused items a group drops and reruns for, before savepoints
+OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
 GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
 # A lone writer skips the hop to the store's thread (about 140 us here) once
 # this many flushes in a row had nobody to share with; every PROBE_EVERY-th
@@ -229,7 +229,10 @@ class Store:
         return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random())
 
     async def close(self) -> None:
+        """Refuse new writes, let those already waiting commit, then close."""
         self._closed = True
+        while self._flushing:
+            await asyncio.sleep(0.001)
         if self._peek_conn is not None:
             self._peek_conn.close()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, lambda tx: self._conn.close())
@@ -390,14 +393,17 @@ class Store:
 
     def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
         """One transaction for the first of ``bodies``: as many as GROUP_SECONDS of
-        work holds (at least one), an outcome for each; the rest wait for the
-        next. Optimistically without savepoints.
+        work holds (at least one), an outcome for each; the rest wait for the next.
 
-        When an item raises, the transaction is rolled back and the group runs
-        again without it (its error is its answer); after OPTIMISTIC_RETRIES
-        such rounds the group runs with a SAVEPOINT per item instead, so each
-        item that raises is rolled back alone. Bodies may therefore run more
-        than once: a body only reads and writes through its transaction.
+        Optimistic: items run without savepoints. When one raises, the
+        transaction is rolled back and the group runs again with that item
+        (and every other that raised so far) inside a SAVEPOINT of its own, so
+        that it is rolled back alone and its answer is what it met in the run
+        that commits. After OPTIMISTIC_RETRIES reruns every item gets a
+        savepoint. An item that rolls back the whole transaction (a trigger's
+        RAISE(ROLLBACK)) is left out of the reruns, answered with its error.
+        Bodies may therefore run more than once: a body only reads and writes
+        through its transaction.
         """
         if not bodies:
             return []
@@ -406,18 +412,25 @@ class Store:
                 return [(True, self._write(bodies[0]))]
             except Exception as exc:
                 return [(False, exc)]
-        refused: dict[int, Exception] = {}
-        for _ in range(OPTIMISTIC_RETRIES + 1):
+        risky: set[int] | None = set()  # None: every item in a savepoint
+        doomed: dict[int, Exception] = {}
+        reruns = 0
+        while True:
             try:
-                return self._run_group(bodies, refused)
+                return self._run_group(bodies, risky, doomed)
             except _ItemFailed as failed:
-                refused[failed.index] = failed.error
-        return self._run_group(bodies, None)
+                if failed.doomed:
+                    doomed[failed.index] = failed.error
+                elif risky is not None:
+                    risky.add(failed.index)
+                    reruns += 1
+                    if reruns > OPTIMISTIC_RETRIES:
+                        risky = None
 
     def _run_group(
-        self, bodies: list[Callable[[Transaction], Any]], refused: dict[int, Exception] | None
+        self, bodies: list[Callable[[Transaction], Any]], risky: set[int] | None, doomed: dict[int, Exception]
     ) -> list[tuple[bool, Any]]:
-        """Optimistic with ``refused`` (the items to answer with their error), else isolated."""
+        """One run of a group: ``risky`` items (all when None) in savepoints, ``doomed`` ones left out."""
         conn = self._conn
         changes = conn.total_changes
         outcomes: list[tuple[bool, Any]] = []
@@ -428,10 +441,10 @@ class Store:
             for index, body in enumerate(bodies):
                 if index and time.monotonic() > deadline:
                     break  # the rest waits for the next transaction
-                if refused is not None:
-                    if index in refused:
-                        outcomes.append((False, refused[index]))
-                        continue
+                if index in doomed:
+                    outcomes.append((False, doomed[index]))
+                    continue
+                if risky is not None and index not in risky:
                     try:
                         outcomes.append((True, body(tx)))
                     except Exception as exc:
@@ -441,8 +454,8 @@ class Store:
                 try:
                     outcomes.append((True, body(tx)))
                 except Exception as exc:
-                    if not conn.in_transaction:
-                        raise  # SQLite rolled everything back: no item of the group survived
+                    if not conn.in_transaction:  # SQLite rolled everything back
+                        raise _ItemFailed(index, exc, doomed=True) from exc
                     conn.execute("ROLLBACK TO item")
                     tx.recovered_at = None  # whatever it recovered is undone
                     outcomes.append((False, exc))
@@ -487,12 +500,14 @@ class Store:
 
 
 class _ItemFailed(Exception):
-    """Item ``index`` of an optimistic group raised ``error``: run the group again without it."""
+    """Item ``index`` of a group raised ``error``: run the group again, that item in
+    a savepoint (or, ``doomed``: it rolled back the whole transaction, without it)."""
 
-    def __init__(self, index: int, error: Exception) -> None:
+    def __init__(self, index: int, error: Exception, *, doomed: bool = False) -> None:
         super().__init__(index, error)
         self.index = index
         self.error = error
+        self.doomed = doomed
 
 
 MIN_FREE_BYTES = 4 * 1024 * 1024  # below this, commits are about to fail with "disk is full"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local import todos
+from switchboard_local.clock import ManualClock
 from switchboard_local.errors import Conflict
 from switchboard_local.store import GROUP_SECONDS, Store
 from switchboard_local.todos import NewTodo
@@ -29,6 +30,16 @@ async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Task]:
     task = asyncio.create_task(store.read(wait))
     await asyncio.to_thread(entered.wait, 10)
     return gate, task
+
+
+def slow_create(store: Store, title: str):  # noqa: ANN201
+    """A write that takes two thirds of a transaction's time budget."""
+
+    def body(tx):  # noqa: ANN001, ANN202
+        time.sleep(2 * GROUP_SECONDS / 3)
+        return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
+
+    return body
 
 
 async def commits(store: Store) -> int:
@@ -86,16 +97,9 @@ async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_
 
 
 async def test_a_group_commits_every_few_milliseconds_of_work_and_keeps_the_order(store, db_path) -> None:
-    def slow_create(title):  # noqa: ANN001, ANN202
-        def body(tx):  # noqa: ANN001, ANN202
-            time.sleep(2 * GROUP_SECONDS / 3)  # two fit in one transaction's budget, three do not
-            return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
-
-        return body
-
     before = await commits(store)
     gate, held = await hold_the_thread(store)
-    writes = [asyncio.create_task(store.write(slow_create(f"t{i}"))) for i in range(9)]
+    writes = [asyncio.create_task(store.write(slow_create(store, f"t{i}"))) for i in range(9)]
     await asyncio.sleep(0.05)
     gate.set()
     await held
@@ -156,6 +160,74 @@ async def test_a_claim_inside_a_group_takes_over_a_lapsed_lease(store, clock) ->
     assert (claimed.id, claimed.owner, claimed.attempt) == (lapsed.id, "b", 2)
     history = (await todos.get(store, lapsed.id)).attempts
     assert [a.outcome for a in history] == ["lease_expired", None]
+
+
+async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones(db_path) -> None:
+    store = await Store.open(db_path)
+    gate, held = await hold_the_thread(store)
+    waiting = [asyncio.create_task(store.write(slow_create(store, f"t{i}"))) for i in range(9)]  # several commits
+    await asyncio.sleep(0.05)
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.05)
+    with pytest.raises(RuntimeError, match="closed"):
+        await todos.create(store, NewTodo(queue="q", title="too late"))
+    gate.set()
+    await held
+    await closing
+    assert len(await asyncio.gather(*waiting)) == 9
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 9
+
+
+async def test_a_write_that_rolls_back_the_whole_transaction_does_not_take_the_others_with_it(store, db_path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON todos WHEN NEW.title LIKE 'poison%' "
+                     "BEGIN SELECT RAISE(ROLLBACK, 'injected'); END")  # fmt: skip
+    gate, held = await hold_the_thread(store)
+    titles = ["poison 1", "good 1", "poison 2", "good 2", "poison 3", "good 3"]
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=t))) for t in titles]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(r, sqlite3.IntegrityError) for r in results[0::2])
+    with sqlite3.connect(db_path) as conn:
+        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["good 1", "good 2", "good 3"]
+
+
+class SteppingClock(ManualClock):
+    """After ``step_after`` readings, one second later: time passing between two runs of a group."""
+
+    step_after: int | None = None
+    readings = 0
+
+    def now_ms(self) -> int:
+        self.readings += 1
+        late = self.step_after is not None and self.readings > self.step_after
+        return super().now_ms() + (1000 if late else 0)
+
+
+async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_commits(db_path) -> None:
+    clock = SteppingClock()
+    store = await Store.open(db_path, clock=clock)
+    try:
+        todo, _ = await todos.create(store, NewTodo(queue="q", title="x"))
+        held_by_a = await todos.claim_next(store, owner="a", lease=1)
+        clock.advance(0.999)  # a's lease has a millisecond left
+        gate, held = await hold_the_thread(store)
+        clock.readings, clock.step_after = 0, 2  # the first run of the group, then a second later
+        complete = asyncio.create_task(todos.complete(store, todo.id, held_by_a.lease_token))
+        takeover = asyncio.create_task(todos.claim(store, todo.id, owner="b"))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await held
+        completed, taken = await asyncio.gather(complete, takeover, return_exceptions=True)
+        # The complete that first went through was rolled back; in the run that committed
+        # a's lease had lapsed, so b took the todo over (never "todo is done").
+        assert isinstance(completed, Conflict) and "expired" in str(completed)
+        assert (taken.owner, taken.attempt) == ("b", 2)
+    finally:
+        await store.close()
 
 
 async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_path: Path) -> None:
