@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 
 # The SDK reads lines of any length; asyncio's default cap is 64 KiB.
 MAX_LINE = 256 * 1024 * 1024
+EOF_GRACE_SECONDS = 0.05
 
 
 class PipeLines:
@@ -37,6 +38,9 @@ class PipeLines:
     async def __anext__(self) -> str:
         line = await self._reader.readline()
         if not line:
+            # The client hung up. Let the requests read just before get their
+            # answers started, as the SDK's thread-per-line reader lets them.
+            await asyncio.sleep(EOF_GRACE_SECONDS)
             raise StopAsyncIteration
         return line.decode("utf-8", "replace")
 

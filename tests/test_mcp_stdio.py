@@ -257,3 +257,21 @@ def test_a_server_on_unix_sockets_answers_as_on_pipes(db_path) -> None:
 
 def test_a_server_whose_stdin_and_stdout_are_one_socket_still_answers(db_path) -> None:
     assert [r["id"] for r in ask_over_sockets(db_path, one_socket=True)] == [1, 2]
+
+
+def test_a_request_sent_just_before_the_client_hangs_up_is_still_answered(db_path) -> None:
+    lines = [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    with subprocess.Popen(
+        [sys.executable, "-m", "switchboard_local", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env=child_env(db_path),
+    ) as proc:  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        for line in lines:
+            proc.stdin.write(json.dumps(line).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode() + b"\n")
+        proc.stdin.close()  # at once: like `printf … | switchboard-local mcp`
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=30) == 0
+    assert [json.loads(line)["id"] for line in rest.splitlines()] == [2]
