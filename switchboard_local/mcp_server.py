@@ -183,4 +183,15 @@ def run(db: Path | None, agent_name: str | None) -> int:
         return 2 if isinstance(exc, InvalidArgument) else 3 if isinstance(exc, StoreUnusable) else 1
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        if not _client_gone(exc):
+            raise
+        print("switchboard-local: the client closed the connection", file=sys.stderr)
     return 0
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether every failure in ``exc`` (a task group's, maybe) is the client hanging up."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, ConnectionError | anyio.BrokenResourceError | anyio.ClosedResourceError)

@@ -275,3 +275,20 @@ def test_a_request_sent_just_before_the_client_hangs_up_is_still_answered(db_pat
         rest = proc.stdout.read()
         assert proc.wait(timeout=30) == 0
     assert [json.loads(line)["id"] for line in rest.splitlines()] == [2]
+
+
+def test_a_client_that_stops_reading_ends_the_server_with_one_line_and_no_traceback(db_path) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "switchboard_local", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=child_env(db_path),
+    ) as proc:  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdout.close()  # the client's end of the answers is gone
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode() + b"\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+        stderr = proc.stderr.read().decode()
+    assert "the client closed the connection" in stderr and "Traceback" not in stderr
