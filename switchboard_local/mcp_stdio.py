@@ -2,10 +2,11 @@
 
 The SDK's stdio transport reads each line and writes (and flushes) each
 answer through a worker thread: several thread hops per tool call, about a
-millisecond of a claim_next + complete round trip. When both ends are pipes
-(as Claude Code launches us), these streams serve the same SDK transport
-straight from asyncio's pipe transports instead. Anything else (a regular
-file, a terminal) falls back to the SDK's own streams.
+millisecond of a claim_next + complete round trip. When the two ends are
+separate pipes or sockets (as Claude Code launches us), these streams serve
+the same SDK transport straight from asyncio's pipe transports instead.
+Anything else (a regular file, a terminal, one socket for both, Windows)
+falls back to the SDK's own streams.
 
 Like the SDK, the server claims the wire while it runs: fd 0 reads the null
 device and fd 1 writes to stderr, so a stray print or a child process can
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 
 # The SDK reads lines of any length; asyncio's default cap is 64 KiB.
@@ -62,6 +63,8 @@ def _separate_pipes() -> bool:
     """stdin and stdout are pipes or sockets (as launchers make them), and not one
     socket for both: asyncio's write transport takes readable data on its own fd
     for the peer closing it."""
+    if sys.platform == "win32":
+        return False
     stdin, stdout = os.fstat(0), os.fstat(1)
     pipes = all(stat.S_ISFIFO(s.st_mode) or stat.S_ISSOCK(s.st_mode) for s in (stdin, stdout))
     return pipes and not os.path.samestat(stdin, stdout)
@@ -73,6 +76,8 @@ async def pipe_streams() -> AsyncIterator[tuple[PipeLines, PipeWriter] | None]:
     if not _separate_pipes():
         yield None
         return
+    import fcntl  # POSIX only, like this path
+
     loop = asyncio.get_running_loop()
     # The transports own (and close) one copy of each end; another restores fds 0 and 1.
     stdin_file = os.fdopen(fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3), "rb", buffering=0)
