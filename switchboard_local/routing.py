@@ -169,17 +169,14 @@ async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingeste
     payloads = [parse_payload(e.body, e.content_type) for e in events]
     # Rules read once per source and transaction: a rerun of the write (group
     # commit) or a later transaction reads them afresh.
-    routes: dict[str, tuple[list[Rule], str]] = {}
-    read_in: list[Transaction] = []
+    routes: dict[tuple[Transaction, str], tuple[list[Rule], str]] = {}
 
     def derive_for(payload: Any):  # noqa: ANN202
         def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
-            if not read_in or read_in[0] is not tx:
-                routes.clear()
-                read_in[:] = [tx]
-            if new.source not in routes:
-                routes[new.source] = (rules_of(tx, new.source), _default_queue(tx, new.source))
-            rules, default_queue = routes[new.source]
+            key = (tx, new.source)
+            if key not in routes:
+                routes[key] = (rules_of(tx, new.source), _default_queue(tx, new.source))
+            rules, default_queue = routes[key]
             delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
             return plan(rules, delivery, default_queue)
 

@@ -463,12 +463,10 @@ class Store:
             conn.execute("COMMIT")
             self._count_commit(changes)
         except _ItemFailed:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._rollback()
             raise
         except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._rollback()
             return [(False, exc)] * len(bodies)  # nothing committed: nobody may ack
         return outcomes
 
@@ -491,12 +489,15 @@ class Store:
             conn.execute("COMMIT")
             self._count_commit(changes)
         except BaseException:
-            # SQLite may already have rolled back (e.g. on SQLITE_FULL);
-            # a second ROLLBACK would hide the real error.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._rollback()
             raise
         return result
+
+    def _rollback(self) -> None:
+        # SQLite may already have rolled back (e.g. on SQLITE_FULL);
+        # a second ROLLBACK would hide the real error.
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
 
 class _ItemFailed(Exception):

@@ -214,6 +214,16 @@ async def test_complete_without_claim_next_answers_the_row_alone_and_refuses_nex
     assert done["state"] == "done" and set(done) == ROW_FIELDS
 
 
+async def test_complete_with_claim_next_from_a_bad_queue_name_is_refused_and_completes_nothing(store) -> None:
+    todo = await new(store)
+    async with connect(store) as client:
+        claimed = await call(client, "claim", id=todo.id)
+        text = await refused(client, "complete", id=todo.id, lease_token=claimed["lease_token"],
+                             claim_next=True, queue=" ")  # fmt: skip
+    assert text.startswith("invalid_argument: ") and "queue" in text
+    assert (await todos.get(store, todo.id)).state == "claimed"
+
+
 async def test_fail_with_claim_next_claims_from_the_queue_asked_with_the_lease_asked(store, clock) -> None:
     todo = await new(store, queue="a")
     await new(store, queue="b", title="other queue", priority=5)

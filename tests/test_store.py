@@ -7,10 +7,10 @@ import os
 import re
 import sqlite3
 import stat
-import threading
 from pathlib import Path
 
 import pytest
+from store_support import hold_the_thread
 
 from switchboard_local import store as store_module
 from switchboard_local import todos
@@ -206,14 +206,7 @@ async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, c
 
 
 async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store, db_path) -> None:
-    gate, entered = threading.Event(), threading.Event()
-
-    def busy(tx):  # noqa: ANN001, ANN202
-        entered.set()
-        gate.wait(10)
-
-    held = asyncio.create_task(store.read(busy))
-    await asyncio.to_thread(entered.wait, 10)
+    gate, held = await hold_the_thread(store)
     try:
         sql(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
         seen = await asyncio.wait_for(store.peek(lambda tx: tx.one("SELECT name FROM agents")), timeout=5)
