@@ -13,7 +13,8 @@ import click
 
 from . import agents
 from .agents import TOOL_NAMES, Agent
-from .cli_common import Out, common, table, when
+from .cli_common import Out, common, exit_status, table, when
+from .errors import SwitchboardError
 from .store import DB_ENV
 
 AGENT_ENV = "SWITCHBOARD_AGENT"
@@ -47,7 +48,12 @@ def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> 
     from .mcp_server import run  # the SDK, imported only here
 
     parent = ctx.find_root().obj or {}
-    sys.exit(run(db if db is not None else parent.get("db"), agent_name or None))
+    try:
+        status = run(db if db is not None else parent.get("db"), agent_name or None)
+    except SwitchboardError as exc:
+        click.echo(f"switchboard-local: {exc}", err=True)
+        status = exit_status(exc)
+    sys.exit(status)
 
 
 @click.group("agent")

@@ -1,7 +1,9 @@
 """What every command shares: --db and --json, output, and error mapping.
 
 Exit codes: 0 ok; 1 refused (not found, conflict, forbidden); 2 usage or
-invalid argument; 3 the database cannot be used.
+invalid argument; 3 the database cannot be used (unusable or unavailable);
+4 busy (another process held the write lock past the busy timeout); 5 the
+listen address cannot be bound (`serve`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from .clock import rfc3339
-from .errors import InvalidArgument, StoreUnusable, SwitchboardError
+from .errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
 from .store import DB_ENV, Store
 from .todo_model import dump_json
 
@@ -25,6 +27,19 @@ T = TypeVar("T")
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNUSABLE = 3
+EXIT_BUSY = 4
+EXIT_CANNOT_LISTEN = 5
+
+
+def exit_status(exc: SwitchboardError) -> int:
+    """The one table from the core's errors to exit statuses (the CLI and `mcp`)."""
+    if isinstance(exc, InvalidArgument):
+        return EXIT_USAGE
+    if isinstance(exc, (StoreUnusable, Unavailable)):
+        return EXIT_UNUSABLE
+    if isinstance(exc, Busy):
+        return EXIT_BUSY
+    return EXIT_REFUSED
 
 
 # An id: what SQLite's INTEGER PRIMARY KEY can hold.
@@ -119,11 +134,7 @@ class Out:
         if self.json:
             click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
         click.echo(f"switchboard-local: {exc}", err=True)
-        if isinstance(exc, InvalidArgument):
-            sys.exit(EXIT_USAGE)
-        if isinstance(exc, StoreUnusable):
-            sys.exit(EXIT_UNUSABLE)
-        sys.exit(EXIT_REFUSED)
+        sys.exit(exit_status(exc))
 
     def emit(self, value: Any, text: str) -> None:
         click.echo(json.dumps(value, ensure_ascii=False, indent=2) if self.json else text)

@@ -45,6 +45,20 @@ class Forbidden(SwitchboardError):
 
 
 class StoreUnusable(SwitchboardError):
-    """The database file cannot be used by this version (too new, or foreign)."""
+    """The database file cannot be used: too new, foreign, corrupt, or not a file."""
 
     code = "store_unusable"
+
+
+class Unavailable(SwitchboardError):
+    """The database cannot be read or written right now: disk full, read-only,
+    an I/O error, a folder that cannot be created. Nothing was written."""
+
+    code = "unavailable"
+
+
+class Busy(SwitchboardError):
+    """Another process held the database's write lock longer than the busy
+    timeout. Nothing was written; trying again later may succeed."""
+
+    code = "busy"

@@ -23,7 +23,7 @@ from mcp.types import ToolAnnotations
 
 from . import __version__, agents, watch
 from .agents import Agent
-from .errors import InvalidArgument, NotFound, StoreUnusable, SwitchboardError
+from .errors import NotFound
 from .mcp_channel import capture_session, map_tool_errors, serve_stdio
 from .mcp_models import doorbell_content, doorbell_meta
 from .mcp_tools import TOOLS, Scope, Session
@@ -153,8 +153,9 @@ async def _ring_for_arrivals(session: Session, after_id: int) -> None:
 def run(db: Path | None, agent_name: str | None) -> int:
     """Serve on stdio until the client closes stdin; the exit status.
 
-    Nothing but protocol may reach stdout: logs go to stderr, and an unknown
-    agent is refused on stderr before the server starts.
+    Nothing but protocol may reach stdout: logs go to stderr. A core error
+    before serving (an unknown agent, a database that cannot be used) is
+    raised for the command to report.
     """
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="switchboard-local mcp: %(levelname)s %(message)s"
@@ -177,10 +178,6 @@ def run(db: Path | None, agent_name: str | None) -> int:
 
     try:
         anyio.run(main)
-    except SwitchboardError as exc:
-        print(f"switchboard-local: {exc}", file=sys.stderr)
-        # The CLI's exit codes: 2 invalid argument, 3 unusable database, 1 refused.
-        return 2 if isinstance(exc, InvalidArgument) else 3 if isinstance(exc, StoreUnusable) else 1
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
