@@ -44,20 +44,30 @@ class Forbidden(SwitchboardError):
     code = "forbidden"
 
 
-class StoreUnusable(SwitchboardError):
+class StoreFault(SwitchboardError):
+    """The database, not the request, is the problem: nothing was written.
+
+    Edges treat every subclass alike: an HTTP sender gets 503 and retries, a
+    broker consumer backs off and acks nothing, the CLI exits 3 or 4.
+    """
+
+    code = "store_fault"
+
+
+class StoreUnusable(StoreFault):
     """The database file cannot be used: too new, foreign, corrupt, or not a file."""
 
     code = "store_unusable"
 
 
-class Unavailable(SwitchboardError):
+class Unavailable(StoreFault):
     """The database cannot be read or written right now: disk full, read-only,
     an I/O error, a folder that cannot be created. Nothing was written."""
 
     code = "unavailable"
 
 
-class Busy(SwitchboardError):
+class Busy(StoreFault):
     """Another process held the database's write lock longer than the busy
     timeout. Nothing was written; trying again later may succeed."""
 

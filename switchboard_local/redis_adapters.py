@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import random
-import sqlite3
 import time
 from urllib.parse import unquote, urlsplit
 
@@ -27,6 +26,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from . import adapters, routing
 from .adapters import Adapter
+from .errors import StoreFault
 from .events import NewEvent, body_hash, ingest
 from .store import Store
 
@@ -75,7 +75,7 @@ class RedisAdapter:
                 await {"stream": self._stream, "list": self._list, "pubsub": self._pubsub}[self.config["mode"]](client)
             except Exception as exc:  # broker, database, or a bug: back off, never crash serve
                 message = self._describe(exc)
-                expected = isinstance(exc, (RedisError, OSError, sqlite3.Error))
+                expected = isinstance(exc, (RedisError, OSError, StoreFault))
                 if expected:
                     log.warning("adapter %s: %s; retrying in up to %.0f s", self.adapter.name, message, self._delay)
                 else:  # a bug: its type and place, never a message that might quote the URL
@@ -223,7 +223,7 @@ class RedisAdapter:
         if events:
             try:
                 await routing.deliver_many(self.store, events)
-            except sqlite3.OperationalError:
+            except StoreFault:
                 raise  # the database itself (full, read-only, locked): back off, retry it all
             except Exception as exc:
                 stored = await self._isolate(events, exc)
@@ -244,7 +244,7 @@ class RedisAdapter:
                 await routing.deliver(self.store, event)
                 stored.append(True)
                 continue
-            except sqlite3.OperationalError:
+            except StoreFault:
                 raise
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
@@ -252,7 +252,7 @@ class RedisAdapter:
                 await ingest(self.store, event, [])
                 log.error("adapter %s: message %s kept without todos: %s", self.adapter.name, event.external_id, reason)
                 stored.append(True)
-            except sqlite3.OperationalError:
+            except StoreFault:
                 raise
             except Exception:
                 stored.append(False)
@@ -274,7 +274,7 @@ class RedisAdapter:
         stored, self._stored_since_health = self._stored_since_health, 0
         try:
             await adapters.record_health(self.store, self.adapter.name, error=error, stored=stored)
-        except sqlite3.Error as exc:
+        except StoreFault as exc:
             self._stored_since_health += stored
             log.warning("adapter %s: cannot record health: %s", self.adapter.name, exc)
 

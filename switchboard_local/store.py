@@ -11,6 +11,7 @@ the WAL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sqlite3
@@ -18,14 +19,14 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock
-from .errors import InvalidArgument, StoreUnusable
+from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
 from .queries import Q
 
 APP_NAME = "switchboard-local"
@@ -168,6 +169,42 @@ def _refuse_newer(path: Path, version: int) -> None:
         )
 
 
+# SQLite's primary result codes, as the driver names them, by what they mean here.
+_BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+_UNUSABLE = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+_UNAVAILABLE = {"SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_NOLFS",
+                "SQLITE_PROTOCOL"}  # fmt: skip
+
+
+def translate(exc: sqlite3.Error, path: Path) -> SwitchboardError | None:
+    """The core's error for a driver error, or None for a bug (misused API, bad SQL)."""
+    name = (getattr(exc, "sqlite_errorname", None) or "").split("_")
+    primary = "_".join(name[:2])  # SQLITE_IOERR_WRITE -> SQLITE_IOERR
+    if primary in _BUSY or (not primary and _is_busy(exc)):
+        return Busy(f"{path} is locked by another process (waited {BUSY_TIMEOUT_MS // 1000} s); try again")
+    if primary in _UNUSABLE:
+        return StoreUnusable(f"{path} cannot be used: {exc}")
+    if primary in _UNAVAILABLE:
+        return Unavailable(f"{path}: {exc}")
+    if primary == "SQLITE_CONSTRAINT":
+        return Conflict(f"the database refused the change: {exc}")
+    return None
+
+
+@contextlib.contextmanager
+def driver_errors(path: Path) -> Iterator[None]:
+    """Driver errors leave the store as the core's errors, never as sqlite3's."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        translated = translate(exc, path)
+        if translated is None:
+            raise
+        raise translated from exc
+    except OSError as exc:  # creating the folder or the file, statvfs
+        raise Unavailable(f"{path}: {exc.strerror or exc}") from exc
+
+
 class Store:
     """An open database: one connection, owned by one thread.
 
@@ -222,7 +259,8 @@ class Store:
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-db")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(thread, _connect, db_path, synchronous)
+            with driver_errors(db_path):
+                conn = await loop.run_in_executor(thread, _connect, db_path, synchronous)
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -258,6 +296,10 @@ class Store:
         """
         if self._closed:
             raise RuntimeError("the store is closed")
+        with driver_errors(self.path):
+            return await self._write(body)
+
+    async def _write(self, body: Callable[[Transaction], T]) -> T:
         loop = asyncio.get_running_loop()
         tick_owner = self._inline_tick_task
         if self._lone_flushes >= INLINE_AFTER and (tick_owner is None or tick_owner is asyncio.current_task()):
@@ -286,11 +328,12 @@ class Store:
 
     async def read(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in autocommit mode: each statement sees the latest commit."""
-        if self._lone_flushes >= INLINE_AFTER:
-            done, result = self._inline(body, write=False)
-            if done:
-                return result
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
+        with driver_errors(self.path):
+            if self._lone_flushes >= INLINE_AFTER:
+                done, result = self._inline(body, write=False)
+                if done:
+                    return result
+            return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
         """A point read (an index lookup) on the event loop's own read-only connection.
@@ -302,14 +345,13 @@ class Store:
         """
         if self._closed:
             raise RuntimeError("the store is closed")
-        if self._peek_conn is None:
-            self._peek_conn = _connect_reader(self.path)
         try:
-            return body(Transaction(self._peek_conn))
-        except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
-                raise
-        return await self.read(body)
+            with driver_errors(self.path):
+                if self._peek_conn is None:
+                    self._peek_conn = _connect_reader(self.path)
+                return body(Transaction(self._peek_conn))
+        except Busy:
+            return await self.read(body)
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Take the file's write lock for a moment on a fresh connection; raise within ``timeout``.
@@ -317,7 +359,8 @@ class Store:
         Off the store's thread, so a health check answers even while a long
         transaction (of this process or another) holds the lock.
         """
-        await asyncio.to_thread(_probe_writable, self.path, timeout)
+        with driver_errors(self.path):
+            await asyncio.to_thread(_probe_writable, self.path, timeout)
 
     def _locked(self, body: Callable[[Transaction], T]) -> T:
         with self._conn_lock:
@@ -409,7 +452,7 @@ class Store:
             return []
         if len(bodies) == 1:
             try:
-                return [(True, self._write(bodies[0]))]
+                return [(True, self._write_alone(bodies[0]))]
             except Exception as exc:
                 return [(False, exc)]
         risky: set[int] | None = set()  # None: every item in a savepoint
@@ -476,7 +519,7 @@ class Store:
         if self._conn.total_changes != changes_before:
             self._commits += 1
 
-    def _write(self, body: Callable[[Transaction], T]) -> T:
+    def _write_alone(self, body: Callable[[Transaction], T]) -> T:
         self._conn.execute("BEGIN IMMEDIATE")
         return self._commit(body)
 

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import FrameType
@@ -28,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from . import adapters, retention, routing, webhooks
-from .errors import NotFound
+from .errors import NotFound, StoreFault
 from .events import NewEvent, ingest
 from .redis_adapters import Supervisor
 from .store import Store
@@ -72,7 +71,7 @@ def create_app(
     async def healthz(request: Request) -> Response:
         try:
             await state["store"].probe_writable()
-        except (sqlite3.Error, OSError) as exc:
+        except StoreFault as exc:
             return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
         return JSONResponse({"ok": True})
 
@@ -92,7 +91,7 @@ async def receive(store: Store, request: Request) -> Response:
         source = await adapters.get(store, name, family="webhook")
     except NotFound:
         source = None
-    except (sqlite3.Error, OSError) as exc:
+    except StoreFault as exc:
         log.error("delivery source=%s outcome=store-failed error=%r", name, str(exc))
         return _problem(503, "the store cannot be read; retry later")
     if source is None or not source.enabled:
@@ -143,7 +142,7 @@ async def receive(store: Store, request: Request) -> Response:
     try:
         try:
             result = await routing.deliver(store, event)
-        except (sqlite3.OperationalError, OSError):
+        except StoreFault:
             raise
         except Exception as exc:
             # Routing could not make todos of it: keep the verified delivery as a
@@ -176,7 +175,7 @@ async def _prune_forever(store: Store, older_than_days: float, max_events: int) 
             pruned = await retention.prune(store, older_than_days=older_than_days, max_events=max_events)
             if pruned.events or pruned.todos:
                 log.info("prune events=%d todos=%d", pruned.events, pruned.todos)
-        except (sqlite3.Error, OSError) as exc:
+        except StoreFault as exc:
             log.error("prune failed: %s", exc)
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
 

@@ -113,7 +113,7 @@ async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_
     gate.set()
     await held
     results = await asyncio.gather(*writes, return_exceptions=True)
-    assert isinstance(results[1], sqlite3.IntegrityError)
+    assert isinstance(results[1], Conflict)
     assert [r[0].title for r in (results[0], results[2])] == ["one", "two"]
     with sqlite3.connect(db_path) as conn:
         assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
@@ -184,7 +184,7 @@ async def test_a_write_that_rolls_back_the_whole_transaction_does_not_take_the_o
     gate.set()
     await held
     results = await asyncio.gather(*writes, return_exceptions=True)
-    assert all(isinstance(r, sqlite3.IntegrityError) for r in results[0::2])
+    assert all(isinstance(r, Conflict) for r in results[0::2])
     with sqlite3.connect(db_path) as conn:
         assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["good 1", "good 2", "good 3"]
 

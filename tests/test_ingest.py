@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from switchboard_local import events, todos
-from switchboard_local.errors import InvalidArgument, NotFound
+from switchboard_local.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.events import NewEvent
 from switchboard_local.todos import NewTodo
 
@@ -138,7 +138,7 @@ async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(stor
         "CREATE TRIGGER fail_second BEFORE INSERT ON todos WHEN NEW.title = 'second' "
         "BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
     )
-    with pytest.raises(sqlite3.IntegrityError, match="injected fault"):
+    with pytest.raises(Conflict, match="injected fault"):
         await events.ingest(store, push(), work("first", "second"))
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
@@ -153,7 +153,7 @@ async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(stor
 
 async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
     sql(db_path, "CREATE TRIGGER fail_all BEFORE INSERT ON todos BEGIN SELECT RAISE(ABORT, 'no'); END")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         await events.ingest(store, push(), work("first"))
     sql(db_path, "DROP TRIGGER fail_all")
     todo, created = await todos.create(store, NewTodo(queue="q", title="after"))

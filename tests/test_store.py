@@ -14,7 +14,7 @@ from store_support import hold_the_thread
 
 from switchboard_local import store as store_module
 from switchboard_local import todos
-from switchboard_local.errors import InvalidArgument, StoreUnusable
+from switchboard_local.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.store import Store
 from switchboard_local.todos import NewTodo
 
@@ -87,7 +87,7 @@ async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
 
 
 async def test_foreign_keys_are_enforced(store):
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         await store.write(
             lambda tx: tx.run(
                 "INSERT INTO todos (queue, title, state, visible_at, event_id, created_at, updated_at)"
@@ -217,5 +217,5 @@ async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store
 
 
 async def test_peek_cannot_write(store) -> None:
-    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+    with pytest.raises(Unavailable, match="readonly"):
         await store.peek(lambda tx: tx.run("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)"))
