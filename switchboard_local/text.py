@@ -1,0 +1,46 @@
+"""Text from outside, made safe to store, log and print.
+
+A control character in a name, a title or a log line can forge lines, move a
+terminal's cursor, recolour it or reorder what it shows. "Control" here means
+the C0 and C1 control characters and DEL (Unicode category Cc) and the
+bidirectional embeddings, overrides and isolates (which reorder what a
+terminal shows, as in "trojan source").
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0, DEL and C1 controls; bidi embeddings and overrides (U+202A-202E), isolates (U+2066-2069).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What a multi-line text for people may keep: the newline itself.
+_CONTROLS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def has_controls(text: str) -> bool:
+    return _CONTROLS.search(text) is not None
+
+
+def first_control(text: str) -> str | None:
+    """The first control character, escaped for an error message (e.g. ``\\x1b``)."""
+    found = _CONTROLS.search(text)
+    return None if found is None else _escape(found)
+
+
+def replace_controls(text: str, by: str = "\ufffd") -> str:
+    """Each control character replaced (U+FFFD by default): for text derived from a delivery."""
+    return _CONTROLS.sub(by, text)
+
+
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """Each control character written as a visible escape (``\\x1b``, ``\\u202e``): for logs and terminals.
+
+    A backslash is left as it is: the escapes are for a person to read, not to be decoded.
+    """
+    pattern = _CONTROLS_BUT_NEWLINE if keep_newlines else _CONTROLS
+    return pattern.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
