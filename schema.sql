@@ -8,6 +8,10 @@
 -- Times are INTEGER milliseconds since the Unix epoch (UTC), taken from the
 -- core's injected clock, never from SQLite's own clock.
 
+-- Marks the file as switchboard-local's ('SBLQ'), so that another program's
+-- database with a user_version of its own is never taken for ours.
+PRAGMA application_id = 1396853841;
+
 -- One delivery that arrived: a webhook request, a Redis entry, an operator
 -- action. Immutable once written.
 CREATE TABLE IF NOT EXISTS events (
@@ -79,7 +83,10 @@ CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS 
 CREATE INDEX IF NOT EXISTS todos_by_state ON todos (queue, state);
 
 -- Idempotency: one live todo per (queue, key). Live = pending, claimed, or
--- failed awaiting a retry; done todos and dead letters free the key.
+-- failed awaiting a retry; done todos and dead letters free the key. Keys of
+-- todos derived from events start with 'event:', a prefix no direct producer
+-- (CLI, agent) may use, so a direct create can never squat a key a future
+-- delivery will derive.
 CREATE UNIQUE INDEX IF NOT EXISTS todos_live_key
     ON todos (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
@@ -114,10 +121,11 @@ CREATE INDEX IF NOT EXISTS attempts_by_todo ON attempts (todo_id, id);
 -- Agent profiles for the MCP server: the queues an agent may drain and the
 -- tools it may use (NULL: every tool).
 CREATE TABLE IF NOT EXISTS agents (
-    name        TEXT    PRIMARY KEY CHECK (name <> ''),
-    queues      TEXT    NOT NULL,                 -- JSON array of queue names
-    tools       TEXT,                             -- JSON array of tool names, or NULL for all
-    created_at  INTEGER NOT NULL
+    name           TEXT    PRIMARY KEY CHECK (name <> ''),
+    queues         TEXT    NOT NULL,              -- JSON array of queue names
+    tools          TEXT,                          -- JSON array of tool names, or NULL for all
+    created_at     INTEGER NOT NULL,
+    create_queues  TEXT                           -- JSON array: where create_for may put todos; NULL: its queues
 );
 
 -- The adapter registry: configured producers. Webhook sources (family
@@ -159,3 +167,25 @@ CREATE TABLE IF NOT EXISTS rules (
 );
 
 CREATE INDEX IF NOT EXISTS rules_by_source ON rules (source, position);
+
+-- Deliveries seen, kept apart from the events so that deduplication outlives
+-- them: the key of an event pruned before the dedup horizon (its external
+-- id), and, for sources with a replay window, 'body:' + the sha256 of a
+-- delivery's type and body (a captured body reposted under a new delivery id
+-- is a duplicate within the window). Rows older than the horizon are pruned.
+CREATE TABLE IF NOT EXISTS delivery_keys (
+    source    TEXT    NOT NULL,
+    key       TEXT    NOT NULL,
+    event_id  INTEGER NOT NULL,                    -- the event it was (it may be pruned since)
+    seen_at   INTEGER NOT NULL,
+    PRIMARY KEY (source, key)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS delivery_keys_by_age ON delivery_keys (seen_at);
+
+-- Settings every process on the file shares (`switchboard-local config`);
+-- a missing row means the default.
+CREATE TABLE IF NOT EXISTS settings (
+    name   TEXT PRIMARY KEY,
+    value  TEXT NOT NULL
+) WITHOUT ROWID;

@@ -1,9 +1,12 @@
-"""Agent profiles: the queues an agent may drain and the tools it may use.
+"""Agent profiles: the queues an agent may drain, those it may create todos
+in, and the tools it may use.
 
 An MCP server started for an agent sees only that agent's queues (todos in
-them, and the events those todos came from) and offers only its tools. A
-profile with no tool list may use every tool. The tool names are the MCP
-surface's contract, so they are checked here, where profiles are written.
+them, and the events those todos came from) and offers only its tools. Its
+``create_for`` puts todos only on its create queues (by default its own
+queues). A profile with no tool list may use every tool. The tool names are
+the MCP surface's contract, so they are checked here, where profiles are
+written.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
+from .todo_model import require_name
 
 TOOL_NAMES = (
     "list_todos",
@@ -47,24 +51,32 @@ class Agent:
     queues: tuple[str, ...]
     tools: tuple[str, ...] | None  # None: every tool
     created_at: int
+    create_queues: tuple[str, ...] | None = None  # None: its own queues
 
     def may_use(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
 
+    @property
+    def creates_in(self) -> tuple[str, ...]:
+        """The queues its create_for may put todos on."""
+        return self.queues if self.create_queues is None else self.create_queues
+
     @classmethod
     def from_row(cls, row: Any) -> Agent:
-        tools = row["tools"]
+        tools, create_queues = row["tools"], row["create_queues"]
         return cls(
             name=row["name"],
             queues=tuple(json.loads(row["queues"])),
             tools=None if tools is None else tuple(json.loads(tools)),
             created_at=row["created_at"],
+            create_queues=None if create_queues is None else tuple(json.loads(create_queues)),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "queues": list(self.queues),
+            "create_queues": list(self.creates_in),
             "tools": None if self.tools is None else list(self.tools),
             "created_at": rfc3339(self.created_at),
         }
@@ -82,15 +94,14 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def _check_queues(queues: Sequence[str]) -> list[str]:
+def _check_queues(queues: Sequence[str], what: str = "queue") -> list[str]:
     if isinstance(queues, str) or not queues:
-        raise InvalidArgument("an agent needs at least one queue")
+        raise InvalidArgument(f"an agent needs at least one {what}")
     for queue in queues:
-        if not isinstance(queue, str) or not queue.strip() or len(queue) > 512:
-            raise InvalidArgument(f"queue names must be non-empty strings of at most 512 characters, got {queue!r}")
+        require_name(what, queue)
     unique = _unique(queues)
     if len(unique) > MAX_QUEUES:
-        raise InvalidArgument(f"an agent may have at most {MAX_QUEUES} queues")
+        raise InvalidArgument(f"an agent may have at most {MAX_QUEUES} {what}s")
     return unique
 
 
@@ -105,12 +116,25 @@ def _check_tools(tools: Sequence[str] | None) -> list[str] | None:
     return _unique(tools)
 
 
-async def add(store: Store, name: str, *, queues: Sequence[str], tools: Sequence[str] | None = None) -> Agent:
-    """Create a profile; an existing name is refused (remove it first)."""
+async def add(
+    store: Store,
+    name: str,
+    *,
+    queues: Sequence[str],
+    tools: Sequence[str] | None = None,
+    create_queues: Sequence[str] | None = None,
+) -> Agent:
+    """Create a profile; an existing name is refused (remove it first).
+
+    ``create_queues``: where its create_for may put todos (None: its own queues).
+    """
     params = {
         "name": _check_name(name),
         "queues": json.dumps(_check_queues(queues), ensure_ascii=False),
         "tools": None if (checked := _check_tools(tools)) is None else json.dumps(checked),
+        "create_queues": None
+        if create_queues is None
+        else json.dumps(_check_queues(create_queues, "create queue"), ensure_ascii=False),
     }
 
     def body(tx: Transaction) -> Agent:

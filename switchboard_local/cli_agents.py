@@ -67,6 +67,7 @@ def _agent_text(agent: Agent) -> str:
         [
             f"agent {agent.name}",
             f"  queues   {', '.join(agent.queues)}",
+            f"  creates  {', '.join(agent.creates_in)} (where its create_for may put todos)",
             f"  tools    {tools}",
             f"  created  {when(agent.created_at)}",
         ]
@@ -83,13 +84,22 @@ def _agent_text(agent: Agent) -> str:
     type=click.Choice(TOOL_NAMES),
     help="A tool it may use (repeatable; default: every tool).",
 )
+@click.option(
+    "--create-queue",
+    "create_queues",
+    multiple=True,
+    help="A queue its create_for may put todos on (repeatable; default: its own queues).",
+)
 @common
 def agent_add(
-    db: Path | None, as_json: bool | None, name: str, queues: tuple[str, ...], tools: tuple[str, ...]
-) -> None:
+    db: Path | None, as_json: bool | None, name: str, queues: tuple[str, ...], tools: tuple[str, ...],
+    create_queues: tuple[str, ...],
+) -> None:  # fmt: skip
     """Create the profile NAME (`mcp --agent NAME` then serves only its queues and tools)."""
     out = Out(db, as_json)
-    agent = out.run(lambda store: agents.add(store, name, queues=queues, tools=tools or None))
+    agent = out.run(
+        lambda store: agents.add(store, name, queues=queues, tools=tools or None, create_queues=create_queues or None)
+    )
     out.emit(agent.to_dict(), f"added {_agent_text(agent)}")
 
 

@@ -5,6 +5,12 @@ transaction that stores the event (deduplicated on source + external id) and,
 only when it is new, the todos derived from it (each deduplicated on queue +
 idempotency key). The producer is answered after it returns, never before:
 store-then-ack.
+
+Deduplication outlives the events: the key of an event pruned before the
+dedup horizon is kept in ``delivery_keys``. A source whose scheme signs the
+body but not the delivery id (GitHub, GitLab, hmac, token…) can set a replay
+window: the same verified type and body again within it is a duplicate, even
+under a new delivery id.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class NewEvent:
     verify_detail: str | None = None
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Seconds within which the same verified type and body is a duplicate (0: off).
+    replay_window: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("source", "type", "external_id", "trust_mode"):
@@ -149,6 +157,24 @@ async def ingest_many(store: Store, batch: Sequence[tuple[NewEvent, Sequence[New
 
 
 def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:
+    body_key = None
+    if event.replay_window > 0 and event.verified:
+        digest = hashlib.sha256(event.type.encode("utf-8") + b"\0" + bytes(event.body)).hexdigest()
+        body_key = f"body:{digest}"
+    # Looked up before inserting: an insert that conflicts would still use up an id.
+    seen = tx.one(
+        Q.seen_delivery,
+        {
+            "source": event.source,
+            "external_id": event.external_id,
+            "pruned_key": f"id:{event.external_id}",
+            "body_key": body_key,
+            "window_start": now - round(event.replay_window * 1000),
+        },
+    )
+    if seen is not None:
+        ids = tx.all(Q.todo_ids_of_event, {"event_id": seen["event_id"]})  # none once the event is pruned
+        return Ingested(seen["event_id"], True, tuple(r["id"] for r in ids))
     row = tx.one(
         Q.insert_event,
         {
@@ -166,12 +192,9 @@ def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewT
             "now": now,
         },
     )
-    if row is None:
-        existing = tx.one(Q.event_id_by_external_id, {"source": event.source, "external_id": event.external_id})
-        assert existing is not None, "insert_event conflicted without a stored event"
-        ids = tx.all(Q.todo_ids_of_event, {"event_id": existing["id"]})
-        return Ingested(existing["id"], True, tuple(r["id"] for r in ids))
     event_id = row["id"]
+    if body_key is not None:
+        tx.run(Q.remember_delivery, {"source": event.source, "key": body_key, "event_id": event_id, "now": now})
     derived = todos(tx, event_id, event) if callable(todos) else todos
     todo_ids = []
     for position, todo in enumerate(derived):

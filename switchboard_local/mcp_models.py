@@ -145,7 +145,9 @@ class ClaimNextResult(Out):
 
 
 class CreatedTodo(Out):
-    todo: TodoRow
+    todo: TodoRow | None = Field(
+        description="the todo created, or the live one holding the key; null when that one is on a queue you cannot read"
+    )
     created: bool = Field(description="false when a live todo already held the idempotency key (it is returned)")
 
 

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from . import agents, events, routing, todos, watch
 from .agents import Agent
-from .errors import Conflict, Forbidden, InvalidArgument, NotFound
+from .errors import Forbidden, InvalidArgument, NotFound
 from .mcp_channel import Doorbell
 from .mcp_models import (
     ClaimNextResult,
@@ -54,18 +54,22 @@ class Scope:
     agent: str
     queues: tuple[str, ...] | None
     tools: tuple[str, ...] | None
+    creates_in: tuple[str, ...] | None = None  # where create_for may put todos (None: anywhere)
 
     @classmethod
     def of(cls, agent: Agent | None) -> Scope:
         if agent is None:
             return cls(UNSCOPED_NAME, None, None)
-        return cls(agent.name, agent.queues, agent.tools)
+        return cls(agent.name, agent.queues, agent.tools, agent.creates_in)
 
     def may_use(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
 
     def has_queue(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
+
+    def may_create_in(self, queue: str) -> bool:
+        return self.creates_in is None or queue in self.creates_in
 
 
 @dataclass
@@ -297,7 +301,8 @@ async def create_for(
     """Hand work to another queue or agent: creates a pending todo with a one-line title and an optional JSON
     payload. Give queue, or assignee (an agent name: only that agent may claim it; the queue defaults to the
     agent's first). Higher priority is claimed first. With an idempotency_key, asking again while that todo is
-    live returns it with created false instead of a duplicate."""
+    live returns it with created false instead of a duplicate (todo is null when it is on a queue you cannot
+    read). Your profile may limit the queues you can create todos in (forbidden otherwise)."""
     s = _session(ctx)
     if queue is None:
         if assignee is None:
@@ -308,6 +313,9 @@ async def create_for(
             raise InvalidArgument(
                 f"there is no agent named {assignee!r} to take a default queue from; give a queue"
             ) from None
+    if not s.scope.may_create_in(queue):
+        allowed = ", ".join(s.scope.creates_in or ())
+        raise Forbidden(f"agent {s.scope.agent!r} may not create todos on queue {queue!r} (it may on: {allowed})")
     new = NewTodo(
         queue=queue,
         title=title,
@@ -318,9 +326,10 @@ async def create_for(
         idempotency_key=idempotency_key,
     )
     todo, created = await todos.create(s.store, new)
-    if not created and s.scope.queues is not None and todo.queue not in s.scope.queues:
-        # Someone else's live todo holds the key: say so, but show nothing of it.
-        raise Conflict(f"a live todo on queue {todo.queue!r} already holds this idempotency key")
+    if not created and not s.scope.has_queue(todo.queue):
+        # A live todo the agent cannot read holds the key: it learns that much
+        # (what idempotency promises), and nothing of the todo.
+        return CreatedTodo(todo=None, created=False)
     return CreatedTodo(todo=TodoRow.of(todo), created=created)
 
 

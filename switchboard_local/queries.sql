@@ -202,17 +202,31 @@ FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM 
 GROUP BY queue
 ORDER BY queue;
 
+-- name: seen_delivery
+-- The event a delivery repeats, if it was seen: a stored event with the same
+-- external id; the kept key of one pruned since (:pruned_key, 'id:' + the
+-- external id); or, with a replay window, the same body (:body_key, NULL when
+-- the source has none) seen at or after :window_start.
+SELECT id AS event_id FROM events WHERE source = :source AND external_id = :external_id
+UNION ALL
+SELECT event_id FROM delivery_keys
+WHERE source = :source AND (key = :pruned_key OR (key = :body_key AND seen_at >= :window_start))
+LIMIT 1;
+
 -- name: insert_event
--- A redelivery (same source and external id) inserts nothing and returns no row.
+-- Only after seen_delivery found nothing (so a refused insert never uses up an id).
 INSERT INTO events (source, family, type, external_id, trust_mode, verified, verify_detail,
                     content_type, headers, body, size, received_at)
 VALUES (:source, :family, :type, :external_id, :trust_mode, :verified, :verify_detail,
         :content_type, :headers, :body, :size, :now)
-ON CONFLICT (source, external_id) DO NOTHING
 RETURNING id;
 
--- name: event_id_by_external_id
-SELECT id FROM events WHERE source = :source AND external_id = :external_id;
+-- name: remember_delivery
+-- A delivery key kept apart from its event (a body under a replay window, or
+-- the external id of an event being pruned); a newer sighting replaces an older.
+INSERT INTO delivery_keys (source, key, event_id, seen_at)
+VALUES (:source, :key, :event_id, :now)
+ON CONFLICT (source, key) DO UPDATE SET event_id = excluded.event_id, seen_at = excluded.seen_at;
 
 -- name: link_event_todo
 INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
@@ -280,8 +294,8 @@ WHERE name = :name;
 
 -- name: insert_agent
 -- An existing name inserts nothing and returns no row.
-INSERT INTO agents (name, queues, tools, created_at)
-VALUES (:name, :queues, :tools, :now)
+INSERT INTO agents (name, queues, tools, create_queues, created_at)
+VALUES (:name, :queues, :tools, :create_queues, :now)
 ON CONFLICT (name) DO NOTHING
 RETURNING *;
 
@@ -350,9 +364,6 @@ SELECT * FROM rules WHERE (:source IS NULL OR source = :source) ORDER BY positio
 -- name: rules_of_source
 SELECT * FROM rules INDEXED BY rules_by_source WHERE source = :source ORDER BY position;
 
--- name: get_rule
-SELECT * FROM rules WHERE id = :id;
-
 -- name: delete_rule
 DELETE FROM rules WHERE id = :id;
 
@@ -370,10 +381,35 @@ WHERE (state = 'done' OR (state = 'failed' AND visible_at IS NULL))
 
 -- name: prune_events
 -- Events received before the cutoff, or beyond the newest :max_events, unless
--- a live todo still points to one.
+-- a live todo still points to one; each pruned event's key, for the dedup horizon.
 DELETE FROM events
 WHERE (received_at < :cutoff
        OR id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET :max_events))
   AND NOT EXISTS (
       SELECT 1 FROM todos
-      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL));
+      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL))
+RETURNING id, source, external_id, received_at;
+
+-- name: keep_pruned_delivery
+-- A pruned event's external id, kept until the dedup horizon passes it.
+INSERT OR IGNORE INTO delivery_keys (source, key, event_id, seen_at)
+VALUES (:source, 'id:' || :external_id, :event_id, :received_at);
+
+-- name: forget_delivery_keys
+-- Delivery keys older than the dedup horizon: a redelivery after it is new.
+DELETE FROM delivery_keys WHERE seen_at < :horizon;
+
+-- ---- settings (settings.py; a missing row means the default) ----
+
+-- name: get_setting
+SELECT value FROM settings WHERE name = :name;
+
+-- name: list_settings
+SELECT name, value FROM settings ORDER BY name;
+
+-- name: set_setting
+INSERT INTO settings (name, value) VALUES (:name, :value)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+
+-- name: delete_setting
+DELETE FROM settings WHERE name = :name;

@@ -6,10 +6,12 @@ source's default queue (its ``queue`` setting, else its name). Rules are read
 inside the ingest transaction, so each delivery sees the rules as they are at
 its own commit.
 
-Each todo's idempotency key is ``{source}:{delivery id}:rule:{rule id}`` (or
-``:default``): a redelivery collapses into the same todos, and fan-out todos
-never collide. A todo's payload carries the event's context and its parsed
-body; the raw bytes stay on the event.
+Each todo's idempotency key is ``event:{source}:{delivery id}:rule:{rule id}``
+(or ``:default``): a redelivery collapses into the same todos, fan-out todos
+never collide, and no direct producer can take the key first (``event:`` is
+theirs to derive alone). A todo's payload carries the event's context and its
+parsed body (left out when it would pass limits.max_payload); the raw bytes
+stay on the event.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from . import settings
 from .errors import InvalidArgument, NotFound
 from .events import Event, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .store import Store, Transaction
-from .todos import MAX_TITLE_LENGTH, NewTodo, dump_json, insert_id
+from .text import replace_controls
+from .todo_model import DERIVED_KEY_PREFIX, MAX_TITLE_LENGTH, NewTodo, dump_json
+from .todos import insert_id
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class Delivery:
         A delivery id too long for a key is replaced by its hash, so that a
         strange id can never make its delivery unstorable.
         """
-        prefix = "redis:" if self.family == "queue" else ""
+        prefix = DERIVED_KEY_PREFIX + ("redis:" if self.family == "queue" else "")
         delivery = self.external_id
         if len(delivery) > 200:
             delivery = "sha256:" + hashlib.sha256(delivery.encode()).hexdigest()
@@ -94,7 +99,14 @@ def _strict_json(text: str | bytes) -> Any:
     return value
 
 
-def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, replay: bool = False) -> list[NewTodo]:
+def plan(
+    rules: Sequence[Rule],
+    delivery: Delivery,
+    default_queue: str,
+    *,
+    replay: bool = False,
+    max_payload: int = settings.MAX_PAYLOAD.default,
+) -> list[NewTodo]:
     """The todos one delivery produces under these rules (pure: no I/O)."""
     todos: list[NewTodo] = []
     matched = False
@@ -104,15 +116,15 @@ def plan(rules: Sequence[Rule], delivery: Delivery, default_queue: str, *, repla
         matched = True
         if rule.action == "drop":
             return todos
-        todos.append(_todo(delivery, rule, rule.queue or default_queue, replay))
+        todos.append(_todo(delivery, rule, rule.queue or default_queue, replay, max_payload))
         if rule.stop:
             return todos
     if not matched:
-        todos.append(_todo(delivery, None, default_queue, replay))
+        todos.append(_todo(delivery, None, default_queue, replay, max_payload))
     return todos
 
 
-def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> NewTodo:
+def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool, max_payload: int) -> NewTodo:
     specials = {"@source": delivery.source, "@type": delivery.type, "@id": delivery.external_id}
     title = ""
     if rule is not None and rule.title:
@@ -120,24 +132,30 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool) -> Ne
     if not title.strip():
         title = _default_title(delivery)
     key = f"{delivery.key_base}:" + (f"rule:{rule.id}" if rule else "default")
-    return NewTodo(
-        queue=queue,
-        title=title,
-        kind=delivery.type.strip()[:512] or None,
-        assignee=rule.assignee if rule else None,
-        priority=rule.priority if rule else 0,
-        max_attempts=rule.max_attempts if rule else NewTodo.max_attempts,
-        idempotency_key=key + (":replay" if replay else ""),
-        payload={
-            "source": delivery.source,
-            "type": delivery.type,
-            "delivery_id": delivery.external_id,
-            "event_id": delivery.event_id,
-            "verified": delivery.verified,
-            "replay": replay,
-            "body": delivery.payload,
-        },
-    )
+    context = {
+        "source": delivery.source,
+        "type": delivery.type,
+        "delivery_id": delivery.external_id,
+        "event_id": delivery.event_id,
+        "verified": delivery.verified,
+        "replay": replay,
+    }
+    fields = {
+        "queue": queue,
+        # A sender's text may hold control characters; a title or kind may not
+        # (whitespace first becomes the one space a title keeps).
+        "title": replace_controls(" ".join(title.split())),
+        "kind": replace_controls(delivery.type.strip()[:512]) or None,
+        "assignee": rule.assignee if rule else None,
+        "priority": rule.priority if rule else 0,
+        "max_attempts": rule.max_attempts if rule else NewTodo.max_attempts,
+        "idempotency_key": key + (":replay" if replay else ""),
+    }
+    todo = NewTodo(**fields, payload={**context, "body": delivery.payload})
+    if len(todo.payload_json.encode("utf-8")) > max_payload:
+        # Too big to hand an agent whole: the todo says where the body is instead.
+        todo = NewTodo(**fields, payload={**context, "body": None, "body_omitted": True})
+    return todo
 
 
 def _default_title(delivery: Delivery) -> str:
@@ -155,7 +173,13 @@ def _default_queue(tx: Transaction, source: str) -> str:
 
 
 def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> list[NewTodo]:
-    return plan(rules_of(tx, delivery.source), delivery, _default_queue(tx, delivery.source), replay=replay)
+    return plan(
+        rules_of(tx, delivery.source),
+        delivery,
+        _default_queue(tx, delivery.source),
+        replay=replay,
+        max_payload=settings.value_in(tx, settings.MAX_PAYLOAD),
+    )
 
 
 async def deliver(store: Store, event: NewEvent) -> Ingested:
@@ -178,7 +202,7 @@ async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingeste
                 routes[key] = (rules_of(tx, new.source), _default_queue(tx, new.source))
             rules, default_queue = routes[key]
             delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
-            return plan(rules, delivery, default_queue)
+            return plan(rules, delivery, default_queue, max_payload=settings.value_in(tx, settings.MAX_PAYLOAD))
 
         return derive
 

@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArgument, NotFound
@@ -20,8 +21,10 @@ from .queries import Q
 from .store import Store, Transaction
 from .todos import DEFAULT_MAX_ATTEMPTS, NewTodo
 
-OPS = ("eq", "in", "glob", "exists")
 PATH = re.compile(r"^[^.=~?{}\s]+(\.[^.=~?{}\s]+)*$")
+# A path segment that indexes a list: ASCII digits, few enough to be an index
+# (int() refuses 4,300 digits and more; a list is never longer than 10**18).
+INDEX = re.compile(r"[0-9]{1,18}")
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 SPECIALS = ("@source", "@type", "@id")
 
@@ -48,8 +51,10 @@ class Condition:
                 op, value = "in", raw.split("|")
             else:
                 op, value = "eq", raw
-        if not PATH.match(path):
-            raise InvalidArgument(f"--where {text!r}: {path!r} is not a dotted path")
+        try:
+            parse_path(path)
+        except InvalidArgument:
+            raise InvalidArgument(f"--where {text!r}: {path!r} is not a dotted path") from None
         return cls(path, op, value)
 
     def holds(self, payload: Any) -> bool:
@@ -130,13 +135,25 @@ class Rule:
         }
 
 
+@lru_cache(maxsize=1024)
+def parse_path(path: str) -> tuple[tuple[str, int | None], ...]:
+    """A dotted path's segments: each an object key and, for ASCII digits, a list index.
+
+    The one parser of paths: rules and templates are checked with it when
+    added and looked up with it at delivery, so whatever is accepted applies.
+    """
+    if not isinstance(path, str) or not PATH.match(path):
+        raise InvalidArgument(f"{path!r} is not a dotted path")
+    return tuple((key, int(key) if INDEX.fullmatch(key) else None) for key in path.split("."))
+
+
 def lookup(payload: Any, path: str) -> tuple[bool, Any]:
     value = payload
-    for key in path.split("."):
+    for key, index in parse_path(path):
         if isinstance(value, dict) and key in value:
             value = value[key]
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
+        elif isinstance(value, list) and index is not None and index < len(value):
+            value = value[index]
         else:
             return False, None
     return True, value
@@ -157,8 +174,11 @@ def check_template(template: str) -> None:
         if name.startswith("@"):
             if name not in SPECIALS:
                 raise InvalidArgument(f"--title: {{{name}}} is not one of {', '.join(SPECIALS)}")
-        elif not PATH.match(name):
-            raise InvalidArgument(f"--title: {{{name}}} is not a dotted path")
+        else:
+            try:
+                parse_path(name)
+            except InvalidArgument:
+                raise InvalidArgument(f"--title: {{{name}}} is not a dotted path") from None
 
 
 def render(template: str, payload: Any, specials: dict[str, str]) -> str:

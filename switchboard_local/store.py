@@ -31,15 +31,39 @@ from .queries import Q
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
+BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another process's lock
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
+APPLICATION_ID = 1396853841
+# The tables of version 1, which predates the application id: a file with
+# user_version 1, no application id and exactly these tables is ours.
+V1_TABLES = frozenset({"events", "todos", "event_todos", "attempts", "agents", "adapters", "rules"})
 
 # version -> SQL script that upgrades a file from version - 1 to version.
-MIGRATIONS: dict[int, str] = {}
+MIGRATIONS: dict[int, str] = {
+    2: """
+ALTER TABLE agents ADD COLUMN create_queues TEXT;
+CREATE TABLE IF NOT EXISTS delivery_keys (
+    source    TEXT    NOT NULL,
+    key       TEXT    NOT NULL,
+    event_id  INTEGER NOT NULL,
+    seen_at   INTEGER NOT NULL,
+    PRIMARY KEY (source, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS delivery_keys_by_age ON delivery_keys (seen_at);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+-- Keys derived from events move into their own namespace. A live direct todo
+-- that squatted the new form keeps it; the derived one then keeps its old key.
+UPDATE OR IGNORE todos SET idempotency_key = 'event:' || idempotency_key
+WHERE event_id IS NOT NULL AND idempotency_key IS NOT NULL AND idempotency_key NOT LIKE 'event:%';
+PRAGMA application_id = 1396853841;
+""",
+}
 
-BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_MS = 30_000  # the default; $SWITCHBOARD_BUSY_TIMEOUT (seconds) overrides it
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
 GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
@@ -52,6 +76,20 @@ SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 T = TypeVar("T")
 Params = Mapping[str, Any] | Sequence[Any]
+
+
+def busy_timeout_ms() -> int:
+    """How long a write waits for another process's lock before it is refused as busy."""
+    raw = os.environ.get(BUSY_TIMEOUT_ENV)
+    if not raw:
+        return BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
+    return round(seconds * 1000)
 
 
 def default_path() -> Path:
@@ -90,6 +128,9 @@ def _create_owner_only(path: Path) -> None:
     SQLite gives the -wal and -shm files the database file's mode, so they
     inherit owner-only permissions from here.
     """
+    resolved = path.resolve()
+    if resolved.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        raise StoreUnusable(f"{path} is on a system file system ({'/' + resolved.parts[1]}), not a place for a database")
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     for folder in reversed(missing):
         folder.mkdir(mode=0o700, exist_ok=True)
@@ -97,15 +138,17 @@ def _create_owner_only(path: Path) -> None:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         info = path.stat()
-        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o077 and info.st_uid == os.getuid():
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreUnusable(f"{path} is not a regular file") from None
+        if info.st_mode & 0o077 and info.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
         return
     os.close(fd)
 
 
-def _pragmas(synchronous: str) -> list[str]:
+def _pragmas(synchronous: str, busy_ms: int) -> list[str]:
     return [
-        f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
+        f"PRAGMA busy_timeout = {busy_ms}",
         "PRAGMA journal_mode = WAL",
         f"PRAGMA synchronous = {synchronous}",
         "PRAGMA foreign_keys = ON",
@@ -114,51 +157,73 @@ def _pragmas(synchronous: str) -> list[str]:
     ]
 
 
-def _migrate(path: Path) -> None:
-    """Bring the file to SCHEMA_VERSION, or refuse it.
+def _migrate(path: Path, busy_ms: int) -> None:
+    """Bring the file to SCHEMA_VERSION, or refuse it and leave it untouched.
 
-    The version is checked again inside BEGIN IMMEDIATE, so several processes
-    opening a new file at once create the schema exactly once.
+    Whether the file is ours is decided by reading alone, before anything is
+    written (WAL included). The version is checked again inside BEGIN
+    IMMEDIATE, so several processes opening a new file at once create the
+    schema exactly once.
     """
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        version, app_id = _identity(conn)
+        if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
             return
+        _refuse_foreign(conn, path, version, app_id)
         _refuse_newer(path, version)
-        _refuse_foreign(conn, path, version)  # before WAL: a refused file is left as it was
-        for pragma in _pragmas("FULL"):
+        for pragma in _pragmas("FULL", busy_ms):
             conn.execute(pragma)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            version, app_id = _identity(conn)
+            _refuse_foreign(conn, path, version, app_id)
             _refuse_newer(path, version)
             if version == 0:
-                _refuse_foreign(conn, path, version)
                 for statement in _statements(schema_sql()):
                     conn.execute(statement)
             else:
                 for target in range(version + 1, SCHEMA_VERSION + 1):
                     for statement in _statements(MIGRATIONS[target]):
                         conn.execute(statement)
-            if version != SCHEMA_VERSION:
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-    except sqlite3.DatabaseError as exc:
-        raise StoreUnusable(f"cannot open {path}: {exc}") from exc
+    except sqlite3.Error as exc:
+        if translate(exc, path) is not None:
+            raise
+        raise StoreUnusable(f"cannot open {path}: {exc}") from exc  # e.g. a migration that no longer applies
     finally:
         conn.close()
 
 
-def _refuse_foreign(conn: sqlite3.Connection, path: Path, version: int) -> None:
-    if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-        raise StoreUnusable(
-            f"{path} is an SQLite database but not a switchboard-local one (it has tables and no schema version)"
-        )
+def _identity(conn: sqlite3.Connection) -> tuple[int, int]:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    return version, app_id
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path, version: int, app_id: int) -> None:
+    """Ours: our application id; or a new empty file; or version 1 with exactly
+    version 1's tables (that version wrote no application id)."""
+    if app_id == APPLICATION_ID:
+        return
+    tables = {
+        name
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+    }
+    if app_id == 0 and version == 0 and not tables:
+        return
+    if app_id == 0 and version == 1 and tables == V1_TABLES:
+        return
+    raise StoreUnusable(
+        f"{path} is an SQLite database but not a switchboard-local one "
+        f"(application id {app_id}, user version {version}); it was left as it is"
+    )
 
 
 def _refuse_newer(path: Path, version: int) -> None:
@@ -181,7 +246,7 @@ def translate(exc: sqlite3.Error, path: Path) -> SwitchboardError | None:
     name = (getattr(exc, "sqlite_errorname", None) or "").split("_")
     primary = "_".join(name[:2])  # SQLITE_IOERR_WRITE -> SQLITE_IOERR
     if primary in _BUSY or (not primary and _is_busy(exc)):
-        return Busy(f"{path} is locked by another process (waited {BUSY_TIMEOUT_MS // 1000} s); try again")
+        return Busy(f"{path} is locked by another process for longer than the busy timeout; try again later")
     if primary in _UNUSABLE:
         return StoreUnusable(f"{path} cannot be used: {exc}")
     if primary in _UNAVAILABLE:
@@ -224,6 +289,7 @@ class Store:
         path: Path,
         clock: Clock,
         rng: random.Random,
+        busy_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         self._conn = conn
         self._thread = thread
@@ -240,7 +306,8 @@ class Store:
         self._lone_flushes = 0
         self._inline_count = 0
         self._inline_tick_task: asyncio.Task[Any] | None = None
-        self._waits_for_locks = True  # busy_timeout is BUSY_TIMEOUT_MS (else 0)
+        self._busy_ms = busy_ms
+        self._waits_for_locks = True  # busy_timeout is busy_ms (else 0)
         self._closed = False
         self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
 
@@ -256,15 +323,16 @@ class Store:
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         db_path = Path(path).expanduser() if path is not None else default_path()
+        busy_ms = busy_timeout_ms()
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-db")
         loop = asyncio.get_running_loop()
         try:
             with driver_errors(db_path):
-                conn = await loop.run_in_executor(thread, _connect, db_path, synchronous)
+                conn = await loop.run_in_executor(thread, _connect, db_path, synchronous, busy_ms)
         except BaseException:
             thread.shutdown(wait=False)
             raise
-        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random())
+        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random(), busy_ms)
 
     async def close(self) -> None:
         """Refuse new writes, let those already waiting commit, then close."""
@@ -391,7 +459,7 @@ class Store:
         """busy_timeout: the thread waits for another process's lock, the loop never
         does. Switched only when the caller changes (a pragma costs ~10 us)."""
         if wait != self._waits_for_locks:
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS if wait else 0}")
+            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms if wait else 0}")
             self._waits_for_locks = wait
 
     async def data_version(self) -> tuple[int, int]:
@@ -501,6 +569,7 @@ class Store:
                         raise _ItemFailed(index, exc, doomed=True) from exc
                     conn.execute("ROLLBACK TO item")
                     tx.recovered_at = None  # whatever it recovered is undone
+                    tx.memo.clear()
                     outcomes.append((False, exc))
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
@@ -585,16 +654,16 @@ def _settle(waiter: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
         waiter.set_exception(RuntimeError(f"the store's thread failed: {value!r}"))
 
 
-def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     """Runs in the store's thread, which then owns the connection."""
     _create_owner_only(path)
-    _migrate(path)
+    _migrate(path, busy_ms)
     # Used by the store's thread, or by the event loop's thread for a lone
     # write; never both at once (Store._conn_lock).
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
-        for pragma in _pragmas(synchronous):
+        for pragma in _pragmas(synchronous, busy_ms):
             conn.execute(pragma)
     except BaseException:
         conn.close()
@@ -619,12 +688,14 @@ class Transaction:
 
     A group commit's items share one: ``recovered_at`` (the clock's time of
     the last recovery of lapsed leases in it) spares the claims that follow
-    within the same millisecond a recovery of their own.
+    within the same millisecond a recovery of their own; ``memo`` keeps what
+    verbs read once per transaction (settings).
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.recovered_at: int | None = None
+        self.memo: dict[Any, Any] = {}
 
     def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         cursor = self._conn.execute(sql, params)
@@ -639,3 +710,7 @@ class Transaction:
     def run(self, sql: str, params: Params = ()) -> int:
         """Execute; return the number of rows changed."""
         return self._conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, params: Sequence[Params]) -> int:
+        """Execute once per parameter set; return the number of rows changed."""
+        return self._conn.executemany(sql, params).rowcount

@@ -13,6 +13,7 @@ from typing import Any
 
 from .clock import rfc3339
 from .errors import InvalidArgument
+from .text import first_control
 
 STATES = ("pending", "claimed", "done", "failed")
 
@@ -25,6 +26,9 @@ MAX_TITLE_LENGTH = 1000
 MAX_DELAY_SECONDS = 365 * 86400.0
 INT64 = (-(2**63), 2**63 - 1)
 MAX_LIST_LIMIT = 1000
+# Idempotency keys of todos derived from events start with this; no direct
+# producer (CLI, agent) may use it, so none can squat a key a delivery will derive.
+DERIVED_KEY_PREFIX = "event:"
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class NewTodo:
             raise InvalidArgument("title must not be empty")
         if len(title) > MAX_TITLE_LENGTH:
             raise InvalidArgument(f"title is longer than {MAX_TITLE_LENGTH} characters")
+        require_text("title", title)
         object.__setattr__(self, "title", title)
         for name in ("kind", "assignee", "idempotency_key"):
             value = getattr(self, name)
@@ -180,6 +185,7 @@ class NewTodo:
 
 
 def require_name(name: str, value: object) -> None:
+    """A name (queue, owner, assignee, kind, key): non-empty one-line text."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{name} must be a non-empty string")
     if len(value) > 512:
@@ -188,11 +194,16 @@ def require_name(name: str, value: object) -> None:
 
 
 def require_text(name: str, value: str) -> None:
-    """Text SQLite can store: valid Unicode (no lone surrogates, as undecodable bytes become)."""
+    """Text to store and show: valid Unicode (no lone surrogates, as undecodable
+    bytes become) without control characters, which could rewrite a terminal
+    or forge a log line wherever the text is shown."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(f"{name} is not valid UTF-8 text") from None
+    control = first_control(value)
+    if control is not None:
+        raise InvalidArgument(f"{name} holds a control character ({control})")
 
 
 def require_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import settings
 from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound
 from .queries import Q
@@ -30,6 +31,7 @@ from .todo_model import (  # noqa: F401  (the nouns, re-exported for callers of 
     BACKOFF_CAP_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
+    DERIVED_KEY_PREFIX,
     LEASE_CAP_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_LIST_LIMIT,
@@ -52,12 +54,22 @@ from .todo_model import (  # noqa: F401  (the nouns, re-exported for callers of 
 
 
 async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
-    """Create a pending todo; returns it and whether it was created.
+    """Create a pending todo directly (CLI, agent); returns it and whether it was created.
 
     A live todo already holding (queue, idempotency_key) is returned instead,
-    with ``False``.
+    with ``False``. Keys in the namespace of todos derived from events are
+    refused: a direct producer may not squat a key a delivery will derive.
     """
-    return await store.write(lambda tx: insert(tx, todo, now=store.clock.now_ms()))
+    if todo.idempotency_key is not None and todo.idempotency_key.startswith(DERIVED_KEY_PREFIX):
+        raise InvalidArgument(
+            f"idempotency keys starting with {DERIVED_KEY_PREFIX!r} are reserved for todos made from events"
+        )
+
+    def body(tx: Transaction) -> tuple[Todo, bool]:
+        settings.require_size(tx, "payload", todo.payload_json)
+        return insert(tx, todo, now=store.clock.now_ms())
+
+    return await store.write(body)
 
 
 def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> tuple[Todo, bool]:
@@ -86,17 +98,20 @@ def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | 
         "visible_at": now + round(todo.delay * 1000),
         "now": now,
     }
+    if todo.idempotency_key is not None:
+        # Look before inserting: an insert that conflicts would still use up an id.
+        holder = {"queue": todo.queue, "idempotency_key": todo.idempotency_key}
+        existing = tx.one(Q.live_todo_by_key, holder)
+        if existing is not None and existing["state"] == "claimed" and existing["lease_expires_at"] <= now:
+            # A lapsed last attempt is a dead letter already (and frees the
+            # key) once lapsed leases are recovered.
+            _recover_lapsed(tx, now)
+            existing = tx.one(Q.live_todo_by_key, holder)
+        if existing is not None:
+            return existing, False
     row = tx.one(sql, params)
-    if row is None:
-        # The holder of the key may be a lapsed last attempt, which is a dead
-        # letter already (and frees the key) once lapsed leases are recovered.
-        _recover_lapsed(tx, now)
-        row = tx.one(sql, params)
-    if row is not None:
-        return row, True
-    existing = tx.one(Q.live_todo_by_key, {"queue": todo.queue, "idempotency_key": todo.idempotency_key})
-    assert existing is not None, "insert_todo conflicted without a live todo holding the key"
-    return existing, False
+    assert row is not None, "insert_todo conflicted though no live todo holds the key"
+    return row, True
 
 
 # ---------------------------------------------------------------- reads
@@ -375,7 +390,9 @@ def _complete_body(
     store: Store, todo_id: int, lease_token: str, result: Any, queues: Sequence[str] | None
 ) -> Callable[[Transaction], Todo]:
     params = {"result": dump_json("result", result)}
-    return _leased_body(store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues)
+    return _leased_body(
+        store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues, sized="result"
+    )
 
 
 def _fail_body(
@@ -391,7 +408,7 @@ def _fail_body(
         # of many todos that failed together spread out.
         "jitter": store.rng.uniform(0.5, 1.0),
     }
-    return _leased_body(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues)
+    return _leased_body(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues, sized="error")
 
 
 def _leased_body(
@@ -403,14 +420,20 @@ def _leased_body(
     *,
     outcome: str | None = None,
     queues: Sequence[str] | None = None,
+    sized: str | None = None,
 ) -> Callable[[Transaction], Todo]:
-    """A verb that needs the current lease; a missing or stale token is refused."""
+    """A verb that needs the current lease; a missing or stale token is refused.
+
+    ``sized`` names the parameter (result, error) that must fit limits.max_payload.
+    """
     if not lease_token or not isinstance(lease_token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
     token_hash = hash_token(lease_token)
 
     def body(tx: Transaction) -> Todo:
         _check_scope(tx, todo_id, queues)
+        if sized is not None:
+            settings.require_size(tx, sized, params[sized])
         now = store.clock.now_ms()
         row = tx.one(sql, {**params, "id": todo_id, "lease_token_hash": token_hash, "now": now})
         if row is None:

@@ -50,6 +50,15 @@ def test_agent_add_show_list_remove_round_trip(cli) -> None:
     assert [a["name"] for a in as_json(cli, "agent", "list")] == ["helper"]
 
 
+def test_agent_add_create_queue_sets_where_its_create_for_may_put_todos(cli) -> None:
+    added = as_json(cli, "agent", "add", "dispatcher", "--queue", "inbox", "--create-queue", "review",
+                    "--create-queue", "billing")  # fmt: skip
+    assert added["create_queues"] == ["review", "billing"]
+    assert as_json(cli, "agent", "add", "plain", "--queue", "q")["create_queues"] == ["q"]  # default: its own
+    code, out, _ = cli("agent", "show", "dispatcher")
+    assert code == 0 and "creates  review, billing" in out
+
+
 def test_agent_add_refuses_a_tool_that_is_not_one_of_the_thirteen(cli) -> None:
     code, _, err = cli("agent", "add", "x", "--queue", "q", "--tool", "drop_tables")
     assert code == 2 and "--tool" in err

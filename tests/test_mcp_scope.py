@@ -176,15 +176,67 @@ async def test_the_doorbell_names_the_source_of_the_event_a_todo_came_from(store
     assert ring.meta == {"todo_id": str(delivered.todo_ids[0]), "queue": "gh", "source": "gh"}
 
 
-async def test_create_for_never_shows_another_queues_todo_that_holds_the_key(store) -> None:
-    reviewer = await agents.add(store, "reviewer", queues=["review"])
+async def test_create_for_shows_nothing_of_a_todo_outside_the_agents_queues_that_holds_the_key(store) -> None:
+    dispatcher = await agents.add(store, "dispatcher", queues=["inbox"], create_queues=["billing"])
     foreign = await new(store, "billing", title="pay invoice 7", idempotency_key="k-1", payload={"card": "4242"})
-    async with connect(store, reviewer) as client:
-        text = await refused(client, "create_for", queue="billing", title="guess", idempotency_key="k-1")
+    async with connect(store, dispatcher) as client:
+        held = await call(client, "create_for", queue="billing", title="guess", idempotency_key="k-1")
         made = await call(client, "create_for", queue="billing", title="handed over", idempotency_key="k-2")
-    assert text.startswith("conflict: ") and "pay invoice" not in text and "4242" not in text
+    assert held == {"todo": None, "created": False}
     assert made["created"] is True and made["todo"]["title"] == "handed over"
     assert (await todos.get(store, foreign.id)).title == "pay invoice 7"
+
+
+async def test_create_for_is_limited_to_the_agents_own_queues_by_default(store) -> None:
+    reviewer = await agents.add(store, "reviewer", queues=["review"])
+    async with connect(store, reviewer) as client:
+        text = await refused(client, "create_for", queue="billing", title="not mine to give")
+        made = await call(client, "create_for", queue="review", title="a follow-up")
+    assert text.startswith("forbidden: ") and "'billing'" in text
+    assert made["created"] is True
+    assert [t.queue for t in await todos.list_todos(store)] == ["review"]
+
+
+async def test_create_for_may_use_the_create_queues_of_the_agents_profile(store) -> None:
+    dispatcher = await agents.add(store, "dispatcher", queues=["inbox"], create_queues=["review", "billing"])
+    async with connect(store, dispatcher) as client:
+        made = await call(client, "create_for", queue="billing", title="handed over")
+        text = await refused(client, "create_for", queue="inbox", title="its own queue is not listed")
+    assert made["created"] is True
+    assert text.startswith("forbidden: ")
+    assert [t.queue for t in await todos.list_todos(store)] == ["billing"]
+
+
+async def test_create_for_by_assignee_alone_is_refused_when_that_agents_queue_is_out_of_reach(store) -> None:
+    await agents.add(store, "payer", queues=["billing"])
+    reviewer = await agents.add(store, "reviewer", queues=["review"])
+    async with connect(store, reviewer) as client:
+        text = await refused(client, "create_for", assignee="payer", title="pay this")
+    assert text.startswith("forbidden: ")
+    assert await todos.list_todos(store) == []
+
+
+async def test_without_an_agent_create_for_may_create_on_any_queue(store) -> None:
+    async with connect(store) as client:
+        made = await call(client, "create_for", queue="anywhere", title="the single-user default")
+    assert made["created"] is True
+
+
+async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store) -> None:
+    from switchboard_local import adapters, webhooks
+
+    await adapters.add(store, "gh", family="webhook", kind="open", trust_mode="open",
+                       config=webhooks.source_config("open", {}))  # fmt: skip
+    squatter = await agents.add(store, "squatter", queues=["mine"], create_queues=["gh"])
+    async with connect(store, squatter) as client:
+        text = await refused(client, "create_for", queue="gh", title="forged", idempotency_key="event:gh:d-1:default",
+                             payload={"forged": True})  # fmt: skip
+        plain = await call(client, "create_for", queue="gh", title="old-style guess", idempotency_key="gh:d-1:default")
+    delivered = await webhook(store, "gh", "d-1")
+    real = await todos.get(store, delivered.todo_ids[0])
+    assert text.startswith("invalid_argument: ") and "event:" in text
+    assert plain["created"] is True and real.id != plain["todo"]["id"]
+    assert real.payload["body"] == {} and real.idempotency_key == "event:gh:d-1:default"
 
 
 async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:

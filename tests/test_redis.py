@@ -90,7 +90,7 @@ async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_
     urgent, default = [await todos.get(real_store, i) for i in (1, 2)]
     assert (urgent.queue, urgent.title, urgent.payload["body"]) == ("urgent", "Order 7", {"id": "7", "priority": "high"})
     assert (default.queue, default.payload["body"]) == ("fulfilment", {"id": 8})
-    assert default.idempotency_key == f"redis:orders:{entry.decode()}:default"
+    assert default.idempotency_key == f"event:redis:orders:{entry.decode()}:default"
 
 
 async def test_list_mode_stores_then_removes_from_the_processing_list(real_store, redis_server, db_path) -> None:

@@ -50,7 +50,7 @@ async def test_prune_keeps_recent_finished_work(store, clock, db_path: Path) -> 
     claimed = await todos.claim_next(store, owner="a")
     await todos.complete(store, claimed.id, claimed.lease_token)
     clock.advance(29 * DAY)
-    assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0)
+    assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
     assert len(rows(db_path, "events")) == 1 and len(rows(db_path, "todos")) == 1
 
 

@@ -88,7 +88,7 @@ async def test_fan_out_stop_and_drop_in_rule_order(store) -> None:
     made = [await todos.get(store, i) for i in opened.todo_ids]
     assert [(t.queue, t.title) for t in made] == [("review", "Review #42"), ("triage", "gh: pull_request opened")]
     keys = {t.idempotency_key for t in made}
-    assert len(keys) == 2 and all(k.startswith("gh:d-1:rule:") for k in keys)
+    assert len(keys) == 2 and all(k.startswith("event:gh:d-1:rule:") for k in keys)
 
     dropped = await routing.deliver(store, event({"ref": "main"}, type="push", delivery="d-2"))
     assert dropped.todo_ids == () and not dropped.duplicate  # the event is kept, no todo
@@ -230,7 +230,7 @@ async def test_an_over_long_delivery_id_is_hashed_into_the_key(store) -> None:
     await add_source(store)
     result = await routing.deliver(store, event(PR, delivery="x" * 5000))
     todo = await todos.get(store, result.todo_ids[0])
-    assert todo.idempotency_key.startswith("gh:sha256:") and len(todo.idempotency_key) < 100
+    assert todo.idempotency_key.startswith("event:gh:sha256:") and len(todo.idempotency_key) < 100
 
 
 async def test_removing_a_source_removes_its_rules(store) -> None:

@@ -109,33 +109,67 @@ def test_schema_sql_is_the_repository_root_file():
     assert store_module.schema_sql() == (REPO_ROOT / "schema.sql").read_text("utf-8")
 
 
-async def test_older_file_is_upgraded_in_place_keeping_its_data(db_path, clock, monkeypatch):
-    async with await Store.open(db_path, clock=clock) as v1:
-        todo, _ = await todos.create(v1, NewTodo(queue="q", title="from v1"))
-    assert sql(db_path, "PRAGMA user_version") == [(1,)]
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_module, "MIGRATIONS", {2: "ALTER TABLE todos ADD COLUMN test_extra TEXT;"})
-    async with await Store.open(db_path, clock=clock) as v2:
-        assert (await todos.get(v2, todo.id)).title == "from v1"
+def make_v1_file(path: Path) -> None:
+    """A database as version 1 wrote it (no application id): a live todo derived
+    from an event, a done one, a direct one, and an agent."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript((Path(__file__).parent / "data" / "schema-v1.sql").read_text("utf-8"))
+        conn.executescript(
+            """
+            PRAGMA user_version = 1;
+            INSERT INTO events (source, family, type, external_id, trust_mode, verified, body, size, received_at)
+                VALUES ('gh', 'webhook', 'push', 'd-1', 'github', 1, x'7b7d', 2, 0);
+            INSERT INTO todos (queue, title, event_id, idempotency_key, state, visible_at, created_at, updated_at)
+                VALUES ('gh', 'live derived', 1, 'gh:d-1:default', 'pending', 0, 0, 0),
+                       ('gh', 'done derived', 1, 'gh:d-0:default', 'done', NULL, 0, 0),
+                       ('q', 'direct', NULL, 'mine', 'pending', 0, 0, 0);
+            INSERT INTO agents (name, queues, created_at) VALUES ('reviewer', '["review"]', 0);
+            """
+        )
+    finally:
+        conn.close()
+
+
+async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, clock):
+    make_v1_file(db_path)
+    async with await Store.open(db_path, clock=clock) as opened:
+        assert [t.title for t in await todos.list_todos(opened)] == ["direct", "done derived", "live derived"]
+    assert sql(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert sql(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+    keys = sql(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
+    assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
+    assert sql(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
+
+
+async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
+    async with await Store.open(db_path, clock=clock) as current:
+        todo, _ = await todos.create(current, NewTodo(queue="q", title="from now"))
+    next_version = store_module.SCHEMA_VERSION + 1
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", next_version)
+    monkeypatch.setitem(store_module.MIGRATIONS, next_version, "ALTER TABLE todos ADD COLUMN test_extra TEXT;")
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        assert (await todos.get(upgraded, todo.id)).title == "from now"
     columns = [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
     assert "test_extra" in columns
-    assert sql(db_path, "PRAGMA user_version") == [(2,)]
+    assert sql(db_path, "PRAGMA user_version") == [(next_version,)]
 
 
 async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, clock, monkeypatch):
-    async with await Store.open(db_path, clock=clock) as v1:
-        await todos.create(v1, NewTodo(queue="q", title="from v1"))
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(
-        store_module,
-        "MIGRATIONS",
-        {2: "ALTER TABLE todos ADD COLUMN half_done TEXT;\nALTER TABLE no_such_table ADD COLUMN x TEXT;"},
+    async with await Store.open(db_path, clock=clock) as current:
+        await todos.create(current, NewTodo(queue="q", title="from now"))
+    old_version = store_module.SCHEMA_VERSION
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", old_version + 1)
+    monkeypatch.setitem(
+        store_module.MIGRATIONS,
+        old_version + 1,
+        "ALTER TABLE todos ADD COLUMN half_done TEXT;\nALTER TABLE no_such_table ADD COLUMN x TEXT;",
     )
     with pytest.raises(StoreUnusable):
         await Store.open(db_path, clock=clock)
-    assert sql(db_path, "PRAGMA user_version") == [(1,)]
+    assert sql(db_path, "PRAGMA user_version") == [(old_version,)]
     assert "half_done" not in [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
-    assert sql(db_path, "SELECT title FROM todos") == [("from v1",)]
+    assert sql(db_path, "SELECT title FROM todos") == [("from now",)]
 
 
 async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
@@ -167,6 +201,47 @@ async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
     with pytest.raises(StoreUnusable):
         await Store.open(db_path)
     assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+
+
+async def test_another_programs_file_at_user_version_1_is_refused_and_left_untouched(db_path):
+    # Many programs version their schema with user_version; 1 is the commonest.
+    sql(db_path, "CREATE TABLE todos (id INTEGER PRIMARY KEY, text TEXT)")
+    sql(db_path, "PRAGMA user_version = 1")
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnusable, match="not a switchboard-local one"):
+        await Store.open(db_path)
+    assert db_path.read_bytes() == before
+    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+
+
+async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
+    sql(db_path, "PRAGMA application_id = 1234")
+    sql(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnusable, match="application id 1234"):
+        await Store.open(db_path)
+    assert db_path.read_bytes() == before
+
+
+async def test_a_new_file_is_marked_with_our_application_id(store, db_path):
+    assert sql(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+
+
+async def test_a_device_is_refused_as_not_a_regular_file():
+    with pytest.raises(StoreUnusable, match="not a regular file|system file system"):
+        await Store.open("/dev/null")
+
+
+async def test_a_path_under_proc_is_refused():
+    with pytest.raises(StoreUnusable, match="system file system"):
+        await Store.open(f"/proc/{os.getpid()}/switchboard.db")
+
+
+async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(Unavailable, match="a-file"):
+        await Store.open(blocker / "sub" / "switchboard.db")
 
 
 async def test_a_file_that_is_not_sqlite_is_refused(db_path):

@@ -1,0 +1,131 @@
+"""Settings every process on the file shares, kept in the database.
+
+`switchboard-local config set NAME VALUE` writes one; a missing row means the
+default. Verbs read a setting inside their own transaction, so a change
+applies to the next write of every running process (serve, agents' MCP
+servers) without a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidArgument
+from .queries import Q
+from .store import Store, Transaction
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KiB|MiB|GiB|K|M|G)?\s*$", re.IGNORECASE)
+_UNITS = {None: 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1048576``, ``512KiB``, ``1MiB`` or ``1M`` (binary units)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise InvalidArgument(f"{text!r} is not a size (bytes, or a number with KiB, MiB or GiB)")
+    number, unit = match.groups()
+    return int(number) * _UNITS[unit.lower() if unit else None]
+
+
+def format_size(size: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: int
+    low: int
+    high: int
+    help: str
+
+    def parse(self, text: str) -> int:
+        value = parse_size(text)
+        if not self.low <= value <= self.high:
+            raise InvalidArgument(
+                f"{self.name} must be between {format_size(self.low)} and {format_size(self.high)}, got {text!r}"
+            )
+        return value
+
+
+MAX_PAYLOAD = Setting(
+    "limits.max_payload",
+    default=1024 * 1024,
+    low=1024,
+    high=256 * 1024 * 1024,
+    help="largest payload, result or error text a todo may hold (its JSON, in bytes)",
+)
+
+SETTINGS = {s.name: s for s in (MAX_PAYLOAD,)}
+
+
+def _known(name: str) -> Setting:
+    try:
+        return SETTINGS[name]
+    except KeyError:
+        raise InvalidArgument(f"there is no setting named {name!r}; the settings are {', '.join(SETTINGS)}") from None
+
+
+def value_in(tx: Transaction, setting: Setting) -> int:
+    """The setting as the transaction sees it (read once per transaction)."""
+    key = ("setting", setting.name)
+    if key not in tx.memo:
+        row = tx.one(Q.get_setting, {"name": setting.name})
+        tx.memo[key] = setting.default if row is None else setting.parse(row["value"])
+    return tx.memo[key]  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Value:
+    setting: Setting
+    value: int
+    is_default: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.setting.name,
+            "value": self.value,
+            "default": self.setting.default,
+            "is_default": self.is_default,
+            "help": self.setting.help,
+        }
+
+
+async def get_all(store: Store) -> list[Value]:
+    def body(tx: Transaction) -> list[Value]:
+        stored = {r["name"]: r["value"] for r in tx.all(Q.list_settings)}
+        return [
+            Value(s, s.default, True) if s.name not in stored else Value(s, s.parse(stored[s.name]), False)
+            for s in SETTINGS.values()
+        ]
+
+    return await store.read(body)
+
+
+async def set_value(store: Store, name: str, text: str) -> Value:
+    setting = _known(name)
+    value = setting.parse(text)
+    await store.write(lambda tx: tx.run(Q.set_setting, {"name": name, "value": str(value)}))
+    return Value(setting, value, False)
+
+
+async def unset(store: Store, name: str) -> Value:
+    setting = _known(name)
+    await store.write(lambda tx: tx.run(Q.delete_setting, {"name": name}))
+    return Value(setting, setting.default, True)
+
+
+def require_size(tx: Transaction, what: str, text: str | None) -> None:
+    """Refuse a payload, result or error text over limits.max_payload."""
+    if text is None:
+        return
+    cap = value_in(tx, MAX_PAYLOAD)
+    size = len(text) if len(text) * 4 <= cap else len(text.encode("utf-8"))
+    if size > cap:
+        raise InvalidArgument(
+            f"{what} is {size} bytes, over the cap of {format_size(cap)} (setting {MAX_PAYLOAD.name})"
+        )
