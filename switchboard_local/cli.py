@@ -324,9 +324,10 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
 
 
 def _register_edges() -> None:
-    from . import cli_adapters, cli_agents, cli_events, cli_sources
+    from . import cli_adapters, cli_agents, cli_config, cli_events, cli_sources
 
     cli_sources.register(main)
+    cli_config.register(main)
     cli_adapters.register(main)
     cli_events.register(main)
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body

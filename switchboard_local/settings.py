@@ -56,7 +56,7 @@ MAX_PAYLOAD = Setting(
     "limits.max_payload",
     default=1024 * 1024,
     low=1024,
-    high=256 * 1024 * 1024,
+    high=16 * 1024 * 1024,  # an MCP line carries it whole (escaped): keep it well under the line cap
     help="largest payload, result or error text a todo may hold (its JSON, in bytes)",
 )
 
@@ -104,6 +104,11 @@ async def get_all(store: Store) -> list[Value]:
         ]
 
     return await store.read(body)
+
+
+async def get(store: Store, name: str) -> Value:
+    setting = _known(name)
+    return next(v for v in await get_all(store) if v.setting is setting)
 
 
 async def set_value(store: Store, name: str, text: str) -> Value:

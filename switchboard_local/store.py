@@ -250,10 +250,20 @@ def translate(exc: sqlite3.Error, path: Path) -> SwitchboardError | None:
     if primary in _UNUSABLE:
         return StoreUnusable(f"{path} cannot be used: {exc}")
     if primary in _UNAVAILABLE:
+        if _disk_full(path):  # SQLite often says only "disk I/O error"
+            return Unavailable(f"the disk holding {path} is full ({exc})")
         return Unavailable(f"{path}: {exc}")
     if primary == "SQLITE_CONSTRAINT":
         return Conflict(f"the database refused the change: {exc}")
     return None
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        disk = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return disk.f_bavail * disk.f_frsize < 64 * 1024
 
 
 @contextlib.contextmanager
@@ -267,7 +277,8 @@ def driver_errors(path: Path) -> Iterator[None]:
             raise
         raise translated from exc
     except OSError as exc:  # creating the folder or the file, statvfs
-        raise Unavailable(f"{path}: {exc.strerror or exc}") from exc
+        where = exc.filename or path
+        raise Unavailable(f"{where}: {exc.strerror or exc}") from exc
 
 
 class Store:

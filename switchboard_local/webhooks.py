@@ -29,6 +29,11 @@ ALGORITHMS = ("sha1", "sha256", "sha512")
 ENCODINGS = ("hex", "base64")
 DEFAULT_TOLERANCE = 300
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
+# Schemes that sign the body but not the delivery id: a captured body could be
+# reposted under a new id, so the same verified type and body within this
+# many seconds is a duplicate. The others sign a timestamp with the id.
+UNSIGNED_ID_KINDS = ("github", "gitea", "gitlab", "hmac", "token")
+DEFAULT_REPLAY_WINDOW = 24 * 3600
 REDACTED = "[redacted]"
 
 # Always redacted before headers are stored, whatever the kind.
@@ -78,6 +83,7 @@ def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {
         "tolerance": _positive_int("tolerance", options.get("tolerance"), DEFAULT_TOLERANCE),
         "max_body": _positive_int("max_body", options.get("max_body"), DEFAULT_MAX_BODY),
+        "replay_window": _replay_window(kind, options.get("replay_window")),
     }
     if options.get("queue"):
         config["queue"] = options["queue"]
@@ -107,6 +113,20 @@ def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 def needs_secret(kind: str) -> bool:
     return kind != "open"
+
+
+def _replay_window(kind: str, value: Any) -> int:
+    if value is None:
+        return DEFAULT_REPLAY_WINDOW if kind in UNSIGNED_ID_KINDS else 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 30 * 86400:
+        raise InvalidArgument("replay window must be a whole number of seconds from 0 (off) to 30 days")
+    return value
+
+
+def replay_window(source: Adapter) -> int:
+    """Seconds within which the same verified type and body is a duplicate (sources
+    added before the window existed get their kind's default)."""
+    return int(source.config.get("replay_window", _replay_window(source.kind, None)))
 
 
 def _positive_int(name: str, value: Any, default: int) -> int:

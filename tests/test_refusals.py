@@ -130,6 +130,20 @@ INVALID = [
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="x" * 1001)), "title-too-long"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="")), "empty-assignee"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="")), "empty-key"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q\x1b[2J", title="t")), "escape-in-queue"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x07")), "bell-in-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x00x")), "nul-in-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x9b31m")), "c1-csi-in-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="\u202egnp.exe")), "bidi-override-in-title"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="bob\n")), "newline-in-assignee"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", kind="k\x1b")), "escape-in-kind"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="k\r")), "cr-in-key"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="event:gh:d-1:default")),
+     "key-in-the-namespace-of-events"),  # fmt: skip
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload="x" * 1024 * 1024)), "payload-over-cap"),
+    (lambda s, i, t: todos.complete(s, i, t, result=["y" * 1024 * 1024]), "result-over-cap"),
+    (lambda s, i, t: todos.fail(s, i, t, error="z" * (1024 * 1024 + 1)), "error-over-cap"),
+    (lambda s, i, t: todos.claim(s, i, owner="w\x1b]0;pwned\x07"), "escape-in-owner"),
     (lambda s, i, t: todos.claim(s, i, owner="w", lease=0), "claim-lease-0"),
     (lambda s, i, t: todos.claim(s, i, owner="w", lease=12 * 3600 + 1), "claim-lease-over-12h"),
     (lambda s, i, t: todos.claim(s, i, owner=""), "claim-empty-owner"),
@@ -167,3 +181,19 @@ async def test_claim_next_refuses_a_bare_string_for_queues(store) -> None:
     with pytest.raises(InvalidArgument):
         await todos.claim_next(store, owner="o", queues="builds")
     assert (await todos.get(store, 1)).state == "pending"
+
+
+async def test_a_title_keeps_ordinary_unicode_and_folds_its_whitespace(store) -> None:
+    todo = await new(store, title="Réviser\tla PR\n42 — 🚀")
+    assert todo.title == "Réviser la PR 42 — 🚀"
+
+
+async def test_a_payload_at_the_cap_is_accepted_and_a_raised_cap_takes_more(store) -> None:
+    from switchboard_local import settings
+
+    at_cap = "x" * (1024 * 1024 - 2)  # its JSON: two quotes more
+    assert (await new(store, payload=at_cap)).payload == at_cap
+    with pytest.raises(InvalidArgument, match="limits.max_payload"):
+        await new(store, payload=at_cap + "x")
+    await settings.set_value(store, "limits.max_payload", "2MiB")
+    assert (await new(store, payload=at_cap + "x")).payload == at_cap + "x"

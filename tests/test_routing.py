@@ -261,3 +261,50 @@ def test_a_signed_stripe_delivery_with_unstorable_fields_is_still_named(body: by
     for text in (verified.type, verified.external_id):
         text.encode("utf-8")  # storable
     assert verified.external_id.startswith(("evt_", "sha256:"))
+
+
+# ---------------------------------------------------------------- hostile text and sizes (hardening §3, §11, §12)
+
+
+async def test_a_non_ascii_digit_in_a_where_path_is_a_key_and_every_delivery_keeps_its_todos(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", where=["labels.²=bug"], queue="odd")  # '²' passes str.isdigit()
+    result = await routing.deliver(store, event(PR))
+    assert [(await todos.get(store, i)).queue for i in result.todo_ids] == ["gh"]  # no match: the default queue
+    matched = await routing.deliver(store, event({"labels": {"²": "bug"}}, delivery="d-2"))
+    assert [(await todos.get(store, i)).queue for i in matched.todo_ids] == ["odd"]
+
+
+async def test_a_path_segment_of_thousands_of_digits_never_breaks_routing(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", where=[f"labels.{'9' * 5000}?"], queue="never",
+                    title="{labels." + "9" * 5000 + "}")  # fmt: skip
+    result = await routing.deliver(store, event(PR))
+    assert [(await todos.get(store, i)).queue for i in result.todo_ids] == ["gh"]
+
+
+def test_a_list_index_and_an_object_key_of_digits_both_resolve() -> None:
+    assert Condition.parse("labels.0=bug").holds(PR)
+    assert Condition.parse("codes.007=x").holds({"codes": {"007": "x"}})
+
+
+async def test_a_title_from_a_template_has_its_control_characters_replaced(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", queue="review", title="PR: {pull_request.title}")
+    hostile = {"pull_request": {"title": "Fix\x1b[2J\x1b]0;pwned\x07 it\nnow\u202e"}}
+    result = await routing.deliver(store, event(hostile, type="pull\x1brequest"))
+    todo = await todos.get(store, result.todo_ids[0])
+    assert todo.title == "PR: Fix\ufffd[2J\ufffd]0;pwned\ufffd it now\ufffd"
+    assert todo.kind == "pull\ufffdrequest"
+    assert todo.payload["body"] == hostile  # the data itself is kept as it came
+
+
+async def test_a_delivery_too_big_for_a_todo_payload_makes_a_todo_that_points_to_its_event(store) -> None:
+    await add_source(store)
+    big = {"action": "opened", "blob": "x" * (1024 * 1024)}
+    result = await routing.deliver(store, event(big))
+    todo = await todos.get(store, result.todo_ids[0])
+    assert todo.payload["body"] is None and todo.payload["body_omitted"] is True
+    assert todo.payload["event_id"] == result.event_id and todo.title == "gh: pull_request opened"
+    small = await routing.deliver(store, event(PR, delivery="d-2"))
+    assert "body_omitted" not in (await todos.get(store, small.todo_ids[0])).payload

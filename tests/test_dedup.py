@@ -1,0 +1,144 @@
+"""Deduplication that holds against replays and outlives pruning, and ids that
+count only what was stored (hardening issue §4, §5, §17)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from switchboard_local import adapters, retention, routing, todos, webhooks
+from switchboard_local.events import NewEvent
+from switchboard_local.todos import NewTodo
+
+pytestmark = pytest.mark.anyio
+
+DAY = 86_400.0
+BODY = b'{"action": "opened", "number": 7}'
+
+
+def delivery(external_id: str, *, body: bytes = BODY, type: str = "pull_request", window: float = DAY,
+             verified: bool = True) -> NewEvent:  # fmt: skip
+    return NewEvent(source="gh", family="webhook", type=type, external_id=external_id, trust_mode="github",
+                    verified=verified, body=body, content_type="application/json", replay_window=window)  # fmt: skip
+
+
+@pytest.fixture
+async def gh(store):
+    return await adapters.add(store, "gh", family="webhook", kind="github", trust_mode="github",
+                              config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+
+
+def ids(db_path, table: str) -> list[int]:
+    with sqlite3.connect(db_path) as conn:
+        return [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY id")]
+
+
+# ---------------------------------------------------------------- the replay window
+
+
+async def test_a_captured_body_reposted_under_a_new_delivery_id_is_a_duplicate_within_the_window(store, gh, clock,
+                                                                                                 db_path):  # fmt: skip
+    first = await routing.deliver(store, delivery("d-1"))
+    clock.advance(DAY - 1)
+    replayed = await routing.deliver(store, delivery("forged-2"))
+    assert (replayed.duplicate, replayed.event_id, replayed.todo_ids) == (True, first.event_id, first.todo_ids)
+    assert ids(db_path, "events") == [first.event_id] and len(ids(db_path, "todos")) == 1
+
+
+async def test_the_same_body_after_the_replay_window_is_a_new_delivery(store, gh, clock):
+    first = await routing.deliver(store, delivery("d-1"))
+    clock.advance(DAY + 1)
+    later = await routing.deliver(store, delivery("d-2"))
+    assert later.duplicate is False and later.event_id != first.event_id
+
+
+async def test_a_replay_after_the_window_renews_it_from_the_new_delivery(store, gh, clock):
+    await routing.deliver(store, delivery("d-1"))
+    clock.advance(DAY + 1)
+    second = await routing.deliver(store, delivery("d-2"))
+    clock.advance(DAY - 1)
+    third = await routing.deliver(store, delivery("d-3"))
+    assert (third.duplicate, third.event_id) == (True, second.event_id)
+
+
+async def test_the_same_body_under_another_type_is_not_a_replay(store, gh):
+    await routing.deliver(store, delivery("d-1", type="pull_request"))
+    other = await routing.deliver(store, delivery("d-2", type="pull_request_review"))
+    assert other.duplicate is False
+
+
+async def test_without_a_replay_window_the_same_body_under_a_new_id_is_a_new_delivery(store, gh):
+    await routing.deliver(store, delivery("d-1", window=0))
+    again = await routing.deliver(store, delivery("d-2", window=0))
+    assert again.duplicate is False
+
+
+async def test_an_unverified_delivery_is_never_taken_for_a_replay(store, gh):
+    await routing.deliver(store, delivery("d-1", verified=False))
+    again = await routing.deliver(store, delivery("d-2", verified=False))
+    assert again.duplicate is False
+
+
+def test_schemes_that_do_not_sign_the_delivery_id_have_a_replay_window_by_default():
+    windows = {kind: webhooks.source_config(kind, {"header": "x-sig"} if kind in ("hmac",) else {})["replay_window"]
+               for kind in webhooks.KINDS}  # fmt: skip
+    assert {k for k, w in windows.items() if w == DAY} == {"github", "gitea", "gitlab", "hmac", "token"}
+    assert {k for k, w in windows.items() if w == 0} == {"stripe", "slack", "standard", "open"}
+
+
+# ---------------------------------------------------------------- the dedup horizon
+
+
+async def test_a_redelivery_after_its_event_was_pruned_by_the_cap_is_still_a_duplicate(store, gh, clock, db_path):
+    first = await routing.deliver(store, delivery("d-1", window=0))
+    done = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, done.id, done.lease_token)
+    pruned = await retention.prune(store, max_events=0)
+    assert pruned.events == 1 and ids(db_path, "events") == []
+    clock.advance(3 * DAY)
+    again = await routing.deliver(store, delivery("d-1", window=0))
+    assert (again.duplicate, again.event_id, again.todo_ids) == (True, first.event_id, ())
+    assert ids(db_path, "events") == [] and ids(db_path, "todos") == [done.id]
+
+
+async def test_a_redelivery_after_the_dedup_horizon_is_a_new_delivery(store, gh, clock, db_path):
+    first = await routing.deliver(store, delivery("d-1", window=0))
+    done = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, done.id, done.lease_token)
+    await retention.prune(store, max_events=0)
+    clock.advance(7 * DAY + 1)
+    forgotten = await retention.prune(store, max_events=0)
+    assert forgotten.delivery_keys == 1
+    again = await routing.deliver(store, delivery("d-1", window=0))
+    assert again.duplicate is False and again.event_id != first.event_id
+
+
+async def test_an_event_pruned_past_the_horizon_leaves_no_key_behind(store, gh, clock, db_path):
+    await routing.deliver(store, delivery("d-1", window=0))
+    (todo_id,) = ids(db_path, "todos")
+    done = await todos.claim(store, todo_id, owner="w")
+    await todos.complete(store, todo_id, done.lease_token)
+    clock.advance(31 * DAY)
+    await retention.prune(store)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM delivery_keys").fetchone() == (0,)
+
+
+# ---------------------------------------------------------------- ids
+
+
+async def test_duplicate_creates_do_not_use_up_todo_ids(store):
+    made = []
+    for key in ("a", "a", "b", "b", "b", "c"):
+        todo, created = await todos.create(store, NewTodo(queue="q", title=key, idempotency_key=key))
+        if created:
+            made.append(todo.id)
+    assert made == [1, 2, 3]
+
+
+async def test_duplicate_deliveries_do_not_use_up_event_or_todo_ids(store, gh, db_path):
+    for external_id in ("d-1", "d-1", "d-2", "d-2", "d-3"):
+        await routing.deliver(store, delivery(external_id, body=external_id.encode(), window=0))
+    assert ids(db_path, "events") == [1, 2, 3]
+    assert ids(db_path, "todos") == [1, 2, 3]

@@ -1,0 +1,146 @@
+"""A database that cannot be used, or not right now, is a clear error and a
+documented exit status from every command, never a traceback (hardening §9).
+
+Real faults, caused for real: a corrupted page, a lock held by another
+process, a folder the user cannot write, a device, a full file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, db: Path | str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    if db is not None:
+        full_env["SWITCHBOARD_DB"] = str(db)
+    return subprocess.run([sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True,
+                          env=full_env, timeout=120)  # fmt: skip
+
+
+def refused(result: subprocess.CompletedProcess, status: int, code: str) -> str:
+    assert result.returncode == status, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"switchboard-local: {code}: "), result.stderr
+    return result.stderr
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """The folder cannot be written to, even by root (immutable), for the block's time."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(folder)], check=True)
+    else:
+        folder.chmod(0o500)
+    try:
+        yield
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        else:
+            folder.chmod(0o700)
+
+
+def with_todos(db: Path, n: int = 200) -> None:
+    for i in range(3):
+        assert cli("todo", "create", "--queue", "q", "--title", f"t{i}", "--payload", '"' + "x" * 4000 + '"',
+                   db=db).returncode == 0  # fmt: skip
+
+
+def test_a_corrupted_page_is_refused_as_unusable_with_exit_3(tmp_path):
+    db = tmp_path / "s.db"
+    with_todos(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    data = bytearray(db.read_bytes())
+    for page in range(1, len(data) // page_size):  # every page but the header's
+        data[page * page_size : page * page_size + 64] = b"\xa5" * 64
+    db.write_bytes(bytes(data))
+    for command in (["todo", "list"], ["todo", "create", "--queue", "q", "--title", "t"], ["stats"]):
+        refused(cli(*command, db=db), 3, "store_unusable")
+
+
+def test_a_lock_held_past_the_busy_timeout_is_busy_with_exit_4(tmp_path):
+    db = tmp_path / "s.db"
+    with_todos(db)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for command in (["todo", "create", "--queue", "q", "--title", "t"], ["todo", "claim"]):
+            err = refused(cli(*command, db=db, env={"SWITCHBOARD_BUSY_TIMEOUT": "0.2"}), 4, "busy")
+            assert "locked by another process" in err
+        assert cli("todo", "list", db=db).returncode == 0  # reads never wait for the writer
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_new_database_in_a_folder_that_cannot_be_written_is_unavailable_with_exit_3(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    with unwritable(folder):
+        refused(cli("todo", "list", db=folder / "s.db"), 3, "unavailable")
+    assert list(folder.iterdir()) == []
+
+
+def test_a_home_that_cannot_be_written_is_unavailable_with_exit_3(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_DATA_HOME": "", "SWITCHBOARD_DB": ""}
+    with unwritable(home):
+        err = refused(cli("todo", "list", env=env), 3, "unavailable")
+    assert str(home) in err
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/proc/self/status", "/proc/switchboard.db"])
+def test_a_device_or_a_system_file_system_is_refused_with_exit_3(path):
+    refused(cli("todo", "list", db=path), 3, "store_unusable")
+
+
+def test_a_busy_timeout_that_is_not_a_number_is_a_usage_error(tmp_path):
+    refused(cli("todo", "list", db=tmp_path / "s.db", env={"SWITCHBOARD_BUSY_TIMEOUT": "soon"}), 2,
+            "invalid_argument")  # fmt: skip
+
+
+@pytest.fixture
+def full_disk(tmp_path) -> Iterator[Path]:
+    """A real file system of 2 MiB, filled to the last block once the test says so."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(folder: Path) -> None:
+    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+
+
+def test_every_verb_on_a_full_disk_is_unavailable_with_exit_3(full_disk):
+    db = full_disk / "s.db"
+    with_todos(db)
+    fill(full_disk)
+    for command in (["todo", "list"], ["todo", "show", "1"], ["stats"], ["events", "list"],
+                    ["todo", "create", "--queue", "q", "--title", "t"], ["todo", "claim"]):  # fmt: skip
+        err = refused(cli(*command, db=db), 3, "unavailable")
+        assert "full" in err
+    (full_disk / "filler").unlink()
+    assert cli("todo", "list", db=db).returncode == 0  # and all is well once there is room again
