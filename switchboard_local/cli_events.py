@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import datetime, timezone
@@ -11,7 +12,8 @@ from typing import Any
 import click
 
 from . import adapters, events, retention, routing
-from .cli_common import ID, Out, common, table, when
+from .cli_common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
+from .text import SafeFormatter, escape_controls
 
 
 class SinceValue(click.ParamType):
@@ -116,22 +118,47 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="0: any free port (logged).")
 @click.option("--prune-older-than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
 @click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--max-connections", type=click.IntRange(1, 100_000), default=256, show_default=True,
+              help="Connections open at once; a request on one more gets 503.")  # fmt: skip
+@click.option("--head-timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+              help="Seconds for a request's line and headers to arrive (else 408).")  # fmt: skip
+@click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds for a request's body to arrive once its headers have (else 408).")  # fmt: skip
 @common
 def serve_command(
-    db: Path | None, as_json: bool | None, host: str, port: int, prune_older_than: float, prune_max_events: int
+    db: Path | None,
+    as_json: bool | None,
+    host: str,
+    port: int,
+    prune_older_than: float,
+    prune_max_events: int,
+    max_connections: int,
+    head_timeout: float,
+    body_timeout: float,
 ) -> None:
     """Run the webhook receiver (POST /hooks/NAME, GET /healthz) until stopped."""
     from . import web  # starlette and uvicorn only for this command
 
     out = Out(db, as_json)
     out.run(adapters.list_adapters)  # a database that cannot be used stops us here, with its exit code
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    try:
+        sock = web.listen(host, port)
+    except OSError as exc:  # taken, not ours to bind, or a name that does not resolve
+        why = exc.strerror or str(exc)
+        message = f"cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}"
+        if out.json:
+            click.echo(json.dumps({"error": {"code": "cannot_listen", "message": message}}))
+        click.echo(f"switchboard-local: cannot_listen: {escape_controls(message)}", err=True)
+        sys.exit(EXIT_CANNOT_LISTEN)
+    limits = web.Limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
     app = web.create_app(out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events)
-    server = web.server(app, host, port)
-    logging.getLogger("switchboard_local.serve").info("serving on http://%s:%d", host, port)
-    server.run()
+    server = web.server(app, limits)
+    server.run(sockets=[sock])  # logs "serving on …" once bound and started
     if not server.started:
         sys.exit(1)

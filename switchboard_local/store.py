@@ -638,6 +638,15 @@ MIN_FREE_BYTES = 4 * 1024 * 1024  # below this, commits are about to fail with "
 
 
 def _probe_writable(path: Path, timeout: float) -> None:
+    # SQLite opens a file it may not write read-only, without a word, and
+    # BEGIN IMMEDIATE then succeeds: ask the system (a mode, a read-only mount,
+    # an immutable flag). The folder matters while the -wal or -shm is missing.
+    files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    for file in files:
+        if file.exists() and not os.access(file, os.W_OK):
+            raise OSError(f"{file.name} cannot be written")
+    if not all(file.exists() for file in files) and not os.access(path.parent, os.W_OK | os.X_OK):
+        raise OSError(f"its folder {path.parent} cannot be written")
     disk = os.statvfs(path.parent)
     if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
         raise OSError(f"less than {MIN_FREE_BYTES // 1024 // 1024} MiB free beside {path}")

@@ -9,6 +9,7 @@ terminal shows, as in "trojan source").
 
 from __future__ import annotations
 
+import logging
 import re
 
 # C0, DEL and C1 controls; bidi embeddings and overrides (U+202A-202E), isolates (U+2066-2069).
@@ -44,3 +45,19 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group(0))
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class SafeFormatter(logging.Formatter):
+    """A log formatter for values from outside: one record, one line.
+
+    Control characters in the message (a source name from a URL, a header)
+    are escaped, so a request cannot forge a log line or drive the terminal.
+    A traceback keeps its own newlines; every other control in it is escaped.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The traceback (exc_text) may have been formatted and cached by another handler.
+        return escape_controls(super().format(record), keep_newlines=True)

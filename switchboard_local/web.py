@@ -3,8 +3,13 @@
     POST /hooks/{name}   verify on the raw bytes, store the event and its todos,
                          and only then answer (202); 401 bad signature, 404
                          unknown or disabled source, 413 too large, 503 store
-                         failure (the provider retries; nothing was stored)
-    GET  /healthz        200 when the database is writable, else 503
+                         failure or no readable secret (the provider retries;
+                         nothing was stored)
+    GET  /healthz        200 when a delivery could be stored, else 503 and why
+
+Before the app sees a request, the connection is held to `Limits`: a request
+head over 64 KiB gets 431, a head or body that stops arriving gets 408, a
+request beyond the connection limit gets 503; each closes the connection.
 
 A stop signal stops accepting, lets requests in flight finish their
 transaction, and exits 0.
@@ -14,17 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import signal
+import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import adapters, retention, routing, webhooks
 from .errors import NotFound, StoreFault
@@ -35,6 +47,7 @@ from .store import Store
 log = logging.getLogger("switchboard_local.serve")
 
 PRUNE_EVERY_SECONDS = 3600
+LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read (and ignored)
 
 
 def create_app(
@@ -50,6 +63,11 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = await Store.open(db, **(store_options or {}))
         state["store"] = store
+        for source in await sources_without_secret(store):
+            # Said now, not at the first delivery's 503 (which may be days away).
+            refs = ", ".join(adapters.mask_secret(ref) for ref in source.secrets) or "none configured"
+            log.warning("source %s: no secret can be read (%s); its deliveries will be answered 503",
+                        shown(source.name), refs)  # fmt: skip
         pruner = asyncio.create_task(_prune_forever(store, prune_older_than_days, prune_max_events))
         stop_adapters = asyncio.Event()
         supervisor = asyncio.create_task(Supervisor(store).run(stop_adapters))
@@ -69,16 +87,64 @@ def create_app(
         return await receive(state["store"], request)
 
     async def healthz(request: Request) -> Response:
-        try:
-            await state["store"].probe_writable()
-        except StoreFault as exc:
-            return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
-        return JSONResponse({"ok": True})
+        return await health(state["store"])
 
     return Starlette(
         routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
         lifespan=lifespan,
     )
+
+
+async def health(store: Store) -> JSONResponse:
+    """200 when a delivery could be stored now; else 503, each failed check saying why.
+
+    {"ok", "checks": {"database": "ok" | why, "secrets": "ok" | why},
+     "sources_without_secret": [names], "error": the failed checks (only when not ok)}
+    """
+    checks: dict[str, str] = {}
+    try:
+        await store.probe_writable()
+        checks["database"] = "ok"
+    except StoreFault as exc:
+        checks["database"] = str(exc)
+    missing: list[str] = []
+    try:
+        missing = [source.name for source in await sources_without_secret(store)]
+        checks["secrets"] = f"no secret can be read for {', '.join(missing)}" if missing else "ok"
+    except StoreFault as exc:
+        checks["secrets"] = f"not checked: {exc}"
+    failed = [f"{check}: {why}" for check, why in checks.items() if why != "ok"]
+    body: dict[str, Any] = {"ok": not failed, "checks": checks, "sources_without_secret": missing}
+    if failed:
+        body["error"] = "; ".join(failed)
+    return JSONResponse(body, status_code=503 if failed else 200)
+
+
+async def sources_without_secret(store: Store) -> list[adapters.Adapter]:
+    """Enabled webhook sources none of whose secrets can be read: each delivery to them gets 503."""
+    found = await adapters.list_adapters(store, family="webhook")
+    return [source for source in found if source.enabled and not _secret_readable(source)]
+
+
+def _secret_readable(source: adapters.Adapter) -> bool:
+    try:
+        webhooks.resolve_secrets(source)
+    except webhooks.SecretUnavailable:
+        return False
+    return True
+
+
+# A value from a request goes into a log line bare only when it is a plain word;
+# otherwise JSON-quoted (escapes for controls, quotes for spaces and "=") and cut.
+_PLAIN = re.compile(r"[A-Za-z0-9._:/@+-]{1,200}")
+_SHOWN_MAX = 200
+
+
+def shown(value: str) -> str:
+    if _PLAIN.fullmatch(value):
+        return value
+    cut = value[:_SHOWN_MAX]
+    return json.dumps(cut) + ("..." if len(value) > _SHOWN_MAX else "")
 
 
 def _problem(status: int, message: str) -> JSONResponse:
@@ -87,28 +153,33 @@ def _problem(status: int, message: str) -> JSONResponse:
 
 async def receive(store: Store, request: Request) -> Response:
     name = request.path_params["name"]
+    who = shown(name)
     try:
         source = await adapters.get(store, name, family="webhook")
     except NotFound:
         source = None
     except StoreFault as exc:
-        log.error("delivery source=%s outcome=store-failed error=%r", name, str(exc))
+        log.error("delivery source=%s outcome=store-failed error=%s", who, shown(str(exc)))
         return _problem(503, "the store cannot be read; retry later")
     if source is None or not source.enabled:
-        log.info("delivery source=%s outcome=unknown-source", name)
+        log.info("delivery source=%s outcome=unknown-source", who)
         return _problem(404, f"no enabled webhook source named {name!r}")
 
     cap = source.config.get("max_body", webhooks.DEFAULT_MAX_BODY)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
-        log.info("delivery source=%s outcome=too-large bytes=%s", name, declared)
+        log.info("delivery source=%s outcome=too-large bytes=%s", who, shown(declared))
         return _problem(413, f"body larger than {cap} bytes")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:  # stop reading: never buffer past the cap
-            log.info("delivery source=%s outcome=too-large", name)
-            return _problem(413, f"body larger than {cap} bytes")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > cap:  # stop reading: never buffer past the cap
+                log.info("delivery source=%s outcome=too-large", who)
+                return _problem(413, f"body larger than {cap} bytes")
+    except ClientDisconnect:  # the client went away, or its body stopped arriving (answered 408)
+        log.info("delivery source=%s outcome=body-incomplete bytes=%d", who, len(body))
+        return _problem(400, "the body did not arrive")  # nobody reads it: the connection is gone
     raw = bytes(body)
 
     headers = {k.lower(): v for k, v in request.headers.items()}
@@ -116,15 +187,16 @@ async def receive(store: Store, request: Request) -> Response:
         secrets = webhooks.resolve_secrets(source)
         verified = webhooks.verify(source, headers, raw, store.clock.now_ms() / 1000, secrets)
     except webhooks.SecretUnavailable as exc:
-        log.error("delivery source=%s outcome=no-secret detail=%s", name, exc)
+        log.error("delivery source=%s outcome=no-secret detail=%s", who, shown(str(exc)))
         return _problem(503, "the source's secret is not available on this server")
     except webhooks.Unverified as exc:
         # Nothing is stored for an unverified delivery, not even its key.
-        log.warning("delivery source=%s outcome=rejected reason=%r", name, str(exc))
+        log.warning("delivery source=%s outcome=rejected reason=%s", who, shown(str(exc)))
         return _problem(401, f"signature verification failed: {exc}")
 
+    kind = shown(verified.type)
     if verified.challenge is not None:
-        log.info("delivery source=%s type=url_verification outcome=challenge-answered", name)
+        log.info("delivery source=%s type=%s outcome=challenge-answered", who, kind)
         return PlainTextResponse(verified.challenge)
 
     event = NewEvent(
@@ -149,16 +221,16 @@ async def receive(store: Store, request: Request) -> Response:
             # bare event (replay it once the cause is fixed) rather than have the
             # provider retry a delivery that will never route.
             result = await ingest(store, event, [])
-            log.error("delivery source=%s type=%s event=%d kept without todos: %s: %s", name, verified.type,
-                      result.event_id, type(exc).__name__, exc)  # fmt: skip
+            log.error("delivery source=%s type=%s event=%d kept without todos: %s: %s", who, kind,
+                      result.event_id, type(exc).__name__, shown(str(exc)))  # fmt: skip
     except Exception as exc:  # nothing was stored: the provider should retry
-        log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", name, verified.type,
-                  type(exc).__name__, exc)  # fmt: skip
+        log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", who, kind,
+                  type(exc).__name__, shown(str(exc)))  # fmt: skip
         return _problem(503, "the event could not be stored; retry later")
     log.info(
         "delivery source=%s type=%s event=%d outcome=%s todos=%s",
-        name,
-        verified.type,
+        who,
+        kind,
         result.event_id,
         "duplicate" if result.duplicate else "stored",
         list(result.todo_ids),
@@ -180,7 +252,157 @@ async def _prune_forever(store: Store, older_than_days: float, max_events: int) 
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold of the server before the app has its request."""
+
+    max_head_bytes: int = 64 * 1024  # request line and headers; beyond: 431
+    head_timeout: float = 10.0  # from the connection (or the request's first byte) to the end of its head; 408
+    body_timeout: float = 30.0  # from the end of the head to the end of the body; 408
+    max_connections: int = 256  # open at once; a request on one more: 503
+
+
+def _answer(status: int, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol held to `limits`.
+
+    httptools buffers a header of any size (a 300 MB one cost 670 MB and two
+    minutes of CPU), and uvicorn waits forever for a head or a body that stops
+    arriving; so the head is counted as its bytes arrive, and one deadline
+    covers the head, then another the body.
+    """
+
+    limits = Limits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0  # received since the current request head began
+        self._reading_head = True
+        self._deadline: asyncio.TimerHandle | None = None
+        self._refused = False  # answered (or cut off) by us: parse nothing more
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.limits.head_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._reading_head:
+            self._head_bytes += len(data)
+        super().data_received(data)  # a request it cannot parse is answered 400 and closed there
+        # A head still unfinished after this chunk is buffered by httptools: stop
+        # it here. (One that ended within the chunk is measured when complete.)
+        if self._reading_head and self._head_bytes > self.limits.max_head_bytes and not self._refused:
+            self._refuse(431, f"request head larger than {self.limits.max_head_bytes} bytes")
+
+    def on_message_begin(self) -> None:
+        if self._refused:
+            return
+        super().on_message_begin()
+        if self._deadline is None:  # the next request on a kept-alive connection: its head starts now
+            self._arm(self.limits.head_timeout)
+
+    def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_head_bytes:
+            self._refuse(431, f"request head larger than {self.limits.max_head_bytes} bytes")
+            return
+        self._reading_head = False
+        self._arm(self.limits.body_timeout)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._disarm()
+        self._reading_head, self._head_bytes = True, 0
+        super().on_message_complete()
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self._refused or self.transport.is_closing():
+            return
+        if not self._reading_head:
+            self._refuse(408, f"the request body did not arrive within {self.limits.body_timeout:g} s")
+        elif self._head_bytes:
+            self._refuse(408, f"the request head did not arrive within {self.limits.head_timeout:g} s")
+        else:  # a connection that never sent a byte: close it, as an idle kept-alive one is
+            self._refused = True
+            self.transport.close()
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` and close, without disturbing an answer owed to an earlier request."""
+        self._refused = True
+        self._disarm()
+        if self.transport.is_closing():  # answered already (a 400 for a request that cannot be parsed)
+            return
+        client = "%s:%d" % self.client if self.client else "-"
+        log.info("request client=%s outcome=refused status=%d: %s", client, status, message)
+        cycle = self.cycle
+        owed = cycle is not None and not cycle.response_complete
+        if self.pipeline:  # a pipelining client stalled behind answers not yet sent: cut it off
+            self.transport.close()
+        elif owed and (self._reading_head or cycle.response_started):
+            # The answer to the earlier request (or to this one) is on its way:
+            # let it go out, then close; read nothing more meanwhile.
+            cycle.keep_alive = False
+            self.flow.pause_reading()
+        elif cycle is not None and not owed and not self._reading_head:
+            self.transport.close()  # this request was answered already; the rest of its body is not awaited
+        else:
+            if owed:  # the app waits for this body: it sees a disconnect, the client our answer
+                cycle.disconnected = True
+                cycle.message_event.set()
+            self.transport.write(_answer(status, message))
+            if self.transport.can_write_eof():
+                # Closing with unread bytes (a client still sending) would reset
+                # the connection, and the client could lose the answer: end our
+                # side, drop what still comes for a moment, then close.
+                self.transport.write_eof()
+                self._deadline = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+            else:
+                self.transport.close()
+
+
+def guarded_protocol(limits: Limits) -> type[asyncio.Protocol]:
+    return type("GuardedProtocol", (_GuardedProtocol,), {"limits": limits})
+
+
 class _Server(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # bound and the app started: now it is true
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            log.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A stop signal asks for a graceful stop, not a death by signal: do not
         # re-raise it after shutdown (uvicorn's default), so the exit code is 0.
@@ -190,11 +412,33 @@ class _Server(uvicorn.Server):
             self.should_exit = True
 
 
-def server(app: Starlette, host: str, port: int) -> uvicorn.Server:
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the listen address (the first the host resolves to); raise OSError if it cannot be.
+
+    Bound before the server starts, so that a taken port is reported as such,
+    and ``port`` 0 yields the port the system picked.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart over TIME_WAIT
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def server(app: Starlette, limits: Limits = Limits()) -> uvicorn.Server:
+    """Run with ``server.run(sockets=[listen(host, port)])``."""
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        http=guarded_protocol(limits),
+        ws="none",
+        limit_concurrency=limits.max_connections + 1,  # uvicorn counts the new connection itself
+        log_config=None,  # our handler (escaping controls) gets uvicorn's records too
         log_level="warning",
         access_log=False,  # our own line per delivery says more and never a secret
         lifespan="on",

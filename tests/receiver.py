@@ -1,4 +1,5 @@
-"""The real receiver for the webhook tests: uvicorn on a loopback port, in a thread.
+"""The real receiver for the webhook tests: uvicorn on a loopback port, in a
+thread (`serving`), or `serve` as a process (`serve_process`).
 
 Requests go over real HTTP with the standard library; what was stored is read
 through a separate sqlite3 connection, i.e. what is committed on disk.
@@ -9,7 +10,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import re
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -52,10 +58,11 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def serving(db_path: Path) -> Iterator[Receiver]:
+def serving(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Receiver]:
     """The app of `serve` on a free loopback port (the OS picks it), stopped on exit."""
-    server = web.server(web.create_app(db_path), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    server = web.server(web.create_app(db_path), limits)
+    sock = web.listen("127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
@@ -64,13 +71,77 @@ def serving(db_path: Path) -> Iterator[Receiver]:
         if time.monotonic() > deadline:
             raise TimeoutError("the receiver did not start within 10 s")
         time.sleep(0.005)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    port = sock.getsockname()[1]
     try:
         yield Receiver("127.0.0.1", port)
     finally:
         server.should_exit = True
         thread.join(timeout=15)
         assert not thread.is_alive(), "the receiver did not stop"
+
+
+class ServeProcess:
+    """`switchboard-local serve --port 0` as a real process; its stderr is collected as it comes."""
+
+    def __init__(self, db_path: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard_local", "serve", "--port", "0", "--db", str(db_path), *args],
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="backslashreplace",
+        )
+        self.lines: list[str] = []
+        self.port: int | None = None
+        self._serving = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="serve-stderr", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"serving on http://127\.0\.0\.1:(\d+)", line)
+            if found:
+                self.port = int(found.group(1))
+                self._serving.set()
+        self._serving.set()  # the process ended: whoever waits need not wait longer
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_serving(self, timeout: float = 20) -> Receiver:
+        if not self._serving.wait(timeout) or self.port is None:
+            raise RuntimeError(f"serve did not start: exit {self.proc.poll()}\n{self.stderr}")
+        return Receiver("127.0.0.1", self.port)
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM, then the exit status (after the whole of stderr is read)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            status = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self._reader.join(timeout)
+        return status
+
+
+@contextlib.contextmanager
+def serve_process(db_path: Path, *args: str, env: Mapping[str, str] | None = None) -> Iterator[ServeProcess]:
+    running = ServeProcess(db_path, *args, env=env)
+    try:
+        yield running
+    finally:
+        if running.proc.poll() is None:
+            running.proc.kill()
+            running.proc.wait()
 
 
 def rows(db_path: Path, statement: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:

@@ -5,8 +5,10 @@ Slack's challenge, /healthz, routing rules through real deliveries, and
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import logging
 import os
 import signal
 import socket
@@ -14,17 +16,20 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import anyio
 import pytest
 from click.testing import CliRunner
-from receiver import Answer, Receiver, add_source, counts, rows, serving
+from receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
 from signing import github, secret_for, slack
 
 from switchboard_local import adapters, rules, webhooks
 from switchboard_local.cli import main
+from switchboard_local.cli_common import EXIT_CANNOT_LISTEN
+from switchboard_local.text import SafeFormatter
 
 pytestmark = pytest.mark.anyio
 
@@ -198,7 +203,7 @@ async def test_an_unsigned_slack_url_verification_is_refused(store, receiver, db
 async def test_healthz_answers_200_when_the_database_is_writable(receiver):
     answer = receiver.request("GET", "/healthz")
     assert answer.status == 200
-    assert answer.json()["ok"] is True
+    assert answer.json() == {"ok": True, "checks": {"database": "ok", "secrets": "ok"}, "sources_without_secret": []}
 
 
 async def test_healthz_answers_503_while_the_database_cannot_be_written(receiver, db_path):
@@ -212,6 +217,57 @@ async def test_healthz_answers_503_while_the_database_cannot_be_written(receiver
     assert answer.status == 503
     assert answer.json()["ok"] is False
     assert receiver.request("GET", "/healthz").status == 200
+
+
+@contextlib.contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """The file read-only for real: root ignores modes, so make it immutable then."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o400)
+        try:
+            yield
+        finally:
+            path.chmod(0o600)
+
+
+async def test_healthz_answers_503_when_the_database_file_is_read_only_as_every_delivery_does(store, db_path):
+    await add_source(store, "gh", "github", SECRET)
+    with read_only(db_path), serving(db_path) as receiver:
+        answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")
+        delivered = await anyio.to_thread.run_sync(push, receiver, "gh", PR)
+    assert delivered.status == 503, delivered.body
+    assert answer.status == 503, answer.body
+    got = answer.json()
+    assert got["ok"] is False and got["checks"]["secrets"] == "ok"
+    assert "cannot be written" in got["checks"]["database"] and "cannot be written" in got["error"]
+    assert counts(db_path) == (0, 0)
+
+
+async def test_healthz_answers_503_naming_the_enabled_sources_whose_secret_cannot_be_read(store, receiver):
+    await adapters.add(
+        store, "gh", family="webhook", kind="github", trust_mode="github",
+        config=webhooks.source_config("github", {}), secrets=[adapters.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
+    )  # fmt: skip
+    await add_source(store, "fine", "github", SECRET)
+    await add_source(store, "anyone", "open")  # needs no secret
+    assert "SWITCHBOARD_TEST_UNSET_SECRET" not in os.environ
+
+    answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")
+
+    assert answer.status == 503
+    got = answer.json()
+    assert got["ok"] is False and got["checks"]["database"] == "ok"
+    assert got["sources_without_secret"] == ["gh"]
+    assert "gh" in got["checks"]["secrets"] and "gh" in got["error"]
+
+    await adapters.set_enabled(store, "gh", False)  # a disabled source gets 404 anyway, not 503
+    assert (await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")).status == 200
 
 
 # ---------------------------------------------------------------- routing
@@ -418,3 +474,75 @@ async def test_healthz_answers_503_when_the_disk_is_nearly_full(receiver, monkey
     monkeypatch.setattr(store_module, "MIN_FREE_BYTES", 2**62)  # no disk has that much free
     answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")
     assert answer.status == 503 and "free" in answer.json()["error"]
+
+
+def test_serve_on_a_taken_port_exits_5_saying_it_cannot_listen_and_never_that_it_serves(db_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db_path)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == EXIT_CANNOT_LISTEN == 5, done.stderr
+    assert f"switchboard-local: cannot_listen: cannot listen on 127.0.0.1:{port}: address already in use" in done.stderr
+    assert "serving on" not in done.stderr
+
+
+def test_serve_on_port_0_logs_the_address_it_bound_once_it_serves(db_path):
+    with serve_process(db_path) as serve:
+        receiver = serve.wait_serving()
+        assert receiver.port != 0
+        assert receiver.request("GET", "/healthz").status == 200  # the logged port is the one that answers
+        assert serve.stop() == 0
+    assert "serving on http://127.0.0.1:0" not in serve.stderr
+    assert len([line for line in serve.stderr.splitlines() if "serving on" in line]) == 1
+
+
+def test_serve_warns_at_start_of_each_enabled_source_whose_secret_cannot_be_read(db_path):
+    def cli(*args: str) -> None:
+        done = CliRunner().invoke(main, [*args, "--db", str(db_path)])
+        assert done.exit_code == 0, done.output
+
+    cli("source", "add", "gh", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_GH")
+    cli("source", "add", "files", "--kind", "gitea", "--secret-file", str(db_path.parent / "no-such-file"))
+    cli("source", "add", "quiet", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_QUIET")
+    cli("source", "disable", "quiet")
+    cli("source", "add", "fine", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_SET")
+    with serve_process(db_path, env={"SWITCHBOARD_TEST_SET": "a-secret-value"}) as serve:
+        receiver = serve.wait_serving()
+        health = receiver.request("GET", "/healthz")
+        assert serve.stop() == 0
+    warned = [line for line in serve.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 2, serve.stderr  # one line per source, by name
+    assert "source files:" in warned[0] and "no-such-file" in warned[0] and "503" in warned[0]
+    assert "source gh:" in warned[1] and "env:SWITCHBOARD_TEST_UNSET_GH" in warned[1] and "503" in warned[1]
+    assert health.status == 503 and health.json()["sources_without_secret"] == ["files", "gh"]
+    assert "a-secret-value" not in serve.stderr
+
+
+def test_a_source_name_with_control_characters_is_logged_on_one_line_escaped(db_path):
+    with serve_process(db_path) as serve:
+        receiver = serve.wait_serving()
+        forged = "/hooks/x%0A2026-01-01%2000:00:00,000%20INFO%20FAKE%20delivery%1B[31m%E2%80%AEred%0D"
+        assert receiver.request("POST", forged, b"{}").status == 404
+        assert serve.stop() == 0
+    logged = [line for line in serve.stderr.splitlines() if "FAKE" in line]
+    assert len(logged) == 1, serve.stderr
+    assert "outcome=unknown-source" in logged[0]
+    assert "\\n2026-01-01" in logged[0] and "\\u001b[31m" in logged[0] and "\\u202e" in logged[0]
+    assert not any(ch in serve.stderr for ch in "\x1b\r\u202e")
+
+
+def test_the_serve_log_formatter_escapes_the_message_and_keeps_a_tracebacks_own_lines():
+    formatter = SafeFormatter("%(levelname)s %(message)s")
+    try:
+        raise ValueError("bad \x1b[2J value")
+    except ValueError:
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "source=%s", ("x\nFAKE\x1b[31m",), sys.exc_info())
+    text = formatter.format(record)
+    first, *traceback = text.splitlines()
+    assert first == "ERROR source=x\\x0aFAKE\\x1b[31m"
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert traceback[-1] == "ValueError: bad \\x1b[2J value"
