@@ -108,12 +108,22 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 @click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days.")  # fmt: skip
 @click.option("--max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
+              show_default=True, help="Days a pruned event's delivery key is kept: a redelivery within them is a duplicate.")  # fmt: skip
 @common
-def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_events: int) -> None:
+def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_events: int, dedup_horizon: float) -> None:
     """Delete old events and finished todos; live work and its events stay."""
     out = Out(db, as_json)
-    pruned = out.run(lambda store: retention.prune(store, older_than_days=older_than, max_events=max_events))
-    out.emit({"events": pruned.events, "todos": pruned.todos}, f"pruned {pruned.events} events and {pruned.todos} todos")
+    pruned = out.run(
+        lambda store: retention.prune(
+            store, older_than_days=older_than, max_events=max_events, dedup_horizon_days=dedup_horizon
+        )
+    )
+    out.emit(
+        {"events": pruned.events, "todos": pruned.todos, "delivery_keys": pruned.delivery_keys},
+        f"pruned {pruned.events} events and {pruned.todos} todos"
+        + (f"; forgot {pruned.delivery_keys} delivery keys past the dedup horizon" if pruned.delivery_keys else ""),
+    )
 
 
 @click.command("serve")
@@ -121,6 +131,8 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="0: any free port (logged).")
 @click.option("--prune-older-than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
 @click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
+              show_default=True, help="Days a pruned event's delivery key is kept (see prune).")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1, 100_000), default=256, show_default=True,
               help="Connections open at once; a request on one more gets 503.")  # fmt: skip
 @click.option("--head-timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
@@ -135,6 +147,7 @@ def serve_command(
     port: int,
     prune_older_than: float,
     prune_max_events: int,
+    dedup_horizon: float,
     max_connections: int,
     head_timeout: float,
     body_timeout: float,
@@ -157,7 +170,10 @@ def serve_command(
         click.echo(f"switchboard-local: cannot_listen: {escape_controls(message)}", err=True)
         sys.exit(EXIT_CANNOT_LISTEN)
     limits = web.Limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    app = web.create_app(out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events)
+    app = web.create_app(
+        out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events,
+        dedup_horizon_days=dedup_horizon,
+    )  # fmt: skip
     server = web.server(app, limits)
     server.run(sockets=[sock])  # logs "serving on …" once bound and started
     if not server.started:

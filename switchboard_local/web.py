@@ -55,6 +55,7 @@ def create_app(
     *,
     prune_older_than_days: float = retention.DEFAULT_OLDER_THAN_DAYS,
     prune_max_events: int = retention.DEFAULT_MAX_EVENTS,
+    dedup_horizon_days: float = retention.DEFAULT_DEDUP_HORIZON_DAYS,
     store_options: dict | None = None,
 ) -> Starlette:
     state: dict[str, Store] = {}
@@ -68,7 +69,7 @@ def create_app(
             refs = ", ".join(adapters.mask_secret(ref) for ref in source.secrets) or "none configured"
             log.warning("source %s: no secret can be read (%s); its deliveries will be answered 503",
                         shown(source.name), refs)  # fmt: skip
-        pruner = asyncio.create_task(_prune_forever(store, prune_older_than_days, prune_max_events))
+        pruner = asyncio.create_task(_prune_forever(store, prune_older_than_days, prune_max_events, dedup_horizon_days))
         stop_adapters = asyncio.Event()
         supervisor = asyncio.create_task(Supervisor(store).run(stop_adapters))
         try:
@@ -210,6 +211,7 @@ async def receive(store: Store, request: Request) -> Response:
         content_type=headers.get("content-type"),
         headers=webhooks.redact(headers, source),
         body=raw,
+        replay_window=webhooks.replay_window(source),
     )
     try:
         try:
@@ -241,10 +243,12 @@ async def receive(store: Store, request: Request) -> Response:
     )
 
 
-async def _prune_forever(store: Store, older_than_days: float, max_events: int) -> None:
+async def _prune_forever(store: Store, older_than_days: float, max_events: int, dedup_horizon_days: float) -> None:
     while True:
         try:
-            pruned = await retention.prune(store, older_than_days=older_than_days, max_events=max_events)
+            pruned = await retention.prune(
+                store, older_than_days=older_than_days, max_events=max_events, dedup_horizon_days=dedup_horizon_days
+            )
             if pruned.events or pruned.todos:
                 log.info("prune events=%d todos=%d", pruned.events, pruned.todos)
         except StoreFault as exc:

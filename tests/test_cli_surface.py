@@ -82,7 +82,7 @@ def test_prune_command_reports_what_it_removed(cli, db_path: Path) -> None:
     deliver(db_path, "d-1")
     deliver(db_path, "d-2")
     pruned = json.loads(cli("prune", "--max-events", "1", "--older-than", "30", "--json")[1])
-    assert pruned == {"events": 0, "todos": 0}  # both events have live todos
+    assert pruned == {"events": 0, "todos": 0, "delivery_keys": 0}  # both events have live todos
     code, out, _, _ = cli("prune")
     assert code == 0 and out.startswith("pruned 0 events")
 

@@ -176,6 +176,26 @@ async def test_a_failed_commit_gets_503_stores_nothing_and_the_retry_is_stored_o
     assert counts(db_path) == (1, 1)
 
 
+# ---------------------------------------------------------------- replays (hardening §4)
+
+
+async def test_a_captured_github_body_reposted_with_a_new_delivery_id_is_answered_as_a_duplicate(store, receiver,
+                                                                                              db_path):  # fmt: skip
+    await add_source(store, "gh", "github", SECRET)
+    first = accepted(push(receiver, "gh", {"action": "opened", "number": 1}, n=1))
+    replayed = accepted(push(receiver, "gh", {"action": "opened", "number": 1}, n=2))
+    assert replayed == {"event_id": first["event_id"], "duplicate": True, "todos": first["todos"]}
+    assert counts(db_path) == (1, 1)
+
+
+async def test_a_source_with_its_replay_window_off_takes_the_same_body_under_a_new_id(store, receiver, db_path):
+    await add_source(store, "gh", "github", SECRET, replay_window=0)
+    accepted(push(receiver, "gh", {"action": "opened", "number": 1}, n=1))
+    again = accepted(push(receiver, "gh", {"action": "opened", "number": 1}, n=2))
+    assert again["duplicate"] is False
+    assert counts(db_path) == (2, 2)
+
+
 # ---------------------------------------------------------------- Slack's challenge, health
 
 
@@ -371,7 +391,7 @@ async def test_a_rule_added_while_serving_applies_to_the_next_delivery(store, re
     accepted(push(receiver, "gh", PR, n=1))
 
     await rules.add(store, source="gh", queue="added-live")
-    accepted(push(receiver, "gh", PR, n=2))
+    accepted(push(receiver, "gh", {**PR, "number": 2}, n=2))
 
     assert [t[1] for t in todos_of(db_path)] == ["gh", "added-live"]
 
