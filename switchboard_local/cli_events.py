@@ -105,7 +105,7 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 @click.command("prune")
 @click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days.")  # fmt: skip
-@click.option("--max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--max-events", type=click.IntRange(0, 2**63 - 1), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
 @common
 def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_events: int) -> None:
     """Delete old events and finished todos; live work and its events stay."""

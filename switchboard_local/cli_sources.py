@@ -277,7 +277,7 @@ def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> N
 
 
 @rule.command("test")
-@click.option("--event", "event_id", type=int, default=None, help="A stored event.")
+@click.option("--event", "event_id", type=ID, default=None, help="A stored event.")
 @click.option("--source", default=None, help="With --payload: the source it would come from.")
 @click.option("--type", "type_", default="webhook", show_default=True, help="With --payload: the event type.")
 @click.option("--payload", type=JsonValue(), default=None, help="JSON, @FILE or @-.")

@@ -21,6 +21,7 @@ MODES = ("stream", "list", "pubsub")
 DEFAULT_GROUP = "switchboard"
 DEFAULT_BATCH = 64
 DEFAULT_CLAIM_IDLE = 60
+MAX_CLAIM_IDLE = 365 * 86400  # seconds; Redis takes it in ms as a 64-bit number, and longer means never
 SCHEMES = ("redis://", "rediss://", "unix://")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Query options redis-py converts (its URL_QUERY_ARGUMENT_PARSERS): a bad one fails every connect.
