@@ -231,9 +231,13 @@ def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path)
         ["todo", "create", "--queue", "q", "--title", "t", "--payload", "1" * 5000],
         ["todo", "create", "--queue", "q", "--title", "t", "--key", "k\udcff"],  # an undecodable byte in argv
         ["todo", "list", "--queue", "\udced\udca0\udc80"],
+        ["rule", "test", "--event", str(2**63)],
+        ["prune", "--max-events", str(2**63)],
+        ["adapter", "add", "o", "--redis-url", "redis://h", "--mode", "stream", "--key", "k", "--claim-idle", str(2**63)],
     ],
     ids=["id-2**63", "id-0", "since-2**64", "older-than-inf", "surrogate-payload", "deep-payload",
-         "5000-digit-payload", "undecodable-key", "undecodable-filter"],
+         "5000-digit-payload", "undecodable-key", "undecodable-filter", "event-2**63", "max-events-2**63",
+         "claim-idle-2**63"],
 )  # fmt: skip
 def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: Path, args) -> None:
     code, out, err = cli(*args, "--json")
