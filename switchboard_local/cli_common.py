@@ -95,7 +95,10 @@ def read_argument_file(source: str) -> str:
     """
     name = "stdin" if source == "-" else source
     if source == "-":
-        data = sys.stdin.buffer.read(MAX_READ + 1)
+        try:
+            data = sys.stdin.buffer.read(MAX_READ + 1)
+        except (AttributeError, OSError, ValueError):  # stdin closed (<&-) or gone
+            raise InvalidArgument("cannot read stdin") from None
     else:
         try:
             fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
