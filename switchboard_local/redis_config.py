@@ -13,8 +13,8 @@ import socket
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import InvalidArgument
 from .adapters import require_queue
+from .errors import InvalidArgument
 from .text import first_control
 
 MODES = ("stream", "list", "pubsub")
