@@ -2,20 +2,56 @@
 # Installs what the test suite needs and runs it: redis-server (Debian's
 # package, when missing) and a .venv with the test extras. Extra arguments go
 # to pytest. pytest exits 5 when no test ran: that fails too.
+#
+# Repeat runs are quick: the package and its extras are installed again only
+# when pyproject.toml changed since the last install (a stamp in .venv holds
+# its hash) or the installed package cannot be imported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+LOCK_WAIT=600 # seconds to wait for another apt/dpkg (unattended-upgrades, a second run) to finish
+
+apt_get() {
+    $sudo apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@"
+}
+
+# `update` also takes apt's lists lock, which older apt does not wait for:
+# retry while the failure is about a lock, for as long as LOCK_WAIT.
+apt_update() {
+    local waited=0 err
+    while ! err=$(apt_get update -qq 2>&1); do
+        case "$err" in
+            *lock*) ;;
+            *) printf '%s\n' "$err" >&2; return 1 ;;
+        esac
+        if [ "$waited" -ge "$LOCK_WAIT" ]; then
+            printf '%s\n' "$err" >&2
+            return 1
+        fi
+        sleep 5
+        waited=$((waited + 5))
+    done
+}
 
 if ! command -v redis-server >/dev/null 2>&1; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq redis-server >/dev/null
+    apt_update
+    apt_get install -y -qq redis-server >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test]'
+stamp=.venv/.switchboard-installed
+wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
+# -I: not from the checkout's directory, so this sees what is installed in .venv.
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
+    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis' >/dev/null 2>&1; then
+    rm -f "$stamp"
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e '.[test]'
+    printf '%s\n' "$wanted" >"$stamp"
+fi
 
 exec .venv/bin/python -m pytest "$@"

@@ -4,6 +4,9 @@ Webhook sources (family ``webhook``) and Redis adapters (family ``queue``)
 are rows of one table; an event's ``source`` is an adapter's name. Secrets are
 kept as references (an environment variable, a file) or, when the user gives
 a value, in this owner-only database; they are never shown back.
+
+Showing a row never fails: a row written by an older version, or edited by
+hand, is still listed, shown and removable, whatever its config holds.
 """
 
 from __future__ import annotations
@@ -12,16 +15,19 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
+from .text import first_control
+from .todo_model import require_name
 
 FAMILIES = ("webhook", "queue")
 MAX_ACTIVE_SECRETS = 2
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# What people call a row of each family (the CLI's nouns: `source`, `adapter`).
+NOUNS = {"webhook": "webhook source", "queue": "adapter"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,8 @@ class Adapter:
             kind=row["kind"],
             trust_mode=row["trust_mode"],
             enabled=bool(row["enabled"]),
-            config=json.loads(row["config"]),
-            secrets=json.loads(row["secrets"]),
+            config=_json_of(row["config"], dict),
+            secrets=[ref for ref in _json_of(row["secrets"], list) if isinstance(ref, dict)],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             last_poll_at=row["last_poll_at"],
@@ -66,7 +72,7 @@ class Adapter:
             "kind": self.kind,
             "trust_mode": self.trust_mode,
             "enabled": self.enabled,
-            "config": {k: masked_url(v) if isinstance(v, str) else v for k, v in self.config.items()},
+            "config": {k: masked_url(v) if _is_url_key(k) and isinstance(v, str) else v for k, v in self.config.items()},
             "secrets": [mask_secret(ref) for ref in self.secrets],
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
@@ -88,13 +94,43 @@ def secret_ref(*, env: str | None = None, file: str | None = None, value: str | 
     return {kind: v}
 
 
+def _json_of(text: Any, kind: type) -> Any:
+    """A JSON column as ``kind``, or an empty one when the row holds something else."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return kind()
+    return value if isinstance(value, kind) else kind()
+
+
+def _is_url_key(key: str) -> bool:
+    return key == "url" or key.endswith("_url")
+
+
 def masked_url(text: str) -> str:
-    """A URL with its password replaced (anything else unchanged): safe to show and log."""
-    parts = urlsplit(text)
-    if not parts.scheme or parts.password is None:
+    """A URL with its password replaced (anything else unchanged): safe to show and log.
+
+    Plain string work, no URL parser: it must not fail on a malformed URL (a bad
+    port, a broken IPv6 literal), since an error would hide the row. Everything
+    before the last ``@`` counts as user and password, so a password holding an
+    unescaped ``/``, ``?`` or ``#`` is masked too (at worst a little more is
+    hidden). A password given in the query (``?password=``, as unix:// URLs
+    take it) is masked as well.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
         return text
-    netloc = f"{parts.username or ''}:****@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    userinfo, at, tail = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        userinfo, tail = "", rest
+    head = f"{scheme}://" + (f"{userinfo.split(':', 1)[0]}:****@" if userinfo else "")
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        pairs = query.split("&")
+        masked = [p.split("=", 1)[0] + "=****" if p.split("=", 1)[0] == "password" else p for p in pairs]
+        tail = f"{path}?{'&'.join(masked)}{hash_}{fragment}"
+    return head + tail
 
 
 def mask_secret(ref: dict[str, str]) -> str:
@@ -103,6 +139,22 @@ def mask_secret(ref: dict[str, str]) -> str:
     if "file" in ref:
         return f"file:{ref['file']}"
     return "value:********"
+
+
+def noun(family: str) -> str:
+    return NOUNS.get(family, "adapter")
+
+
+def a_noun(family: str) -> str:
+    word = noun(family)
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def require_queue(option: str, value: str) -> None:
+    """A source's or adapter's default queue: a queue name todos can be created on."""
+    require_name(option, value)
+    if (found := first_control(value)) is not None:  # the name is shown in lists and logs
+        raise InvalidArgument(f"{option} holds a control character ({found})")
 
 
 def _require_name(name: str) -> None:
@@ -137,7 +189,10 @@ async def add(
     def body(tx: Transaction) -> Adapter:
         row = tx.one(Q.insert_adapter, {**params, "now": store.clock.now_ms()})
         if row is None:
-            raise Conflict(f"an adapter named {name!r} exists already")
+            taken = tx.one(Q.get_adapter, {"name": name})["family"]
+            if taken == family:
+                raise Conflict(f"{a_noun(family)} named {name!r} exists already")
+            raise Conflict(f"the name {name!r} is taken by {a_noun(taken)}")
         return Adapter.from_row(row)
 
     return await store.write(body)
@@ -145,9 +200,11 @@ async def add(
 
 def _found(row: Any, name: str, family: str | None) -> Adapter:
     """The row as an adapter of that family; anything else is not found."""
-    if row is None or (family is not None and row["family"] != family):
-        noun = {"webhook": "webhook source", "queue": "adapter"}.get(family or "", "adapter")
-        raise NotFound(f"no {noun} named {name!r}")
+    wanted = "source or adapter" if family is None else noun(family)
+    if row is None:
+        raise NotFound(f"no {wanted} named {name!r}")
+    if family is not None and row["family"] != family:
+        raise NotFound(f"no {wanted} named {name!r} ({name!r} is {a_noun(row['family'])})")
     return Adapter.from_row(row)
 
 
@@ -208,10 +265,10 @@ async def _change_secrets(store: Store, name: str, change: Any) -> Adapter:
     def body(tx: Transaction) -> Adapter:
         row = tx.one(Q.get_adapter, {"name": name})
         if row is None:
-            raise NotFound(f"no adapter named {name!r}")
+            raise NotFound(f"no {noun('webhook')} named {name!r}")
         if row["family"] != "webhook":
-            raise Conflict(f"{name!r} is a {row['family']} adapter; only webhook sources have secrets")
-        secrets = change(json.loads(row["secrets"]))
+            raise Conflict(f"{name!r} is {a_noun(row['family'])}; only webhook sources have secrets")
+        secrets = change(Adapter.from_row(row).secrets)
         updated = tx.one(Q.set_adapter_secrets, {"name": name, "secrets": json.dumps(secrets), "now": store.clock.now_ms()})
         return Adapter.from_row(updated)
 

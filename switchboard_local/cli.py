@@ -1,8 +1,7 @@
 """The command line: a thin edge over the core verbs.
 
 Every command takes ``--db PATH`` (or $SWITCHBOARD_DB) and ``--json`` (one
-JSON value on stdout). Exit codes: 0 ok; 1 refused (not found, conflict,
-forbidden); 2 usage or invalid argument; 3 the database cannot be used.
+JSON value on stdout). Exit codes and the one error format: cli_common.
 The MCP SDK is never imported here: it costs about a second per command.
 """
 
@@ -31,7 +30,6 @@ def _default_owner() -> str:
         return getpass.getuser()
     except Exception:  # no user name in this environment
         return "cli"
-
 
 
 def _state(todo: Todo) -> str:

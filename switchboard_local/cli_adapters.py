@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import click
 
 from . import adapters, redis_config
 from .adapters import Adapter
-from .cli_common import Out, common, table, when
+from .cli_common import Out, common, table, warn, when
 from .errors import SwitchboardError
 
 
@@ -17,9 +18,13 @@ def register(main: click.Group) -> None:
     main.add_command(adapter)
 
 
+def _guarantee(a: Adapter) -> str:
+    return redis_config.GUARANTEES.get(a.config.get("mode"), "unknown: this adapter's mode is not one serve runs")
+
+
 def _view(a: Adapter) -> dict[str, Any]:
     view = a.to_dict()  # the URL's password masked
-    view["guarantee"] = redis_config.GUARANTEES[a.config["mode"]]
+    view["guarantee"] = _guarantee(a)
     return view
 
 
@@ -30,16 +35,17 @@ def _last_error(a: Adapter) -> str:
 
 
 def _text(a: Adapter) -> str:
-    c = a.to_dict()["config"]
+    c = a.to_dict()["config"]  # read with .get: a row edited by hand may lack any of it
+    url = c.get("redis_url") or f"from ${c.get('redis_url_env')}"
     lines = [
-        f"adapter {a.name}: redis {c['mode']} {c['key']!r} ({'enabled' if a.enabled else 'disabled'})",
-        f"  redis        {c.get('redis_url') or 'from $' + c['redis_url_env']}",
-        f"  guarantee    {redis_config.GUARANTEES[c['mode']]}",
+        f"adapter {a.name}: redis {c.get('mode')} {c.get('key')!r} ({'enabled' if a.enabled else 'disabled'})",
+        f"  redis        {url}",
+        f"  guarantee    {_guarantee(a)}",
         f"  queue        {c.get('queue') or a.name} (when no rule matches)",
-        f"  batch        {c['batch']}",
+        f"  batch        {c.get('batch')}",
     ]
-    if c["mode"] == "stream":
-        lines.append(f"  group        {c['group']} (consumer {c['consumer']}, takes over entries idle {c['claim_idle']} s)")
+    if c.get("mode") == "stream":
+        lines.append(f"  group        {c.get('group')} (consumer {c.get('consumer')}, takes over entries idle {c.get('claim_idle')} s)")
     lines += [
         f"  last poll    {when(a.last_poll_at)}",
         f"  last error   {_last_error(a)}",
@@ -64,7 +70,7 @@ def adapter() -> None:
 @click.option("--consumer", default=None, help="stream: consumer name (default: this host's name).")
 @click.option("--queue", default=None, help="Queue for messages no rule matches (default: the adapter name).")
 @click.option("--batch", type=click.IntRange(1, 10_000), default=None, help="Messages per transaction (default 64).")
-@click.option("--claim-idle", type=click.IntRange(min=1), default=None, help="stream: take over others' entries idle this many seconds (default 60).")
+@click.option("--claim-idle", type=click.IntRange(1, redis_config.MAX_CLAIM_IDLE), default=None, help="stream: take over others' entries idle this many seconds (default 60, at most a year).")
 @common
 def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any) -> None:
     """Add a Redis adapter NAME (its events have source NAME and type KEY)."""
@@ -76,6 +82,9 @@ def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any
     added = out.run(
         lambda store: adapters.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
     )
+    env = config.get("redis_url_env")
+    if env and not os.environ.get(env):  # serve may have it: keep the row, but say so
+        warn(f"${env} is not set here: start serve with it set, or adapter {name!r} cannot connect")
     out.emit(_view(added), _text(added))
 
 
@@ -85,7 +94,7 @@ def adapter_list(db: Path | None, as_json: bool | None) -> None:
     """List Redis adapters."""
     out = Out(db, as_json)
     found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
-    rows = [[a.name, a.config["mode"], a.config["key"], "enabled" if a.enabled else "disabled"] for a in found]
+    rows = [[a.name, a.config.get("mode"), a.config.get("key"), "enabled" if a.enabled else "disabled"] for a in found]
     out.emit([_view(a) for a in found], table(["NAME", "MODE", "KEY", "STATE"], rows) if rows else "no adapters")
 
 

@@ -13,7 +13,7 @@ import click
 
 from . import agents
 from .agents import TOOL_NAMES, Agent
-from .cli_common import Out, common, exit_status, table, when
+from .cli_common import Out, common, exit_status, printable, table, when
 from .errors import SwitchboardError
 from .store import DB_ENV
 
@@ -51,7 +51,7 @@ def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> 
     try:
         status = run(db if db is not None else parent.get("db"), agent_name or None)
     except SwitchboardError as exc:
-        click.echo(f"switchboard-local: {exc}", err=True)
+        click.echo(f"switchboard-local: {printable(str(exc), one_line=True)}", err=True)
         status = exit_status(exc)
     sys.exit(status)
 

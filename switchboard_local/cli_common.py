@@ -3,13 +3,20 @@
 Exit codes: 0 ok; 1 refused (not found, conflict, forbidden); 2 usage or
 invalid argument; 3 the database cannot be used (unusable or unavailable);
 4 busy (another process held the write lock past the busy timeout); 5 the
-listen address cannot be bound (`serve`).
+listen address cannot be bound (`serve`); 130 interrupted (Ctrl-C).
+
+Every error is one line on stderr, ``switchboard-local: CODE: sentence``, and
+nothing written to a terminal carries a raw control character: names, titles
+and payloads come from outside and may hold escape sequences.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import stat
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,6 +27,7 @@ import click
 from .clock import rfc3339
 from .errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
 from .store import DB_ENV, Store
+from .text import escape_controls
 from .todo_model import dump_json
 
 T = TypeVar("T")
@@ -29,6 +37,11 @@ EXIT_USAGE = 2
 EXIT_UNUSABLE = 3
 EXIT_BUSY = 4
 EXIT_CANNOT_LISTEN = 5
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+
+# The most `@FILE` or `@-` may hold: far above any payload cap the database sets,
+# low enough that `@/dev/zero`-like input cannot exhaust memory.
+MAX_READ = 64 * 1024 * 1024
 
 
 def exit_status(exc: SwitchboardError) -> int:
@@ -42,8 +55,71 @@ def exit_status(exc: SwitchboardError) -> int:
     return EXIT_REFUSED
 
 
+# ---------------------------------------------------------------- text safe to print
+
+_SURROGATES = re.compile("[\ud800-\udfff]")  # undecodable bytes of an argument (surrogateescape)
+# What json.dumps(ensure_ascii=False) leaves raw but a terminal acts on: DEL, C1, bidi controls.
+_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group(0)):04x}"
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """Text safe for a terminal: control characters and undecodable bytes as visible escapes."""
+    return _SURROGATES.sub(_escape, escape_controls(text, keep_newlines=not one_line))
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """JSON (stays valid) with no raw DEL, C1 or bidi control and no lone surrogate in it."""
+    return _JSON_RAW.sub(_escape, json.dumps(value, ensure_ascii=False, **options))
+
+
+def warn(message: str) -> None:
+    """One line on stderr for something done but likely not what was meant."""
+    click.echo(f"switchboard-local: warning: {printable(message, one_line=True)}", err=True)
+
+
+# ---------------------------------------------------------------- parameters
+
 # An id: what SQLite's INTEGER PRIMARY KEY can hold.
 ID = click.IntRange(1, 2**63 - 1)
+
+
+def read_argument_file(source: str) -> str:
+    """The text of ``@FILE`` (``-``: stdin), refused when it is no regular file, too large or not UTF-8.
+
+    A FIFO, a device or a directory is refused before reading, so that nothing
+    blocks on a pipe without a writer and nothing streams forever.
+    """
+    name = "stdin" if source == "-" else source
+    if source == "-":
+        try:
+            data = sys.stdin.buffer.read(MAX_READ + 1)
+        except (AttributeError, OSError, ValueError):  # stdin closed (<&-) or gone
+            raise InvalidArgument("cannot read stdin") from None
+    else:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InvalidArgument(f"cannot read {name}: {exc.strerror}") from None
+        except ValueError:  # a NUL byte in the path
+            raise InvalidArgument(f"cannot read {name}: not a valid path") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InvalidArgument(f"{name} is not a regular file (use @- to read stdin)")
+        with os.fdopen(fd, "rb") as file:
+            try:
+                data = file.read(MAX_READ + 1)
+            except OSError as exc:
+                raise InvalidArgument(f"cannot read {name}: {exc.strerror}") from None
+    if len(data) > MAX_READ:
+        raise InvalidArgument(f"{name} is larger than {MAX_READ // (1024 * 1024)} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"{name} is not valid UTF-8 text (byte {exc.start})") from None
 
 
 class JsonValue(click.ParamType):
@@ -56,11 +132,10 @@ class JsonValue(click.ParamType):
             return value
         text = value
         if value.startswith("@"):
-            source = value[1:]
             try:
-                text = sys.stdin.read() if source == "-" else Path(source).read_text("utf-8")
-            except OSError as exc:
-                self.fail(f"cannot read {source}: {exc.strerror}", param, ctx)
+                text = read_argument_file(value[1:])
+            except SwitchboardError as exc:
+                self.fail(exc.message, param, ctx)
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -86,25 +161,52 @@ def common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-class Commands(click.Group):
-    """The root group: usage errors answer in JSON too when --json was asked for.
+# ---------------------------------------------------------------- the root group
 
-    click reports a bad option before any command runs, on stderr only; a
-    script reading --json output gets the same error object as for any other
-    refusal, and the same exit code 2.
+
+class Commands(click.Group):
+    """The root group: click's own errors in the one error format, exit 2.
+
+    click reports a bad option before any command runs; it is printed like any
+    other refusal (``switchboard-local: invalid_argument: …``), and a script
+    reading --json output gets the same error object on stdout. ``--help`` and
+    ``--version`` still exit 0; Ctrl-C exits 130 quietly.
     """
 
-    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        self._argv = list(sys.argv[1:] if args is None else args)
-        return super().main(args, *rest, **kwargs)
-
-    def invoke(self, ctx: click.Context) -> Any:
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode:
+            return super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            return super().invoke(ctx)
-        except click.UsageError as exc:
-            if "--json" in getattr(self, "_argv", ()):
-                click.echo(json.dumps({"error": {"code": "invalid_argument", "message": exc.format_message()}}))
-            raise
+            status = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort:
+            status = EXIT_INTERRUPTED
+        except click.ClickException as exc:
+            status = _usage_error(exc, as_json="--json" in argv)
+        sys.exit(status if isinstance(status, int) else 0)  # a command's return value is no status
+
+
+def _usage_error(exc: click.ClickException, *, as_json: bool) -> int:
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        message = "missing command"
+        if not as_json:
+            click.echo(exc.format_message())  # the group's help, on stdout: what a person typing it wants
+    elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) and exc.param:
+        message = f"{exc.param.get_error_hint(ctx).replace(chr(39), '')}: {exc.message}"  # --lease: …
+    else:
+        message = exc.format_message()
+        message = message[:1].lower() + message[1:]  # "Missing option …" reads as our sentences do
+    message = message.rstrip(".")
+    if as_json:
+        click.echo(json_text({"error": {"code": InvalidArgument.code, "message": message}}))
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    click.echo(f"switchboard-local: {InvalidArgument.code}: {printable(message, one_line=True)}{hint}", err=True)
+    return EXIT_USAGE
+
+
+# ---------------------------------------------------------------- output
 
 
 class Out:
@@ -132,12 +234,12 @@ class Out:
 
     def fail(self, exc: SwitchboardError) -> None:
         if self.json:
-            click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
-        click.echo(f"switchboard-local: {exc}", err=True)
+            click.echo(json_text({"error": {"code": exc.code, "message": exc.message}}))
+        click.echo(f"switchboard-local: {printable(str(exc), one_line=True)}", err=True)
         sys.exit(exit_status(exc))
 
     def emit(self, value: Any, text: str) -> None:
-        click.echo(json.dumps(value, ensure_ascii=False, indent=2) if self.json else text)
+        click.echo(json_text(value, indent=2) if self.json else printable(text))
 
 
 def when(ms: int | None) -> str:
@@ -145,6 +247,7 @@ def when(ms: int | None) -> str:
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [headers] + [[str(c) for c in row] for row in rows]
+    """Aligned columns; a cell is one line (a newline in a name cannot forge a row)."""
+    cells = [headers] + [[printable(str(c), one_line=True) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

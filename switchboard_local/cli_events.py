@@ -107,7 +107,7 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 @click.command("prune")
 @click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days.")  # fmt: skip
-@click.option("--max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--max-events", type=click.IntRange(0, 2**63 - 1), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
 @click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept: a redelivery within them is a duplicate.")  # fmt: skip
 @common

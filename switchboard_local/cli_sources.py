@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import click
 
 from . import adapters, routing, rules, webhooks
 from .adapters import Adapter
-from .cli_common import ID, JsonValue, Out, common, table, when
+from .cli_common import ID, JsonValue, Out, common, table, warn, when
 from .errors import SwitchboardError
 from .todos import DEFAULT_MAX_ATTEMPTS
 
@@ -29,6 +31,36 @@ def _ref(out: Out, secret_env: str | None, secret_file: str | None, secret_value
     if "file" in ref:
         ref["file"] = str(Path(ref["file"]).expanduser().resolve())
     return ref
+
+
+def _warn_unreadable(name: str, ref: dict[str, str]) -> None:
+    """Say so when this shell cannot read the secret: the row is kept (serve may
+    run with other variables or rights), but a delivery would be answered 503."""
+    if "env" in ref and not os.environ.get(ref["env"]):
+        warn(f"${ref['env']} is not set here: start serve with it set, "
+             f"or deliveries to {name!r} are answered 503")  # fmt: skip
+    elif "file" in ref:
+        problem = _file_problem(ref["file"])
+        if problem:
+            warn(f"{ref['file']}: {problem}: serve reads it at each delivery, "
+                 f"and answers 503 to deliveries to {name!r} until it can")  # fmt: skip
+
+
+def _file_problem(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return exc.strerror or "cannot be read"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        if not os.read(fd, 4096).strip():
+            return "empty"
+    except OSError as exc:
+        return exc.strerror or "cannot be read"
+    finally:
+        os.close(fd)
+    return None
 
 
 def _source_text(s: Adapter) -> str:
@@ -79,6 +111,8 @@ def source_add(
     """Add a webhook source NAME, received at POST /hooks/NAME."""
     out = Out(db, as_json)
     try:
+        if options.get("queue") is not None:
+            adapters.require_queue("--queue", options["queue"])
         config = webhooks.source_config(kind, options)
         if webhooks.needs_secret(kind):
             secrets = [_ref(out, secret_env, secret_file, secret_value)]
@@ -92,6 +126,8 @@ def source_add(
     added = out.run(
         lambda store: adapters.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets)
     )
+    for ref in secrets:
+        _warn_unreadable(name, ref)
     out.emit(added.to_dict(), _source_text(added))
 
 
@@ -151,6 +187,7 @@ def source_rotate(
     out = Out(db, as_json)
     ref = _ref(out, secret_env, secret_file, secret_value)
     changed = out.run(lambda store: adapters.rotate_secret(store, name, ref))
+    _warn_unreadable(name, ref)
     out.emit(changed.to_dict(), f"source {name} now verifies with {len(changed.secrets)} secrets")
 
 
@@ -240,7 +277,7 @@ def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> N
 
 
 @rule.command("test")
-@click.option("--event", "event_id", type=int, default=None, help="A stored event.")
+@click.option("--event", "event_id", type=ID, default=None, help="A stored event.")
 @click.option("--source", default=None, help="With --payload: the source it would come from.")
 @click.option("--type", "type_", default="webhook", show_default=True, help="With --payload: the event type.")
 @click.option("--payload", type=JsonValue(), default=None, help="JSON, @FILE or @-.")

@@ -1,20 +1,32 @@
 """Redis adapter settings: validated at `adapter add`, shown without passwords.
 
 No Redis client here, so the CLI stays quick; redis_adapters.py runs them.
+A URL is checked as redis-py will read it, so that what is stored can run
+(or at least fails for a reason outside this file: a server that is down).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import socket
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from .adapters import require_queue
 from .errors import InvalidArgument
+from .text import first_control
 
 MODES = ("stream", "list", "pubsub")
 DEFAULT_GROUP = "switchboard"
 DEFAULT_BATCH = 64
 DEFAULT_CLAIM_IDLE = 60
+MAX_CLAIM_IDLE = 365 * 86400  # seconds; Redis takes it in ms as a 64-bit number, and longer means never
+SCHEMES = ("redis://", "rediss://", "unix://")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Query options redis-py converts (its URL_QUERY_ARGUMENT_PARSERS): a bad one fails every connect.
+_QUERY_INTS = ("db", "socket_read_size", "max_connections", "health_check_interval", "ssl_min_version", "protocol")
+_QUERY_FLOATS = ("socket_timeout", "socket_connect_timeout", "timeout")
 
 GUARANTEES = {
     "stream": "durable: acked (XACK) only after the commit; pending entries are re-read on start",
@@ -33,13 +45,17 @@ def adapter_config(options: dict[str, Any]) -> dict[str, Any]:
     url, url_env = options.get("redis_url"), options.get("redis_url_env")
     if (url is None) == (url_env is None):
         raise InvalidArgument("give exactly one of --redis-url and --redis-url-env")
-    if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        raise InvalidArgument("--redis-url must start with redis://, rediss:// or unix://")
+    if url is not None:
+        check_url(url)
+    if url_env is not None and not ENV_NAME.match(url_env):
+        raise InvalidArgument("--redis-url-env must name an environment variable (letters, digits and '_')")
     mode = options.get("mode")
     if mode not in MODES:
         raise InvalidArgument(f"--mode must be one of {', '.join(MODES)}")
     if not options.get("key"):
         raise InvalidArgument("--key must name the stream, list or channel")
+    for option in ("key", "group", "consumer"):
+        _no_controls(f"--{option}", options.get(option))
     config: dict[str, Any] = {
         "mode": mode,
         "key": options["key"],
@@ -52,6 +68,64 @@ def adapter_config(options: dict[str, Any]) -> dict[str, Any]:
         config["claim_idle"] = options.get("claim_idle") or DEFAULT_CLAIM_IDLE
     elif options.get("group") or options.get("consumer") or options.get("claim_idle"):
         raise InvalidArgument("--group, --consumer and --claim-idle apply to --mode stream only")
-    if options.get("queue"):
+    if options.get("queue") is not None:
+        require_queue("--queue", options["queue"])
         config["queue"] = options["queue"]
     return config
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL redis-py would refuse, or read differently than it reads: scheme, host, port, db, path.
+
+    No message quotes the URL: it may hold a password.
+    """
+    if not url.startswith(SCHEMES):
+        raise InvalidArgument("--redis-url must start with redis://, rediss:// or unix://")
+    if first_control(url) is not None or " " in url:
+        raise InvalidArgument("--redis-url must not hold spaces or control characters (percent-encode them)")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:  # a broken [IPv6] literal, a port that is no number or out of range
+        raise InvalidArgument(f"--redis-url: {_reason(str(exc))}") from None
+    if parts.scheme == "unix":
+        if host or port is not None:
+            raise InvalidArgument("--redis-url: unix:// takes a socket path, not a host (unix:///run/redis.sock)")
+        if len(parts.path) < 2:
+            raise InvalidArgument("--redis-url: unix:// needs the socket's path (unix:///run/redis.sock)")
+    else:
+        if not host:
+            raise InvalidArgument("--redis-url: no host (redis://HOST[:PORT][/DB])")
+        if port == 0:
+            raise InvalidArgument("--redis-url: the port must be a number between 1 and 65535")
+        db = parts.path.removeprefix("/")
+        if db and not (db.isascii() and db.isdigit()):
+            raise InvalidArgument("--redis-url: the path must be a database number (redis://host:6379/0)")
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        _check_query(key, value)
+
+
+def _check_query(key: str, value: str) -> None:
+    if key in _QUERY_INTS:
+        if not (value.isascii() and value.isdigit()):
+            raise InvalidArgument(f"--redis-url: {key}= must be a whole number")
+    elif key in _QUERY_FLOATS:
+        try:
+            ok = math.isfinite(float(value)) and float(value) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InvalidArgument(f"--redis-url: {key}= must be a number of seconds")
+
+
+def _reason(message: str) -> str:
+    if "Port" in message:
+        return "the port must be a number between 1 and 65535"
+    if "IPv6" in message:
+        return "a broken [IPv6] address"
+    return "not a URL redis can read"
+
+
+def _no_controls(option: str, value: str | None) -> None:
+    if value is not None and (found := first_control(value)) is not None:
+        raise InvalidArgument(f"{option} holds a control character ({found})")

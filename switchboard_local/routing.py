@@ -29,7 +29,7 @@ from .events import Event, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .store import Store, Transaction
-from .text import replace_controls
+from .text import has_controls, replace_controls
 from .todo_model import DERIVED_KEY_PREFIX, MAX_TITLE_LENGTH, NewTodo, dump_json
 from .todos import insert_id
 
@@ -50,12 +50,13 @@ class Delivery:
     def key_base(self) -> str:
         """Idempotency keys are namespaced by source (and by Redis for adapters).
 
-        A delivery id too long for a key is replaced by its hash, so that a
-        strange id can never make its delivery unstorable.
+        A delivery id too long for a key, or holding control characters, is
+        replaced by its hash, so that a strange id can never make its delivery
+        unstorable.
         """
         prefix = DERIVED_KEY_PREFIX + ("redis:" if self.family == "queue" else "")
         delivery = self.external_id
-        if len(delivery) > 200:
+        if len(delivery) > 200 or has_controls(delivery):  # a key is a name: one plain line
             delivery = "sha256:" + hashlib.sha256(delivery.encode()).hexdigest()
         return f"{prefix}{self.source}:{delivery}"
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -179,11 +180,12 @@ def test_a_database_from_a_newer_version_is_refused_with_exit_3(cli, db_path: Pa
     assert "schema version 999" in err and "upgrade switchboard-local" in err
 
 
-def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, db: Path, stdin: Any = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SWITCHBOARD_DB": str(db)}
     return subprocess.run(
-        [sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True, env=env, timeout=60
-    )
+        [sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True, env=env, timeout=60,
+        stdin=stdin,
+    )  # fmt: skip
 
 
 def test_python_dash_m_runs_the_cli_as_a_real_process(db_path: Path) -> None:
@@ -229,9 +231,13 @@ def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path)
         ["todo", "create", "--queue", "q", "--title", "t", "--payload", "1" * 5000],
         ["todo", "create", "--queue", "q", "--title", "t", "--key", "k\udcff"],  # an undecodable byte in argv
         ["todo", "list", "--queue", "\udced\udca0\udc80"],
+        ["rule", "test", "--event", str(2**63)],
+        ["prune", "--max-events", str(2**63)],
+        ["adapter", "add", "o", "--redis-url", "redis://h", "--mode", "stream", "--key", "k", "--claim-idle", str(2**63)],
     ],
     ids=["id-2**63", "id-0", "since-2**64", "older-than-inf", "surrogate-payload", "deep-payload",
-         "5000-digit-payload", "undecodable-key", "undecodable-filter"],
+         "5000-digit-payload", "undecodable-key", "undecodable-filter", "event-2**63", "max-events-2**63",
+         "claim-idle-2**63"],
 )  # fmt: skip
 def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: Path, args) -> None:
     code, out, err = cli(*args, "--json")
@@ -239,3 +245,68 @@ def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: 
     assert json.loads(out)["error"]["code"] == "invalid_argument"
     assert "Traceback" not in err
     assert count_todos(db_path) == 0
+
+
+# ---------------------------------------------------------------- @FILE: what may be read
+
+
+def test_a_payload_file_that_is_not_utf8_is_refused_naming_the_byte(cli, db_path: Path, tmp_path: Path) -> None:
+    payload = tmp_path / "latin1.json"
+    payload.write_bytes(b'{"a": "caf\xe9"}')
+    code, _, err = cli("todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{payload}")
+    assert code == 2
+    assert f"invalid_argument: --payload: {payload} is not valid UTF-8 text (byte 10)" in err
+    assert count_todos(db_path) == 0
+
+
+def test_a_payload_from_a_fifo_without_a_writer_is_refused_at_once(db_path: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    result = run_cli("todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{fifo}", db=db_path)
+    assert result.returncode == 2  # before anything was read: run_cli's timeout fails a hang
+    assert f"--payload: {fifo} is not a regular file (use @- to read stdin)" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["/dev/zero", "a directory"])
+def test_a_payload_from_a_device_or_a_directory_is_refused_before_reading(db_path: Path, tmp_path: Path, where: str) -> None:
+    path = tmp_path if where == "a directory" else Path(where)
+    result = run_cli("todo", "complete", "1", "--token", "x", "--result", f"@{path}", db=db_path)
+    assert result.returncode == 2
+    assert f"--result: {path} is not a regular file" in result.stderr
+
+
+def test_a_payload_over_the_read_ceiling_is_refused_from_a_file_and_from_stdin(db_path: Path, tmp_path: Path) -> None:
+    from switchboard_local.cli_common import MAX_READ
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:
+        f.truncate(MAX_READ + 1)  # sparse: no disk used
+    from_file = run_cli("todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{huge}", db=db_path)
+    assert from_file.returncode == 2 and f"--payload: {huge} is larger than 64 MiB" in from_file.stderr
+    with huge.open("rb") as stdin:
+        from_stdin = run_cli("todo", "create", "--queue", "q", "--title", "t", "--payload", "@-", db=db_path, stdin=stdin)
+    assert from_stdin.returncode == 2 and "--payload: stdin is larger than 64 MiB" in from_stdin.stderr
+    assert count_todos(db_path) == 0
+
+
+# ---------------------------------------------------------------- what reaches a terminal
+
+RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+HOSTILE_TITLE = "evil\x1b]0;owned\x07\x00\x9b2J\u202etxt\x7f"
+
+
+def test_todo_output_never_writes_a_raw_control_character(cli, db_path: Path) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    with sqlite3.connect(db_path) as conn:  # as an older version (or a hand edit) could have stored it
+        conn.execute(
+            "UPDATE todos SET title = ?, queue = ?, kind = ?, last_error = ?, payload = ? WHERE id = ?",
+            (HOSTILE_TITLE, "q\x1b[31m\nforged row", "k\x9d", "\x1b[2J", json.dumps({"k": "\x9b\u202e\x7f\x1b"}, ensure_ascii=False), todo["id"]),
+        )  # fmt: skip
+    for args in (["todo", "list"], ["todo", "show", "1"], ["stats"], ["todo", "list", "--json"], ["todo", "show", "1", "--json"]):
+        result = run_cli(*args, db=db_path)
+        assert result.returncode == 0, result.stderr
+        assert not RAW_CONTROLS.search(result.stdout + result.stderr), args
+    assert len(run_cli("todo", "list", db=db_path).stdout.splitlines()) == 2  # a newline in a name forges no row
+    shown = json.loads(run_cli("todo", "show", "1", "--json", db=db_path).stdout)
+    assert shown["title"] == HOSTILE_TITLE and shown["payload"] == {"k": "\x9b\u202e\x7f\x1b"}  # JSON keeps the text
+    assert "\\x1b]0;owned\\x07" in run_cli("todo", "show", "1", db=db_path).stdout

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from switchboard_local import routing
+from switchboard_local.adapters import masked_url
 from switchboard_local.cli import main
 from switchboard_local.events import NewEvent
 from switchboard_local.store import Store
@@ -109,3 +112,185 @@ def test_a_source_and_an_adapter_are_not_each_other(cli) -> None:
     assert cli("adapter", "show", "gh")[0] == 1
     assert cli("source", "disable", "orders")[0] == 1
     assert cli("adapter", "disable", "orders")[0] == 0
+
+
+# ---------------------------------------------------------------- rows that can always be shown
+
+BAD_REDIS_URLS = {
+    "port not a number": "redis://:pw-secret@localhost:notaport/0",
+    "port out of range": "redis://:pw-secret@localhost:99999/0",
+    "port 0": "redis://:pw-secret@localhost:0/0",
+    "no host": "redis://:pw-secret@/0",
+    "db not a number": "redis://:pw-secret@localhost:6379/zero",
+    "db in the query not a number": "redis://:pw-secret@localhost:6379?db=x",
+    "broken IPv6": "redis://:pw-secret@[::1:6379/0",
+    "unix with a host": "unix://:pw-secret@localhost/run/redis.sock",
+    "unix without a path": "unix://:pw-secret@",
+    "upper-case scheme": "REDIS://:pw-secret@localhost",
+    "a space": "redis://:pw secret@localhost",
+}
+
+
+@pytest.mark.parametrize("case", BAD_REDIS_URLS)
+def test_a_redis_url_redis_cannot_use_is_refused_and_nothing_is_stored(cli, case: str) -> None:
+    code, out, err, _ = cli("adapter", "add", "orders", "--redis-url", BAD_REDIS_URLS[case], "--mode", "list", "--key", "k", "--json")
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("switchboard-local: invalid_argument: --redis-url")
+    assert "pw-secret" not in out + err
+    assert json.loads(cli("adapter", "list", "--json")[1]) == []
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://:pw@[::1]:6379/2", "rediss://u:pw@h.example", "unix:///run/redis.sock?db=3&password=pw", "redis://h:/0"]
+)
+def test_a_redis_url_redis_can_use_is_accepted(cli, url: str) -> None:
+    code, out, err, _ = cli("adapter", "add", "orders", "--redis-url", url, "--mode", "list", "--key", "k", "--json")
+    assert code == 0, err
+    assert "pw" not in json.loads(out)["config"]["redis_url"].replace("password=****", "")
+
+
+def test_a_default_queue_that_looks_like_a_url_is_shown_as_given(cli) -> None:
+    code, _, err, _ = cli("source", "add", "gh", "--kind", "github", "--secret", "s", "--queue", "x://u:p@h:99999")
+    assert code == 0 and "Traceback" not in err
+    for args in (("source", "list"), ("source", "show", "gh")):
+        code, out, err, _ = cli(*args)
+        assert code == 0 and "x://u:p@h:99999" in out, err
+    assert json.loads(cli("source", "show", "gh", "--json")[1])["config"]["queue"] == "x://u:p@h:99999"
+
+
+@pytest.mark.parametrize("queue", ["", "\x1b[31mred", "q" * 513])
+def test_a_default_queue_that_is_no_queue_name_is_refused(cli, queue: str) -> None:
+    assert cli("source", "add", "gh", "--kind", "github", "--secret", "s", "--queue", queue)[0] == 2
+    assert cli("adapter", "add", "orders", "--redis-url", "redis://h", "--mode", "list", "--key", "k", "--queue", queue)[0] == 2
+    assert cli("source", "list", "--json")[1].strip() == "[]" and cli("adapter", "list", "--json")[1].strip() == "[]"
+
+
+def test_rows_in_a_bad_shape_are_still_listed_shown_and_removable(cli, db_path: Path) -> None:
+    cli("todo", "list")  # creates the database
+    rows = [
+        ("old", "queue", "redis", '{"redis_url": "redis://:pw-secret@localhost:notaport/0"}', "[]"),  # no mode, no key
+        ("odd", "queue", "redis", '{"mode": "carrier-pigeon", "key": 7, "redis_url": 12}', "not json"),
+        ("broken", "queue", "redis", "{not json", "[]"),
+        ("hook", "webhook", "github", "[1, 2]", '[{"env": "GH"}, "junk"]'),
+    ]
+    with sqlite3.connect(db_path) as conn:
+        conn.executemany(
+            "INSERT INTO adapters (name, family, kind, trust_mode, config, secrets, created_at, updated_at)"
+            " VALUES (?, ?, ?, 'queue', ?, ?, 0, 0)",
+            rows,
+        )
+    for args in (("adapter", "list"), ("adapter", "status"), ("adapter", "list", "--json"), ("source", "list"),
+                 ("source", "list", "--json"), ("adapter", "show", "old"), ("adapter", "show", "odd", "--json"),
+                 ("adapter", "show", "broken"), ("source", "show", "hook")):  # fmt: skip
+        code, out, err, _ = cli(*args)
+        assert code == 0 and "Traceback" not in err, (args, err)
+        assert "pw-secret" not in out
+    for name, family, *_ in rows:
+        assert cli("source" if family == "webhook" else "adapter", "remove", name)[0] == 0
+    assert cli("adapter", "list", "--json")[1].strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@localhost:notaport/0", "redis://:****@localhost:notaport/0"),
+        ("redis://user:p@ss@h:6379/0", "redis://user:****@h:6379/0"),
+        ("redis://:p/ss@h/0", "redis://:****@h/0"),
+        ("redis://:pw@[::1", "redis://:****@[::1"),
+        ("unix:///run/r.sock?db=1&password=pw#x", "unix:///run/r.sock?db=1&password=****#x"),
+        ("redis://user@h/0", "redis://user@h/0"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_masking_a_url_never_fails_and_never_shows_the_password(url: str, shown: str) -> None:
+    assert masked_url(url) == shown
+
+
+# ---------------------------------------------------------------- the user's nouns
+
+
+def test_sources_and_adapters_are_named_as_the_user_names_them(cli) -> None:
+    cli("source", "add", "gh", "--kind", "github", "--secret", "s")
+    cli("adapter", "add", "orders", "--redis-url", "redis://127.0.0.1:6399/0", "--mode", "list", "--key", "k")
+    said = {
+        "source again": cli("source", "add", "gh", "--kind", "github", "--secret", "s")[2],
+        "adapter again": cli("adapter", "add", "orders", "--redis-url", "redis://h", "--mode", "list", "--key", "k")[2],
+        "adapter on a source's name": cli("adapter", "add", "gh", "--redis-url", "redis://h", "--mode", "list", "--key", "k")[2],
+        "source on an adapter's name": cli("source", "add", "orders", "--kind", "github", "--secret", "s")[2],
+        "show an adapter as a source": cli("source", "show", "orders")[2],
+        "rotate an unknown source": cli("source", "rotate", "nope", "--secret", "s")[2],
+        "rotate an adapter": cli("source", "rotate", "orders", "--secret", "s")[2],
+    }
+    assert said == {
+        "source again": "switchboard-local: conflict: a webhook source named 'gh' exists already\n",
+        "adapter again": "switchboard-local: conflict: an adapter named 'orders' exists already\n",
+        "adapter on a source's name": "switchboard-local: conflict: the name 'gh' is taken by a webhook source\n",
+        "source on an adapter's name": "switchboard-local: conflict: the name 'orders' is taken by an adapter\n",
+        "show an adapter as a source": "switchboard-local: not_found: no webhook source named 'orders' ('orders' is an adapter)\n",
+        "rotate an unknown source": "switchboard-local: not_found: no webhook source named 'nope'\n",
+        "rotate an adapter": "switchboard-local: conflict: 'orders' is an adapter; only webhook sources have secrets\n",
+    }
+
+
+# ---------------------------------------------------------------- secrets serve may not find
+
+
+def test_a_secret_env_unset_here_warns_and_the_source_is_still_added(db_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["source", "add", "gh", "--kind", "github", "--secret-env", "GH_UNSET_SECRET",
+                                  "--db", str(db_path)], env={"GH_UNSET_SECRET": None})  # fmt: skip
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "switchboard-local: warning: $GH_UNSET_SECRET is not set here: start serve with it set, "
+        "or deliveries to 'gh' are answered 503\n"
+    )
+    result = runner.invoke(main, ["source", "rotate", "gh", "--secret-env", "GH_NEXT_SECRET", "--db", str(db_path)],
+                           env={"GH_NEXT_SECRET": None})  # fmt: skip
+    assert result.exit_code == 0 and "$GH_NEXT_SECRET is not set here" in result.stderr
+    shown = json.loads(runner.invoke(main, ["source", "show", "gh", "--json", "--db", str(db_path)]).stdout)
+    assert shown["secrets"] == ["env:GH_UNSET_SECRET", "env:GH_NEXT_SECRET"]
+    result = runner.invoke(main, ["source", "add", "gh2", "--kind", "github", "--secret-env", "GH_SET_SECRET",
+                                  "--db", str(db_path)], env={"GH_SET_SECRET": "s3cret"})  # fmt: skip
+    assert result.exit_code == 0 and result.stderr == ""  # set here: nothing to say
+
+
+@pytest.mark.parametrize("problem", ["missing", "empty"])
+def test_a_secret_file_that_cannot_be_read_warns_and_the_source_is_still_added(cli, tmp_path: Path, problem: str) -> None:
+    path = tmp_path / "secret"
+    if problem == "empty":
+        path.write_text("\n")  # serve strips it: no secret
+    code, _, err, _ = cli("source", "add", "gh", "--kind", "github", "--secret-file", str(path))
+    assert code == 0
+    assert err.startswith(f"switchboard-local: warning: {path}: ") and "serve reads it at each delivery" in err
+    assert len(err.splitlines()) == 1
+    assert json.loads(cli("source", "show", "gh", "--json")[1])["name"] == "gh"
+    path.write_text("s3cret\n")
+    code, _, err, _ = cli("source", "rotate", "gh", "--secret-file", str(path))
+    assert code == 0 and err == ""  # readable: nothing to say
+
+
+# ---------------------------------------------------------------- what reaches a terminal
+
+RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+HOSTILE_BODY = b'{"note": "\x1b]0;owned\x07 \xc2\x9b2J \xe2\x80\xae txt"}\x00\r'
+
+
+def test_events_show_escapes_control_characters_and_raw_stays_byte_exact(cli, db_path: Path) -> None:
+    cli("source", "add", "gh", "--kind", "github", "--secret", "s")
+    event_id = asyncio.run(_deliver_hostile(db_path))
+    for args in (("events", "show", str(event_id)), ("events", "show", str(event_id), "--json"), ("events", "list")):
+        code, out, err, _ = cli(*args)
+        assert code == 0, err
+        assert not RAW_CONTROLS.search(out + err), args
+    shown = json.loads(cli("events", "show", str(event_id), "--json")[1])
+    assert shown["headers"]["x-note"] == "\x1b[2J\u2066" and shown["body"] == HOSTILE_BODY.decode()
+    assert cli("events", "show", str(event_id), "--raw")[3] == HOSTILE_BODY
+
+
+async def _deliver_hostile(db_path: Path) -> int:
+    async with await Store.open(db_path) as store:
+        result = await routing.deliver(store, NewEvent(
+            source="gh", family="webhook", type="push\x1b[8m", external_id="d-\x9b1", trust_mode="github",
+            verified=True, body=HOSTILE_BODY, content_type="application/json", headers={"x-note": "\x1b[2J\u2066"},
+        ))  # fmt: skip
+    return result.event_id

@@ -308,3 +308,10 @@ async def test_a_delivery_too_big_for_a_todo_payload_makes_a_todo_that_points_to
     assert todo.payload["event_id"] == result.event_id and todo.title == "gh: pull_request opened"
     small = await routing.deliver(store, event(PR, delivery="d-2"))
     assert "body_omitted" not in (await todos.get(store, small.todo_ids[0])).payload
+
+
+async def test_a_delivery_id_with_control_characters_is_hashed_into_the_key_and_still_makes_its_todo(store) -> None:
+    await add_source(store)
+    result = await routing.deliver(store, event(PR, delivery="d-\x9b1\x1b"))
+    todo = await todos.get(store, result.todo_ids[0])
+    assert todo.idempotency_key.startswith("event:gh:sha256:")
