@@ -87,6 +87,22 @@ def warn(message: str) -> None:
 ID = click.IntRange(1, 2**63 - 1)
 
 
+class Duration(click.ParamType):
+    """Seconds, as ``90``, ``90s``, ``30m``, ``24h`` or ``7d``."""
+
+    name = "DURATION"
+    UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*([0-9]{1,9})\s*([smhd]?)\s*", value)
+        if match is None:
+            self.fail(f"{value!r} is not a duration like 90s, 30m, 24h or 7d", param, ctx)
+        number, unit = match.groups()
+        return int(number) * self.UNITS[unit]
+
+
 def read_argument_file(source: str) -> str:
     """The text of ``@FILE`` (``-``: stdin), refused when it is no regular file, too large or not UTF-8.
 

@@ -11,7 +11,7 @@ import click
 
 from . import adapters, routing, rules, webhooks
 from .adapters import Adapter
-from .cli_common import ID, JsonValue, Out, common, table, warn, when
+from .cli_common import ID, Duration, JsonValue, Out, common, table, warn, when
 from .errors import SwitchboardError
 from .todos import DEFAULT_MAX_ATTEMPTS
 
@@ -72,12 +72,22 @@ def _source_text(s: Adapter) -> str:
         f"  secrets      {', '.join(adapters.mask_secret(r) for r in s.secrets) or '-'}",
         f"  tolerance    {s.config.get('tolerance')} s",
         f"  max body     {s.config.get('max_body')} bytes",
+        f"  replay window {_window(webhooks.replay_window(s))}",
     ]
     for key in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header"):
         if s.config.get(key):
             lines.append(f"  {key:<12} {s.config[key]}")
     lines.append(f"  created      {when(s.created_at)}")
     return "\n".join(lines)
+
+
+def _window(seconds: int) -> str:
+    if not seconds:
+        return "off"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def register(main: click.Group) -> None:
@@ -97,6 +107,9 @@ def source() -> None:
 @click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
 @click.option("--tolerance", type=click.IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
 @click.option("--max-body", type=click.IntRange(min=1), default=None, help="Body cap, bytes (default 5 MiB).")
+@click.option("--replay-window", type=Duration(), default=None,
+              help="The same verified type and body again within it is a duplicate (default 24h for github, gitea, "
+                   "gitlab, hmac and token; 0 turns it off).")  # fmt: skip
 @click.option("--header", default=None, help="hmac: the signature header; token: the token header (default Authorization).")
 @click.option("--algorithm", type=click.Choice(webhooks.ALGORITHMS), default=None, help="hmac: digest (default sha256).")
 @click.option("--encoding", type=click.Choice(webhooks.ENCODINGS), default=None, help="hmac: signature encoding (default hex).")

@@ -29,6 +29,8 @@ ALGORITHMS = ("sha1", "sha256", "sha512")
 ENCODINGS = ("hex", "base64")
 DEFAULT_TOLERANCE = 300
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
+MAX_TOLERANCE = 86400  # a signed timestamp older than a day is no protection
+MAX_BODY = 1024 * 1024 * 1024  # a body is held in memory while it is verified
 # Schemes that sign the body but not the delivery id: a captured body could be
 # reposted under a new id, so the same verified type and body within this
 # many seconds is a duplicate. The others sign a timestamp with the id.
@@ -81,8 +83,8 @@ def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if kind not in KINDS:
         raise InvalidArgument(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     config: dict[str, Any] = {
-        "tolerance": _positive_int("tolerance", options.get("tolerance"), DEFAULT_TOLERANCE),
-        "max_body": _positive_int("max_body", options.get("max_body"), DEFAULT_MAX_BODY),
+        "tolerance": _positive_int("tolerance", options.get("tolerance"), DEFAULT_TOLERANCE, MAX_TOLERANCE),
+        "max_body": _positive_int("max_body", options.get("max_body"), DEFAULT_MAX_BODY, MAX_BODY),
         "replay_window": _replay_window(kind, options.get("replay_window")),
     }
     if options.get("queue"):
@@ -129,11 +131,11 @@ def replay_window(source: Adapter) -> int:
     return int(source.config.get("replay_window", _replay_window(source.kind, None)))
 
 
-def _positive_int(name: str, value: Any, default: int) -> int:
+def _positive_int(name: str, value: Any, default: int, high: int) -> int:
     if value is None:
         return default
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InvalidArgument(f"{name} must be a positive whole number")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= high:
+        raise InvalidArgument(f"{name} must be a whole number from 1 to {high}")
     return value
 
 

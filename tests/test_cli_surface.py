@@ -294,3 +294,13 @@ async def _deliver_hostile(db_path: Path) -> int:
             verified=True, body=HOSTILE_BODY, content_type="application/json", headers={"x-note": "\x1b[2J\u2066"},
         ))  # fmt: skip
     return result.event_id
+
+
+def test_source_add_takes_a_replay_window_as_a_duration_and_shows_it(cli) -> None:
+    code, out, err, _ = cli("source", "add", "gh", "--kind", "github", "--secret", "s", "--replay-window", "2h", "--json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["replay_window"] == 7200
+    assert "replay window 2h" in cli("source", "show", "gh")[1]
+    assert "replay window 1d" in cli("source", "add", "gl", "--kind", "gitlab", "--secret", "s")[1]  # the default
+    code, _, err, _ = cli("source", "add", "bad", "--kind", "github", "--secret", "s", "--replay-window", "soon")
+    assert code == 2 and err.startswith("switchboard-local: invalid_argument: --replay-window")
