@@ -28,9 +28,8 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from .errors import SwitchboardError
-from .mcp_stdio import Lines, stdio_wire
-from .mcp_wire import Answer, Verdict, judge, judge_notification
-from .text import escape_controls
+from .mcp_stdio import Lines, Overlong, stdio_wire
+from .mcp_wire import INVALID_REQUEST, Answer, Verdict, judge, judge_notification, transport_reason
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -139,13 +138,13 @@ class AnsweringReads:
         while True:
             item = await self._inner.receive()
             line = self._lines.read.popleft()
-            verdict: Verdict | None
-            if isinstance(item, Exception):
-                verdict = judge(line, _transport_reason(item))
-            elif isinstance(item.message, types.JSONRPCNotification) and isinstance(line, str):
-                verdict = judge_notification(line)
-            else:
-                verdict = None
+            try:
+                verdict = _verdict(item, line)
+            except Exception:  # a fault in judging costs one line, never the connection
+                logger.exception("could not judge a line from the client")
+                if not isinstance(item, Exception):
+                    return item
+                verdict = Answer(None, INVALID_REQUEST, "Invalid Request: the line could not be read")
             if verdict is None:
                 return item
             logger.warning("%s", verdict.log)
@@ -185,13 +184,13 @@ class AnsweringReads:
         await self.aclose()
 
 
-def _transport_reason(exc: Exception) -> str:
-    """Why the transport refused a line, in its own words, without the values."""
-    if isinstance(exc, ValidationError) and exc.errors():
-        first = exc.errors()[0]
-        where = ".".join(str(step) for step in first["loc"][1:])  # after the union member's name
-        return escape_controls(f"{where}: {first['msg']}" if where else first["msg"])[:200]
-    return f"the transport could not read it ({type(exc).__name__})"
+def _verdict(item: SessionMessage | Exception, line: str | Overlong) -> Verdict | None:
+    """What a line gets beyond the transport's reading of it (None: nothing, it is served)."""
+    if isinstance(item, Exception):
+        return judge(line, transport_reason(item))
+    if isinstance(item.message, types.JSONRPCNotification) and isinstance(line, str):
+        return judge_notification(line)
+    return None
 
 
 async def serve_stdio(server: MCPServer[Any]) -> None:

@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from .mcp_stdio import KEPT_ENDS, MAX_LINE, Overlong
 from .text import escape_controls
 
@@ -45,7 +47,7 @@ Path = tuple[str | int, ...]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ID = r'(-?(?:0|[1-9][0-9]{0,29})(?![0-9.eE])|"[^"\\\x00-\x1f]{0,200}")'
 # The id as the first member (after "jsonrpc"), as the Python SDK writes it ...
-_ID_AT_HEAD = re.compile(r'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID)
+_ID_AT_HEAD = re.compile(r'\s*\{\s*(?:"jsonrpc"\s*:\s*(?:"[^"\\]{0,20}"|[-+.\w]{1,20})\s*,\s*)?"id"\s*:\s*' + _ID)
 # ... or as the last member of the outermost object, as the TypeScript SDK does.
 _ID_AT_TAIL = re.compile(r'[{,]\s*"id"\s*:\s*' + _ID + r"\s*\}\s*\Z")
 _BAD_ID = "Invalid Request: the id must be a string or an integer"
@@ -107,6 +109,15 @@ def judge_notification(line: str) -> Answer | None:
     if isinstance(value, dict) and "id" in value and _request_id(value) is None:
         return Answer(None, INVALID_REQUEST, _BAD_ID)
     return None
+
+
+def transport_reason(exc: Exception) -> str:
+    """Why the transport refused a line, in its own words (pydantic's), without the values."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(step) for step in first["loc"][1:])  # after the union member's name
+        return _shown(f"{where}: {first['msg']}" if where else first["msg"], 200)
+    return f"the transport could not read it ({type(exc).__name__})"
 
 
 def _judge_message(message: dict[str, object], detail: str) -> Verdict:

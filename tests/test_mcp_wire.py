@@ -84,7 +84,9 @@ def test_a_lone_surrogate_in_tool_arguments_is_answered_invalid_params_with_the_
 
 
 @pytest.mark.parametrize(
-    ("depth", "id_last"), [(10_000, False), (10_000, True), (300, False)], ids=["10000-id-first", "10000-id-last", "300"]
+    ("depth", "id_last"),
+    [(10_000, False), (10_000, True), (300, False)],
+    ids=["10000-id-first", "10000-id-last", "300"],
 )
 def test_deep_nesting_is_answered_invalid_request_with_the_request_id(server, depth, id_last) -> None:
     server.send(with_raw(tool_call(7, "create_for", id_last=id_last, title="t", payload="DEEP"), "DEEP", nested(depth)))
@@ -161,17 +163,21 @@ def test_a_line_over_16_mib_is_answered_with_its_id_and_skipped(server, id_last)
     assert todos_in(server, 16) == []  # skipped whole: nothing created, and the next line read as a line
 
 
-def test_the_server_outlives_every_kind_of_bad_line_and_exits_cleanly(server) -> None:
-    for line in BAD_LINES:
+def test_every_kind_of_bad_line_gets_its_answer_or_log_line_and_the_server_exits_cleanly(server) -> None:
+    for line in ANSWERED_WITH_ID_NULL + IGNORED + [DEEP_WITH_ID_18]:
         server.send(line)
-    server.send(request(17, "ping"))
-    server.answer(17)
+    server.send(request(19, "ping"))
+    server.answer(19)
+    assert error_of(server.answer(18))[0] == INVALID_REQUEST
+    server.wait_for(lambda: len(server.answers_to(None)) == len(ANSWERED_WITH_ID_NULL))
     assert server.proc.poll() is None
     assert server.close() == 0
+    assert len(server.answers) == 1 + len(ANSWERED_WITH_ID_NULL) + 2  # initialize, the nulls, 18 and 19
+    assert len([line for line in server.stderr if "ignored a malformed" in line]) == len(IGNORED)
     assert "Traceback" not in "\n".join(server.stderr)
 
 
-BAD_LINES: list[str | bytes | dict] = [
+ANSWERED_WITH_ID_NULL: list[str | bytes | dict] = [
     "not json",
     b"\xc3\x28\xa0\xa1",
     "",
@@ -181,12 +187,14 @@ BAD_LINES: list[str | bytes | dict] = [
     nested(10_000),
     "1e999999",
     "9" * 10_000,
-    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "\udfff"}},
     {"jsonrpc": "2.0", "id": "\ud800", "method": "ping"},
     {"jsonrpc": "2.0", "id": 3.25, "method": "ping"},
-    {"jsonrpc": "2.0", "result": "\ud800", "id": 99},
-    with_raw(request(18, "ping", {"x": "DEEP"}), "DEEP", nested(5_000)),
 ]
+IGNORED: list[str | bytes | dict] = [
+    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "\udfff"}},
+    {"jsonrpc": "2.0", "result": "\ud800", "id": 99},
+]
+DEEP_WITH_ID_18 = with_raw(request(18, "ping", {"x": "DEEP"}), "DEEP", nested(5_000))
 
 
 def test_a_burst_of_good_and_bad_lines_gets_one_whole_answer_line_for_each_request(server) -> None:
