@@ -6,12 +6,14 @@ the stable code the model branches on. So this module, and only this one,
 touches the low-level server: it serves stdio with the ``claude/channel``
 capability and installs a ``tools/call`` handler that maps errors once. It
 also defines the channel notification and the doorbell that sends it through
-the session captured when the client says it is initialized.
+the session captured when the client says it is initialized, and answers the
+lines the SDK's stdio transport cannot read (which it would drop silently).
 """
 
 from __future__ import annotations
 
 import logging
+from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -22,10 +24,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from .errors import SwitchboardError
-from .mcp_stdio import pipe_streams
+from .mcp_stdio import Lines, Overlong, stdio_wire
+from .mcp_wire import INVALID_REQUEST, Answer, Verdict, judge, judge_notification, transport_reason
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -109,11 +113,90 @@ def _error_text(tool: str, exc: ToolError) -> str:
     return "internal_error: the tool failed unexpectedly; the server's log (stderr) has the details"
 
 
+class AnsweringReads:
+    """The stdio transport's read stream, with every line it could not read answered.
+
+    The SDK's transport turns each line into exactly one item, in order: the
+    message, or the exception refusing it raised, which the server would only
+    log at debug level. So each item is paired here with its line (kept by
+    Lines) and a refused line is judged (mcp_wire): its JSON-RPC error goes
+    out through the transport's own writer, so every line on stdout stays
+    whole, or for a notification one line goes to stderr. A "notification"
+    that has an id (of a type no request id may have) is answered too.
+    """
+
+    def __init__(self, inner: Any, lines: Lines, answers: Any) -> None:
+        self._inner = inner
+        self._lines = lines
+        self._answers = answers
+
+    @property
+    def last_context(self) -> Any:  # the sender's context, which the server reads after each item
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item = await self._inner.receive()
+            line = self._lines.read.popleft()
+            try:
+                verdict = _verdict(item, line)
+            except Exception:  # a fault in judging costs one line, never the connection
+                logger.exception("could not judge a line from the client")
+                if not isinstance(item, Exception):
+                    return item
+                verdict = Answer(None, INVALID_REQUEST, "Invalid Request: the line could not be read")
+            if verdict is None:
+                return item
+            logger.warning("%s", verdict.log)
+            if isinstance(verdict, Answer):
+                await self._answer(verdict)
+
+    async def _answer(self, answer: Answer) -> None:
+        error = types.JSONRPCError(
+            jsonrpc="2.0", id=answer.id, error=types.ErrorData(code=answer.code, message=answer.message)
+        )
+        try:
+            await self._answers.send(SessionMessage(error))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the client is gone; the server is ending
+
+    def __aiter__(self) -> AnsweringReads:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> AnsweringReads:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _verdict(item: SessionMessage | Exception, line: str | Overlong) -> Verdict | None:
+    """What a line gets beyond the transport's reading of it (None: nothing, it is served)."""
+    if isinstance(item, Exception):
+        return judge(line, transport_reason(item))
+    if isinstance(item.message, types.JSONRPCNotification) and isinstance(line, str):
+        return judge_notification(line)
+    return None
+
+
 async def serve_stdio(server: MCPServer[Any]) -> None:
     """Serve one client over stdin/stdout, advertising the channel capability."""
     lowlevel = server._lowlevel_server
     options = lowlevel.create_initialization_options(experimental_capabilities={CHANNEL_CAPABILITY: {}})
-    async with pipe_streams() as pipes:
-        stdin, stdout = pipes if pipes is not None else (None, None)  # not pipes: the SDK's own streams
-        async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await lowlevel.run(read_stream, write_stream, options)
+    async with stdio_wire() as (lines, stdout):  # stdout None: the SDK's own stream
+        async with stdio_server(lines, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(AnsweringReads(read_stream, lines, write_stream), write_stream, options)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -86,3 +89,95 @@ def stdio_params(db: Path, *args: str, env: dict[str, str] | None = None) -> Std
 
 def child_env(db: Path) -> dict[str, str]:
     return {**os.environ, "SWITCHBOARD_DB": str(db), "PYTHONPATH": str(REPO_ROOT)}
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}  # fmt: skip
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+class RawServer:
+    """`switchboard-local mcp` as a child on pipes, spoken to in raw lines.
+
+    Threads drain stdout (each line parsed as JSON, or kept raw to fail the
+    test) and stderr as they come, so a server writing a lot never blocks on a
+    full pipe; waits are bounded and only run out when something is wrong.
+    """
+
+    def __init__(self, db: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard_local", "mcp", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(db),
+        )  # fmt: skip
+        self.answers: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self._changed = threading.Condition()
+        self._threads = [
+            threading.Thread(target=self._drain, args=(self.proc.stdout, self._on_answer), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, self._on_stderr), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _drain(self, pipe: Any, on_line: Any) -> None:
+        for line in pipe:
+            with self._changed:
+                on_line(line)
+                self._changed.notify_all()
+
+    def _on_answer(self, line: bytes) -> None:
+        try:
+            self.answers.append(json.loads(line))
+        except ValueError:
+            self.answers.append({"not a JSON line": line[:200]})
+
+    def _on_stderr(self, line: bytes) -> None:
+        self.stderr.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+    def send(self, line: bytes | str | dict[str, Any]) -> None:
+        """One line to the server's stdin: raw bytes, text (lone surrogates kept as UTF-8 would refuse), or JSON."""
+        if isinstance(line, dict):
+            line = json.dumps(line)
+        if isinstance(line, str):
+            line = line.encode("utf-8", "surrogatepass")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, request_id: str | int, timeout: float = 30.0) -> dict[str, Any]:
+        """The answer with this id, once it has come."""
+        with self._changed:
+            found = self._changed.wait_for(lambda: self._answers_to(request_id), timeout)
+        assert found, f"no answer with id {request_id!r} within {timeout} s; answers: {self.answers}"
+        return found[0]
+
+    def answers_to(self, request_id: str | int | None) -> list[dict[str, Any]]:
+        """Every answer so far with this id (None: the answers with id null)."""
+        with self._changed:
+            return self._answers_to(request_id)
+
+    def _answers_to(self, request_id: str | int | None) -> list[dict[str, Any]]:
+        return [a for a in self.answers if "id" in a and a["id"] == request_id]
+
+    def wait_for(self, condition: Any, timeout: float = 30.0) -> None:
+        with self._changed:
+            assert self._changed.wait_for(condition, timeout), f"waited {timeout} s in vain; answers: {self.answers}"
+
+    def initialize(self) -> None:
+        self.send(INITIALIZE)
+        self.answer(1)
+        self.send(INITIALIZED)
+
+    def close(self) -> int:
+        """Hang up (close stdin) and wait for the server to exit; its exit status."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        status = self.proc.wait(timeout=60)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        return status
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)

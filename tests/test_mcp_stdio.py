@@ -181,9 +181,9 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 
 STRAY_OUTPUT = """
 import asyncio, os, sys
-from switchboard_local.mcp_stdio import pipe_streams
+from switchboard_local.mcp_stdio import stdio_wire
 async def main():
-    async with pipe_streams() as (lines, out):
+    async with stdio_wire() as (lines, out):
         print("stray print", flush=True)
         os.write(1, b"stray write\\n")
         async for line in lines:
