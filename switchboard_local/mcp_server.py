@@ -28,6 +28,7 @@ from .mcp_channel import capture_session, map_tool_errors, serve_stdio
 from .mcp_models import doorbell_content, doorbell_meta
 from .mcp_tools import TOOLS, Scope, Session
 from .store import Store
+from .text import SafeFormatter
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -157,9 +158,9 @@ def run(db: Path | None, agent_name: str | None) -> int:
     before serving (an unknown agent, a database that cannot be used) is
     raised for the command to report.
     """
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="switchboard-local mcp: %(levelname)s %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("switchboard-local mcp: %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger("switchboard_local").setLevel(logging.INFO)
 
     async def main() -> None:

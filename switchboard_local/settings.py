@@ -56,7 +56,7 @@ MAX_PAYLOAD = Setting(
     "limits.max_payload",
     default=1024 * 1024,
     low=1024,
-    high=16 * 1024 * 1024,  # an MCP line carries it whole (escaped): keep it well under the line cap
+    high=4 * 1024 * 1024,  # an MCP line (16 MiB at most) carries it whole, escaped
     help="largest payload, result or error text a todo may hold (its JSON, in bytes)",
 )
 
