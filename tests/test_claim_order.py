@@ -66,6 +66,40 @@ async def test_claim_next_across_several_queues_keeps_priority_then_fifo_order(s
     assert order == ["b", "c", "d", "a"]  # never q3's, whatever its priority
 
 
+@pytest.mark.parametrize("queues", [None, ["q1"], ["q1", "q2"]], ids=["any queue", "one queue", "several queues"])
+async def test_every_claim_statement_counts_the_attempt_and_opens_its_history(store, queues):
+    todo = await new(store, queue="q1")
+    claimed = await todos.claim_next(store, owner="w", queues=queues)
+    assert (claimed.id, claimed.attempt, claimed.state, claimed.owner) == (todo.id, 1, "claimed", "w")
+    history = (await todos.get(store, todo.id)).attempts
+    assert [(a.attempt, a.owner, a.outcome) for a in history] == [(1, "w", None)]
+
+
+@pytest.mark.parametrize("queues", [None, ["q1"], ["q1", "q2"]], ids=["any queue", "one queue", "several queues"])
+async def test_every_claim_statement_leaves_a_delayed_or_backing_off_todo_until_its_time(store, clock, queues):
+    delayed = await new(store, queue="q1", title="delayed", delay=60)
+    retrying = await new(store, queue="q2" if queues != ["q1"] else "q1", title="retrying", priority=5)
+    first = await todos.claim(store, retrying.id, owner="w")
+    failed = await todos.fail(store, retrying.id, first.lease_token, error="flaky")
+    assert failed.visible_at > clock.now_ms() and failed.visible_at - clock.now_ms() < 60_000
+    assert await todos.claim_next(store, owner="w", queues=queues) is None
+    clock.advance((failed.visible_at - clock.now_ms()) / 1000)
+    assert (await todos.claim_next(store, owner="w", queues=queues)).id == retrying.id
+    assert await todos.claim_next(store, owner="w", queues=queues) is None  # the delayed one: not yet
+    clock.advance(60)
+    assert (await todos.claim_next(store, owner="w", queues=queues)).id == delayed.id
+
+
+@pytest.mark.parametrize("queues", [None, ["q1"], ["q1", "q2"]], ids=["any queue", "one queue", "several queues"])
+async def test_every_claim_statement_takes_over_a_lapsed_lease_with_the_next_attempt(store, clock, queues):
+    todo = await new(store, queue="q1")
+    crashed = await todos.claim_next(store, owner="crashed", queues=queues, lease=60)
+    assert await todos.claim_next(store, owner="w", queues=queues) is None  # held
+    clock.advance(60)
+    taken = await todos.claim_next(store, owner="w", queues=queues)
+    assert (taken.id, taken.attempt, taken.owner) == (todo.id, 2, "w") and taken.lease_token != crashed.lease_token
+
+
 async def test_claim_next_without_queues_drains_every_queue(store):
     a = await new(store, queue="q1")
     b = await new(store, queue="q2", priority=1)

@@ -125,6 +125,18 @@ async def test_repeated_lease_expiry_dead_letters_the_todo(store, clock):
     assert await todos.claim_next(store, owner="w") is None
 
 
+async def test_stats_count_a_todo_whose_lease_lapsed_with_attempts_left_as_pending(store, clock):
+    todo = await new(store, max_attempts=3)
+    await todos.claim(store, todo.id, owner="w", lease=60)
+    clock.advance(59)
+    (held,) = await todos.stats(store)
+    assert (held.pending, held.claimed, held.failed, held.dead_letters) == (0, 1, 0, 0)
+    clock.advance(1)  # the lease ends now: the next claim takes it over
+    (q,) = await todos.stats(store)
+    assert (q.pending, q.claimed, q.failed, q.dead_letters) == (1, 0, 0, 0)
+    assert q.oldest_pending_age_seconds == 60
+
+
 async def test_stats_count_a_todo_whose_last_lease_lapsed_as_a_dead_letter(store, clock):
     todo = await new(store, max_attempts=1)
     await todos.claim(store, todo.id, owner="w", lease=60)

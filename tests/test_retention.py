@@ -68,3 +68,14 @@ async def test_a_finished_todo_outlives_its_pruned_event_without_a_dangling_refe
     pruned = await retention.prune(store, older_than_days=30, max_events=0)
     assert (pruned.events, pruned.todos) == (1, 0)
     assert (await todos.get(store, result.todo_ids[0])).event_id is None
+
+
+async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(store, clock, db_path: Path) -> None:
+    retrying = await ingest(store, new_event(1), [NewTodo(queue="q", title="retry me", max_attempts=3)])
+    claimed = await todos.claim_next(store, owner="a")
+    await todos.fail(store, claimed.id, claimed.lease_token, error="later")
+    clock.advance(31 * DAY)  # older than the cutoff, and its retry is long due
+    pruned = await retention.prune(store, older_than_days=30, max_events=0)
+    assert (pruned.events, pruned.todos) == (0, 0)
+    assert rows(db_path, "todos") == [claimed.id] and rows(db_path, "events") == [retrying.event_id]
+    assert (await todos.get(store, claimed.id)).state == "failed"

@@ -160,6 +160,53 @@ async def test_a_tampered_body_is_refused_and_stores_nothing(kind, store, receiv
     assert counts(db_path) == (0, 0)
 
 
+def damaged_last(value: str) -> str:
+    """The value with its last significant character changed (base64 padding kept)."""
+    body, padding = value.rstrip("="), value[len(value.rstrip("=")) :]
+    return body[:-1] + ("B" if body[-1] == "A" else "A") + padding
+
+
+@pytest.mark.parametrize("kind", SIGNED)
+async def test_a_signature_wrong_only_in_its_last_character_is_refused(kind, store, receiver, db_path):
+    await source(store, kind)
+    sent = delivery(kind, secret_for(kind))
+    header = SIGNATURE_HEADERS[kind][0]
+    refused(receiver.post(kind, sent.body, sent.headers | {header: damaged_last(sent.headers[header])}))
+    assert counts(db_path) == (0, 0)
+
+
+@pytest.mark.parametrize("kind", SIGNED)
+async def test_a_signature_cut_short_is_refused(kind, store, receiver, db_path):
+    await source(store, kind)
+    sent = delivery(kind, secret_for(kind))
+    header = SIGNATURE_HEADERS[kind][0]
+    value = sent.headers[header]
+    refused(receiver.post(kind, sent.body, sent.headers | {header: value[: len(value) // 2 + 4]}))
+    assert counts(db_path) == (0, 0)
+
+
+async def test_a_token_sources_configured_header_is_stored_redacted(store, receiver, db_path):
+    secret = secret_for("token")
+    await source(store, "token", name="tk", header="X-Api-Token")
+    sent = delivery("token", secret).without("Authorization")
+    accepted(receiver.post("tk", sent.body, sent.headers | {"X-Api-Token": secret}))
+    (event,) = rows(db_path, "SELECT headers FROM events")
+    stored = {k.lower(): v for k, v in json.loads(event["headers"]).items()}
+    assert stored["x-api-token"] == REDACTED
+    assert secret not in event["headers"]
+
+
+async def test_githubs_older_sha1_signature_header_is_stored_redacted(store, receiver, db_path):
+    await source(store, "github")
+    sent = delivery("github", secret_for("github"))
+    older = signing.generic_hmac(sent.body, secret_for("github"), header="X-Hub-Signature", algorithm="sha1",
+                                 prefix="sha1=")  # fmt: skip
+    accepted(receiver.post("github", sent.body, sent.headers | older))
+    (event,) = rows(db_path, "SELECT headers FROM events")
+    stored = {k.lower(): v for k, v in json.loads(event["headers"]).items()}
+    assert stored["x-hub-signature"] == REDACTED and older["X-Hub-Signature"] not in event["headers"]
+
+
 @pytest.mark.parametrize("kind", SIGNED)
 async def test_a_delivery_without_its_signature_header_is_refused_and_stores_nothing(kind, store, receiver, db_path):
     await source(store, kind)
