@@ -44,13 +44,14 @@ class Tally:
 
 
 def env_for(root: Path, db: Path) -> dict[str, str]:
+    # cwd is the checkout too: `python -m` puts the working directory first on sys.path.
     return {**os.environ, "PYTHONPATH": str(root), "SWITCHBOARD_DB": str(db), "SWITCHBOARD_BUSY_TIMEOUT": "1"}
 
 
 def cli(root: Path, db: Path, *args: str, timeout: float = HANG_SECONDS, stdin: bytes = b"") -> tuple[int | None, bytes, bytes]:
     try:
         done = subprocess.run([sys.executable, "-m", "switchboard_local", *args], input=stdin, capture_output=True,
-                              env=env_for(root, db), timeout=timeout)  # fmt: skip
+                              env=env_for(root, db), timeout=timeout, cwd=root)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         return None, exc.stdout or b"", exc.stderr or b""
     return done.returncode, done.stdout, done.stderr
@@ -68,7 +69,7 @@ def http_census(root: Path, work: Path, n_random: int, rng: random.Random) -> Ta
     # Where the checkout has them, timeouts within the hang bound (else a slow body waits forever).
     options = ["--head-timeout", "3", "--body-timeout", "3"] if b"--body-timeout" in cli(root, db, "serve", "--help")[1] else []
     proc = subprocess.Popen([sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), *options],
-                            env=env_for(root, db), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                            env=env_for(root, db), stdout=log, stderr=subprocess.STDOUT, cwd=root)  # fmt: skip
     try:
         wait_listening(port)
         cases = [
@@ -177,7 +178,7 @@ def mcp_census(root: Path, work: Path, n_random: int, rng: random.Random) -> Tal
     tally = Tally()
     db = work / "mcp.db"
     cli(root, db, "todo", "create", "--queue", "q", "--title", "t")
-    proc = subprocess.Popen([sys.executable, "-m", "switchboard_local", "mcp"], env=env_for(root, db),
+    proc = subprocess.Popen([sys.executable, "-m", "switchboard_local", "mcp"], env=env_for(root, db), cwd=root,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     assert proc.stdin and proc.stdout and proc.stderr
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
