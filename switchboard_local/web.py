@@ -306,6 +306,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             return
         if self._reading_head:
             self._head_bytes += len(data)
+            if self._deadline is None:
+                # The head's clock starts at its first byte, even one httptools
+                # skips (an empty line between requests) and that starts no
+                # message: else a client could hold a kept-alive connection
+                # forever, one CRLF at a time.
+                self._arm(self.limits.head_timeout)
         super().data_received(data)  # a request it cannot parse is answered 400 and closed there
         # A head still unfinished after this chunk is buffered by httptools: stop
         # it here. (One that ended within the chunk is measured when complete.)
@@ -316,7 +322,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self._refused:
             return
         super().on_message_begin()
-        if self._deadline is None:  # the next request on a kept-alive connection: its head starts now
+        if self._deadline is None:  # a head that began within the chunk that ended the last body
             self._arm(self.limits.head_timeout)
 
     def on_headers_complete(self) -> None:

@@ -177,6 +177,29 @@ async def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(re
         assert conn.recv(1) == b""  # closed, not merely slow
 
 
+async def test_empty_lines_between_kept_alive_requests_do_not_hold_the_connection_past_the_head_deadline(receiver):
+    # httptools skips a CRLF before a request without starting one; each used
+    # to cancel the keep-alive timer with no head deadline running instead.
+    answer = b""
+    with connect(receiver) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert read_one(conn)[0] == 200
+        conn.settimeout(0.1)
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            try:
+                conn.sendall(b"\r\n")
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+
+
 async def test_a_body_shorter_than_its_content_length_is_answered_408_and_nothing_is_stored(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
     body = json.dumps({"action": "opened"}).encode()
