@@ -295,6 +295,11 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            # Refused before reading its head: a connection beyond the limit
+            # holds no buffer, so the limit bounds memory, not only requests.
+            self._refuse(503, f"more than {self.limits.max_connections} connections open; retry later")
+            return
         self._arm(self.limits.head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:

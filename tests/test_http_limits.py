@@ -244,6 +244,20 @@ async def test_a_request_beyond_max_connections_is_answered_503_and_served_once_
         assert receiver.request("GET", "/healthz").status == 200
 
 
+async def test_a_connection_beyond_max_connections_is_answered_503_before_its_head_is_read(store, db_path):
+    # Refused at once, not after the head it may buffer (up to 64 KiB) has come:
+    # the limit bounds what connections hold, not only the requests served.
+    with serving(db_path, web.Limits(max_connections=2)) as receiver:
+        held = [connect(receiver), connect(receiver)]
+        try:
+            with connect(receiver) as third:
+                answer = read_answer(third)  # sends nothing
+        finally:
+            for conn in held:
+                conn.close()
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+
+
 # ---------------------------------------------------------------- `serve` as a process
 
 
