@@ -48,6 +48,7 @@ log = logging.getLogger("switchboard_local.serve")
 
 PRUNE_EVERY_SECONDS = 3600
 LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read (and ignored)
+STOP_GRACE_SECONDS = 5.0  # at a stop signal, how much longer a body still arriving may take
 
 
 def create_app(
@@ -351,6 +352,25 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._disarm()
         self._reading_head, self._head_bytes = True, 0
         super().on_message_complete()
+
+    def shutdown(self) -> None:
+        """At a stop signal: a body still arriving gets `STOP_GRACE_SECONDS` more at most, then 503.
+
+        Without this a slow client held the stop for its whole body timeout,
+        and past uvicorn's graceful 30 s its request was cancelled (a traceback
+        and a 500).
+        """
+        super().shutdown()  # idle: closed; a request in flight: closed once answered
+        if self._refused or self._reading_head or self.pipeline or self.transport.is_closing():
+            return
+        if self._deadline is not None and self._deadline.when() - self.loop.time() > STOP_GRACE_SECONDS:
+            self._disarm()
+            self._deadline = self.loop.call_later(STOP_GRACE_SECONDS, self._stopped)
+
+    def _stopped(self) -> None:
+        self._deadline = None
+        if not self._refused and not self.transport.is_closing():
+            self._refuse(503, "the server is stopping and the request body did not arrive; retry later")
 
     def _arm(self, seconds: float) -> None:
         self._disarm()

@@ -294,3 +294,21 @@ def test_a_client_that_goes_away_mid_body_leaves_no_traceback_and_stores_nothing
     assert "Traceback" not in serve.stderr
     assert "source=gh outcome=body-incomplete" in serve.stderr
     assert counts(db_path) == (0, 0)
+
+
+def test_a_stop_signal_gives_a_body_still_arriving_a_short_grace_then_answers_503_and_exits_0(db_path):
+    # The body timeout (an hour here) is not waited out, nor is the request
+    # cancelled past uvicorn's graceful 30 s (a traceback and a 500).
+    add_github_source(db_path)
+    body = json.dumps({"action": "opened"}).encode()
+    with serve_process(db_path, "--body-timeout", "3600") as serve:
+        receiver = serve.wait_serving()
+        with connect(receiver) as conn:
+            conn.sendall(delivery(body, 1)[:-5])  # the last 5 bytes never come
+            time.sleep(0.3)  # the head has reached the server
+            assert serve.stop(timeout=20) == 0
+            answer = read_answer(conn)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert counts(db_path) == (0, 0)
+    assert "Traceback" not in serve.stderr
+    assert "ERROR" not in serve.stderr
