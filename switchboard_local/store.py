@@ -122,8 +122,7 @@ def _statements(script: str) -> list[str]:
 
 
 def _create_owner_only(path: Path) -> None:
-    """Create missing folders (0700) and the file (0600) before SQLite touches them;
-    an existing regular file open to others is made owner-only.
+    """Create missing folders (0700) and the file (0600) before SQLite touches them.
 
     SQLite gives the -wal and -shm files the database file's mode, so they
     inherit owner-only permissions from here.
@@ -137,13 +136,21 @@ def _create_owner_only(path: Path) -> None:
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(path.stat().st_mode):
             raise StoreUnusable(f"{path} is not a regular file") from None
-        if info.st_mode & 0o077 and info.st_uid == os.getuid():
-            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
         return
     os.close(fd)
+
+
+def _make_owner_only(path: Path) -> None:
+    """Our existing file (and its -wal and -shm), open to others, is made
+    owner-only; only once it is known to be ours: a file refused is left as it
+    was, its mode included."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            info = file.stat()
+            if info.st_mode & 0o077 and info.st_uid == os.getuid():
+                os.chmod(file, stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def _pragmas(synchronous: str, busy_ms: int) -> list[str]:
@@ -678,6 +685,7 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     """Runs in the store's thread, which then owns the connection."""
     _create_owner_only(path)
     _migrate(path, busy_ms)
+    _make_owner_only(path)
     # Used by the store's thread, or by the event loop's thread for a lone
     # write; never both at once (Store._conn_lock).
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)

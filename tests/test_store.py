@@ -214,6 +214,29 @@ async def test_another_programs_file_at_user_version_1_is_refused_and_left_untou
     assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
+@pytest.mark.parametrize("content", ["sqlite", "text"])
+async def test_a_refused_file_keeps_its_permissions(db_path, content):
+    # Owner-only is for our files: pointing --db at someone else's (as root,
+    # at /etc/passwd) must not make it unreadable to others.
+    if content == "sqlite":
+        sql(db_path, "CREATE TABLE notes (body TEXT)")
+    else:
+        db_path.write_text("not a database\n")
+    os.chmod(db_path, 0o644)
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path)
+    assert mode(db_path) == 0o644
+
+
+async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, permissive_umask):
+    async with await Store.open(db_path):
+        pass
+    os.chmod(db_path, 0o644)
+    async with await Store.open(db_path):
+        pass
+    assert mode(db_path) == 0o600
+
+
 async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
     sql(db_path, "PRAGMA application_id = 1234")
     sql(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
