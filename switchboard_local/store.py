@@ -128,7 +128,9 @@ def _create_owner_only(path: Path) -> None:
     inherit owner-only permissions from here.
     """
     resolved = path.resolve()
-    if resolved.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+    top = resolved.parts[1:3]
+    # /dev/shm is a tmpfs of regular files (a scratch database may live there).
+    if top[:1] in (("proc",), ("sys",)) or (top[:1] == ("dev",) and top != ("dev", "shm")):
         raise StoreUnusable(f"{path} is on a system file system ({'/' + resolved.parts[1]}), not a place for a database")
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     for folder in reversed(missing):

@@ -260,6 +260,19 @@ async def test_a_path_under_proc_is_refused():
         await Store.open(f"/proc/{os.getpid()}/switchboard.db")
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
+async def test_a_database_in_dev_shm_is_usable(clock):
+    # /dev/shm is a tmpfs of regular files, not a device: a scratch database may live there.
+    path = Path("/dev/shm") / f"switchboard-test-{os.getpid()}.db"
+    try:
+        async with await Store.open(path, clock=clock) as opened:
+            todo, _ = await todos.create(opened, NewTodo(queue="q", title="kept"))
+            assert (await todos.get(opened, todo.id)).title == "kept"
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
