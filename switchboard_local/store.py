@@ -127,7 +127,10 @@ def _create_owner_only(path: Path) -> None:
     SQLite gives the -wal and -shm files the database file's mode, so they
     inherit owner-only permissions from here.
     """
-    resolved = path.resolve()
+    try:
+        resolved = path.resolve()
+    except RuntimeError:  # a symlink loop (Python 3.13 raises OSError ELOOP instead)
+        raise Unavailable(f"{path}: too many levels of symbolic links") from None
     top = resolved.parts[1:3]
     # /dev/shm is a tmpfs of regular files (a scratch database may live there).
     if top[:1] in (("proc",), ("sys",)) or (top[:1] == ("dev",) and top != ("dev", "shm")):

@@ -108,6 +108,14 @@ def test_a_device_or_a_system_file_system_is_refused_with_exit_3(path):
     refused(cli("todo", "list", db=path), 3, "store_unusable")
 
 
+@pytest.mark.parametrize("where", ["the file", "a folder above it"])
+def test_a_symlink_loop_in_the_path_is_unavailable_with_exit_3(tmp_path, where):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    db = tmp_path / "a" if where == "the file" else tmp_path / "a" / "switchboard.db"
+    refused(cli("todo", "list", db=db), 3, "unavailable")
+
+
 def test_a_busy_timeout_that_is_not_a_number_is_a_usage_error(tmp_path):
     refused(cli("todo", "list", db=tmp_path / "s.db", env={"SWITCHBOARD_BUSY_TIMEOUT": "soon"}), 2,
             "invalid_argument")  # fmt: skip
