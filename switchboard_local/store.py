@@ -96,10 +96,23 @@ def default_path() -> Path:
     """The database path: $SWITCHBOARD_DB, else the platform's user data dir."""
     from_env = os.environ.get(DB_ENV)
     if from_env:
-        return Path(from_env).expanduser()
+        return _expanded(from_env)
     import platformdirs
 
     return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
+
+
+def _expanded(path: str | os.PathLike[str]) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~user of a user that does not exist
+        raise Unavailable(f"{path}: no home folder for {Path(path).parts[0]}") from None
+
+
+def _file_name(path: Path) -> str:
+    """The name to give SQLite: absolute, so that a file named ":memory:" or
+    "file:…" is a file like any other and not an in-memory database or a URI."""
+    return str(path.absolute())
 
 
 def schema_sql() -> str:
@@ -177,7 +190,7 @@ def _migrate(path: Path, busy_ms: int) -> None:
     IMMEDIATE, so several processes opening a new file at once create the
     schema exactly once.
     """
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         version, app_id = _identity(conn)
@@ -345,7 +358,7 @@ class Store:
     ) -> Store:
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
-        db_path = Path(path).expanduser() if path is not None else default_path()
+        db_path = _expanded(path) if path is not None else default_path()
         busy_ms = busy_timeout_ms()
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-db")
         loop = asyncio.get_running_loop()
@@ -662,7 +675,7 @@ def _probe_writable(path: Path, timeout: float) -> None:
     disk = os.statvfs(path.parent)
     if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
         raise OSError(f"less than {MIN_FREE_BYTES // 1024 // 1024} MiB free beside {path}")
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    conn = sqlite3.connect(_file_name(path), timeout=timeout, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
@@ -693,7 +706,7 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     _make_owner_only(path)
     # Used by the store's thread, or by the event loop's thread for a lone
     # write; never both at once (Store._conn_lock).
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
         for pragma in _pragmas(synchronous, busy_ms):
@@ -706,7 +719,7 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
 
 def _connect_reader(path: Path) -> sqlite3.Connection:
     """A read-only connection for the event loop: it never waits for a lock."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=0, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA query_only = ON")
