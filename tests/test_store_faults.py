@@ -117,8 +117,9 @@ def test_a_symlink_loop_in_the_path_is_unavailable_with_exit_3(tmp_path, where):
     refused(cli("todo", "list", db=db), 3, "unavailable")
 
 
-def test_a_path_in_the_home_of_a_user_that_does_not_exist_is_unavailable_with_exit_3():
-    refused(cli("todo", "list", db="~no-such-user-here/switchboard.db"), 3, "unavailable")
+@pytest.mark.parametrize("command", [("todo", "list"), ("db", "path")])
+def test_a_path_in_the_home_of_a_user_that_does_not_exist_is_unavailable_with_exit_3(command):
+    refused(cli(*command, db="~no-such-user-here/switchboard.db"), 3, "unavailable")
 
 
 @pytest.mark.parametrize("name", [":memory:", "file:s.db?mode=ro"])
