@@ -9,10 +9,11 @@
 
 Before the app sees a request, the connection is held to `Limits`: a request
 head over 64 KiB gets 431, a head or body that stops arriving gets 408, a
-request beyond the connection limit gets 503; each closes the connection.
+connection beyond the connection limit gets 503; each closes the connection.
 
 A stop signal stops accepting, lets requests in flight finish their
-transaction, and exits 0.
+transaction (a body still arriving gets STOP_GRACE_SECONDS, then 503), and
+exits 0.
 """
 
 from __future__ import annotations
