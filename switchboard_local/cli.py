@@ -317,7 +317,10 @@ def db_group() -> None:
 def db_path(db: Path | None, as_json: bool | None) -> None:
     """Print the database path in use."""
     out = Out(db, as_json)
-    path = out.db if out.db is not None else default_path()
+    try:
+        path = out.db if out.db is not None else default_path()
+    except SwitchboardError as exc:  # $SWITCHBOARD_DB in the home of no user
+        out.fail(exc)
     out.emit({"path": str(path)}, str(path))
 
 

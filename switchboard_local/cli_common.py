@@ -27,7 +27,7 @@ import click
 from .clock import rfc3339
 from .errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
 from .store import DB_ENV, Store
-from .text import escape_controls
+from .text import NON_C0_CONTROLS, escape_controls
 from .todo_model import dump_json
 
 T = TypeVar("T")
@@ -58,8 +58,9 @@ def exit_status(exc: SwitchboardError) -> int:
 # ---------------------------------------------------------------- text safe to print
 
 _SURROGATES = re.compile("[\ud800-\udfff]")  # undecodable bytes of an argument (surrogateescape)
-# What json.dumps(ensure_ascii=False) leaves raw but a terminal acts on: DEL, C1, bidi controls.
-_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# What json.dumps(ensure_ascii=False) leaves raw but a terminal acts on (every
+# control but C0, which it escapes itself), and lone surrogates.
+_JSON_RAW = re.compile(f"[{NON_C0_CONTROLS}\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -134,7 +134,7 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 @click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept (see prune).")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1, 100_000), default=256, show_default=True,
-              help="Connections open at once; a request on one more gets 503.")  # fmt: skip
+              help="Connections open at once; one more gets 503.")  # fmt: skip
 @click.option("--head-timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
               help="Seconds for a request's line and headers to arrive (else 408).")  # fmt: skip
 @click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,

@@ -1,8 +1,9 @@
 """Redis adapter settings: validated at `adapter add`, shown without passwords.
 
-No Redis client here, so the CLI stays quick; redis_adapters.py runs them.
-A URL is checked as redis-py will read it, so that what is stored can run
-(or at least fails for a reason outside this file: a server that is down).
+redis_adapters.py runs them. A URL is checked as redis-py will read it, so
+that what is stored can run (or at least fails for a reason outside this
+file: a server that is down); redis-py itself is imported for that only by
+`adapter add`, so the other commands stay quick.
 """
 
 from __future__ import annotations
@@ -103,12 +104,35 @@ def check_url(url: str) -> None:
             raise InvalidArgument("--redis-url: the path must be a database number (redis://host:6379/0)")
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         _check_query(key, value)
+    _check_options(url)
+
+
+def _check_options(url: str) -> None:
+    """Refuse what redis-py would refuse at every connect: an option its
+    connection does not take, or a value it rejects (protocol=9)."""
+    import redis.asyncio as redis
+
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.connection_class(**pool.connection_kwargs)  # builds, never connects
+    except TypeError as exc:
+        unknown = re.search(r"keyword argument '([A-Za-z0-9_]{1,40})'", str(exc))
+        what = f"{unknown.group(1)}= is" if unknown else "an option is"
+        raise InvalidArgument(f"--redis-url: {what} not an option redis takes for this scheme") from None
+    except (ValueError, redis.RedisError) as exc:
+        secrets = [v for k, v in parse_qsl(urlsplit(url).query) if k == "password"] + [urlsplit(url).password or ""]
+        reason = str(exc)
+        if any(secret and secret in reason for secret in secrets) or first_control(reason) is not None:
+            reason = "an option holds a value redis refuses"
+        raise InvalidArgument(f"--redis-url: {reason[:200].rstrip('.')}") from None
 
 
 def _check_query(key: str, value: str) -> None:
     if key in _QUERY_INTS:
         if not (value.isascii() and value.isdigit()):
             raise InvalidArgument(f"--redis-url: {key}= must be a whole number")
+        if key in ("max_connections", "socket_read_size") and int(value) < 1:
+            raise InvalidArgument(f"--redis-url: {key}= must be at least 1")
     elif key in _QUERY_FLOATS:
         try:
             ok = math.isfinite(float(value)) and float(value) > 0

@@ -96,10 +96,23 @@ def default_path() -> Path:
     """The database path: $SWITCHBOARD_DB, else the platform's user data dir."""
     from_env = os.environ.get(DB_ENV)
     if from_env:
-        return Path(from_env).expanduser()
+        return _expanded(from_env)
     import platformdirs
 
     return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
+
+
+def _expanded(path: str | os.PathLike[str]) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~user of a user that does not exist
+        raise Unavailable(f"{path}: no home folder for {Path(path).parts[0]}") from None
+
+
+def _file_name(path: Path) -> str:
+    """The name to give SQLite: absolute, so that a file named ":memory:" or
+    "file:…" is a file like any other and not an in-memory database or a URI."""
+    return str(path.absolute())
 
 
 def schema_sql() -> str:
@@ -122,14 +135,18 @@ def _statements(script: str) -> list[str]:
 
 
 def _create_owner_only(path: Path) -> None:
-    """Create missing folders (0700) and the file (0600) before SQLite touches them;
-    an existing regular file open to others is made owner-only.
+    """Create missing folders (0700) and the file (0600) before SQLite touches them.
 
     SQLite gives the -wal and -shm files the database file's mode, so they
     inherit owner-only permissions from here.
     """
-    resolved = path.resolve()
-    if resolved.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+    try:
+        resolved = path.resolve()
+    except RuntimeError:  # a symlink loop (Python 3.13 raises OSError ELOOP instead)
+        raise Unavailable(f"{path}: too many levels of symbolic links") from None
+    top = resolved.parts[1:3]
+    # /dev/shm is a tmpfs of regular files (a scratch database may live there).
+    if top[:1] in (("proc",), ("sys",)) or (top[:1] == ("dev",) and top != ("dev", "shm")):
         raise StoreUnusable(f"{path} is on a system file system ({'/' + resolved.parts[1]}), not a place for a database")
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     for folder in reversed(missing):
@@ -137,13 +154,21 @@ def _create_owner_only(path: Path) -> None:
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(path.stat().st_mode):
             raise StoreUnusable(f"{path} is not a regular file") from None
-        if info.st_mode & 0o077 and info.st_uid == os.getuid():
-            os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
         return
     os.close(fd)
+
+
+def _make_owner_only(path: Path) -> None:
+    """Our existing file (and its -wal and -shm), open to others, is made
+    owner-only; only once it is known to be ours: a file refused is left as it
+    was, its mode included."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            info = file.stat()
+            if info.st_mode & 0o077 and info.st_uid == os.getuid():
+                os.chmod(file, stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def _pragmas(synchronous: str, busy_ms: int) -> list[str]:
@@ -165,7 +190,7 @@ def _migrate(path: Path, busy_ms: int) -> None:
     IMMEDIATE, so several processes opening a new file at once create the
     schema exactly once.
     """
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         version, app_id = _identity(conn)
@@ -333,7 +358,7 @@ class Store:
     ) -> Store:
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
-        db_path = Path(path).expanduser() if path is not None else default_path()
+        db_path = _expanded(path) if path is not None else default_path()
         busy_ms = busy_timeout_ms()
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-db")
         loop = asyncio.get_running_loop()
@@ -650,7 +675,7 @@ def _probe_writable(path: Path, timeout: float) -> None:
     disk = os.statvfs(path.parent)
     if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
         raise OSError(f"less than {MIN_FREE_BYTES // 1024 // 1024} MiB free beside {path}")
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    conn = sqlite3.connect(_file_name(path), timeout=timeout, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
@@ -678,9 +703,10 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     """Runs in the store's thread, which then owns the connection."""
     _create_owner_only(path)
     _migrate(path, busy_ms)
+    _make_owner_only(path)
     # Used by the store's thread, or by the event loop's thread for a lone
     # write; never both at once (Store._conn_lock).
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
         for pragma in _pragmas(synchronous, busy_ms):
@@ -693,7 +719,7 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
 
 def _connect_reader(path: Path) -> sqlite3.Connection:
     """A read-only connection for the event loop: it never waits for a lock."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+    conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=0, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA query_only = ON")

@@ -2,9 +2,12 @@
 
 A control character in a name, a title or a log line can forge lines, move a
 terminal's cursor, recolour it or reorder what it shows. "Control" here means
-the C0 and C1 control characters and DEL (Unicode category Cc) and the
-bidirectional embeddings, overrides and isolates (which reorder what a
-terminal shows, as in "trojan source").
+the C0 and C1 control characters and DEL (Unicode category Cc), the line and
+paragraph separators (U+2028, U+2029: a line break to log viewers and to
+str.splitlines) and the bidirectional embeddings, overrides and isolates
+(which reorder what a terminal shows, as in "trojan source"). The bidi marks
+(U+200E, U+200F, U+061C) are not: right-to-left titles use them, and they
+only set the direction of the neutral characters beside them.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import logging
 import re
 
-# C0, DEL and C1 controls; bidi embeddings and overrides (U+202A-202E), isolates (U+2066-2069).
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Beyond C0 (U+0000-001F): DEL and C1; the line and paragraph separators; bidi
+# embeddings and overrides (U+202A-202E) and isolates (U+2066-2069).
+NON_C0_CONTROLS = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\x00-\x1f{NON_C0_CONTROLS}]")
 # What a multi-line text for people may keep: the newline itself.
-_CONTROLS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{NON_C0_CONTROLS}]")
 
 
 def has_controls(text: str) -> bool:

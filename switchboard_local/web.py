@@ -9,10 +9,11 @@
 
 Before the app sees a request, the connection is held to `Limits`: a request
 head over 64 KiB gets 431, a head or body that stops arriving gets 408, a
-request beyond the connection limit gets 503; each closes the connection.
+connection beyond the connection limit gets 503; each closes the connection.
 
 A stop signal stops accepting, lets requests in flight finish their
-transaction, and exits 0.
+transaction (a body still arriving gets STOP_GRACE_SECONDS, then 503), and
+exits 0.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ log = logging.getLogger("switchboard_local.serve")
 
 PRUNE_EVERY_SECONDS = 3600
 LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read (and ignored)
+STOP_GRACE_SECONDS = 5.0  # at a stop signal, how much longer a body still arriving may take
 
 
 def create_app(
@@ -295,6 +297,11 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            # Refused before reading its head: a connection beyond the limit
+            # holds no buffer, so the limit bounds memory, not only requests.
+            self._refuse(503, f"more than {self.limits.max_connections} connections open; retry later")
+            return
         self._arm(self.limits.head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -306,6 +313,12 @@ class _GuardedProtocol(HttpToolsProtocol):
             return
         if self._reading_head:
             self._head_bytes += len(data)
+            if self._deadline is None:
+                # The head's clock starts at its first byte, even one httptools
+                # skips (an empty line between requests) and that starts no
+                # message: else a client could hold a kept-alive connection
+                # forever, one CRLF at a time.
+                self._arm(self.limits.head_timeout)
         super().data_received(data)  # a request it cannot parse is answered 400 and closed there
         # A head still unfinished after this chunk is buffered by httptools: stop
         # it here. (One that ended within the chunk is measured when complete.)
@@ -316,7 +329,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self._refused:
             return
         super().on_message_begin()
-        if self._deadline is None:  # the next request on a kept-alive connection: its head starts now
+        if self._deadline is None:  # a head that began within the chunk that ended the last body
             self._arm(self.limits.head_timeout)
 
     def on_headers_complete(self) -> None:
@@ -340,6 +353,25 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._disarm()
         self._reading_head, self._head_bytes = True, 0
         super().on_message_complete()
+
+    def shutdown(self) -> None:
+        """At a stop signal: a body still arriving gets `STOP_GRACE_SECONDS` more at most, then 503.
+
+        Without this a slow client held the stop for its whole body timeout,
+        and past uvicorn's graceful 30 s its request was cancelled (a traceback
+        and a 500).
+        """
+        super().shutdown()  # idle: closed; a request in flight: closed once answered
+        if self._refused or self._reading_head or self.pipeline or self.transport.is_closing():
+            return
+        if self._deadline is not None and self._deadline.when() - self.loop.time() > STOP_GRACE_SECONDS:
+            self._disarm()
+            self._deadline = self.loop.call_later(STOP_GRACE_SECONDS, self._stopped)
+
+    def _stopped(self) -> None:
+        self._deadline = None
+        if not self._refused and not self.transport.is_closing():
+            self._refuse(503, "the server is stopping and the request body did not arrive; retry later")
 
     def _arm(self, seconds: float) -> None:
         self._disarm()

@@ -310,3 +310,15 @@ def test_todo_output_never_writes_a_raw_control_character(cli, db_path: Path) ->
     shown = json.loads(run_cli("todo", "show", "1", "--json", db=db_path).stdout)
     assert shown["title"] == HOSTILE_TITLE and shown["payload"] == {"k": "\x9b\u202e\x7f\x1b"}  # JSON keeps the text
     assert "\\x1b]0;owned\\x07" in run_cli("todo", "show", "1", db=db_path).stdout
+
+
+def test_todo_output_escapes_line_and_paragraph_separators(cli, db_path: Path) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    with sqlite3.connect(db_path) as conn:  # as an older version (or a hand edit) could have stored it
+        conn.execute("UPDATE todos SET queue = ?, title = ? WHERE id = ?", ("q\u2028forged row", "a\u2029b", todo["id"]))
+    for args in (["todo", "list"], ["todo", "show", "1"], ["todo", "list", "--json"], ["todo", "show", "1", "--json"]):
+        result = run_cli(*args, db=db_path)
+        assert result.returncode == 0, result.stderr
+        assert "\u2028" not in result.stdout and "\u2029" not in result.stdout, args
+    assert len(run_cli("todo", "list", db=db_path).stdout.splitlines()) == 2  # splitlines() breaks at U+2028 too
+    assert json.loads(run_cli("todo", "show", "1", "--json", db=db_path).stdout)["queue"] == "q\u2028forged row"

@@ -128,6 +128,12 @@ BAD_REDIS_URLS = {
     "unix without a path": "unix://:pw-secret@",
     "upper-case scheme": "REDIS://:pw-secret@localhost",
     "a space": "redis://:pw secret@localhost",
+    "an option redis does not take": "redis://:pw-secret@localhost:6379/0?no_such_option=1",
+    "a TLS option on a plain connection": "redis://:pw-secret@localhost:6379/0?ssl_cert_reqs=required",
+    "a protocol redis does not speak": "redis://:pw-secret@localhost:6379/0?protocol=9",
+    "no connections allowed": "redis://:pw-secret@localhost:6379/0?max_connections=0",
+    "reads of no bytes": "redis://:pw-secret@localhost:6379/0?socket_read_size=0",
+    "a TLS flag that does not exist": "rediss://:pw-secret@localhost:6379/0?ssl_cert_reqs=pw-secret",
 }
 
 

@@ -177,6 +177,29 @@ async def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(re
         assert conn.recv(1) == b""  # closed, not merely slow
 
 
+async def test_empty_lines_between_kept_alive_requests_do_not_hold_the_connection_past_the_head_deadline(receiver):
+    # httptools skips a CRLF before a request without starting one; each used
+    # to cancel the keep-alive timer with no head deadline running instead.
+    answer = b""
+    with connect(receiver) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert read_one(conn)[0] == 200
+        conn.settimeout(0.1)
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            try:
+                conn.sendall(b"\r\n")
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+
+
 async def test_a_body_shorter_than_its_content_length_is_answered_408_and_nothing_is_stored(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
     body = json.dumps({"action": "opened"}).encode()
@@ -221,6 +244,20 @@ async def test_a_request_beyond_max_connections_is_answered_503_and_served_once_
         assert receiver.request("GET", "/healthz").status == 200
 
 
+async def test_a_connection_beyond_max_connections_is_answered_503_before_its_head_is_read(store, db_path):
+    # Refused at once, not after the head it may buffer (up to 64 KiB) has come:
+    # the limit bounds what connections hold, not only the requests served.
+    with serving(db_path, web.Limits(max_connections=2)) as receiver:
+        held = [connect(receiver), connect(receiver)]
+        try:
+            with connect(receiver) as third:
+                answer = read_answer(third)  # sends nothing
+        finally:
+            for conn in held:
+                conn.close()
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+
+
 # ---------------------------------------------------------------- `serve` as a process
 
 
@@ -257,3 +294,21 @@ def test_a_client_that_goes_away_mid_body_leaves_no_traceback_and_stores_nothing
     assert "Traceback" not in serve.stderr
     assert "source=gh outcome=body-incomplete" in serve.stderr
     assert counts(db_path) == (0, 0)
+
+
+def test_a_stop_signal_gives_a_body_still_arriving_a_short_grace_then_answers_503_and_exits_0(db_path):
+    # The body timeout (an hour here) is not waited out, nor is the request
+    # cancelled past uvicorn's graceful 30 s (a traceback and a 500).
+    add_github_source(db_path)
+    body = json.dumps({"action": "opened"}).encode()
+    with serve_process(db_path, "--body-timeout", "3600") as serve:
+        receiver = serve.wait_serving()
+        with connect(receiver) as conn:
+            conn.sendall(delivery(body, 1)[:-5])  # the last 5 bytes never come
+            time.sleep(0.3)  # the head has reached the server
+            assert serve.stop(timeout=20) == 0
+            answer = read_answer(conn)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert counts(db_path) == (0, 0)
+    assert "Traceback" not in serve.stderr
+    assert "ERROR" not in serve.stderr

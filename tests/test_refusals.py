@@ -197,3 +197,11 @@ async def test_a_payload_at_the_cap_is_accepted_and_a_raised_cap_takes_more(stor
         await new(store, payload=at_cap + "x")
     await settings.set_value(store, "limits.max_payload", "2MiB")
     assert (await new(store, payload=at_cap + "x")).payload == at_cap + "x"
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029"], ids=["line-separator", "paragraph-separator"])
+async def test_a_queue_name_with_a_line_or_paragraph_separator_is_refused(store, row_count, separator) -> None:
+    # Log viewers and str.splitlines() break lines there: a name could forge a line.
+    with pytest.raises(InvalidArgument, match="control character"):
+        await todos.create(store, NewTodo(queue=f"q{separator}forged", title="t"))
+    assert row_count("todos") == 0

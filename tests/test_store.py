@@ -214,6 +214,29 @@ async def test_another_programs_file_at_user_version_1_is_refused_and_left_untou
     assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
+@pytest.mark.parametrize("content", ["sqlite", "text"])
+async def test_a_refused_file_keeps_its_permissions(db_path, content):
+    # Owner-only is for our files: pointing --db at someone else's (as root,
+    # at /etc/passwd) must not make it unreadable to others.
+    if content == "sqlite":
+        sql(db_path, "CREATE TABLE notes (body TEXT)")
+    else:
+        db_path.write_text("not a database\n")
+    os.chmod(db_path, 0o644)
+    with pytest.raises(StoreUnusable):
+        await Store.open(db_path)
+    assert mode(db_path) == 0o644
+
+
+async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, permissive_umask):
+    async with await Store.open(db_path):
+        pass
+    os.chmod(db_path, 0o644)
+    async with await Store.open(db_path):
+        pass
+    assert mode(db_path) == 0o600
+
+
 async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
     sql(db_path, "PRAGMA application_id = 1234")
     sql(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
@@ -235,6 +258,19 @@ async def test_a_device_is_refused_as_not_a_regular_file():
 async def test_a_path_under_proc_is_refused():
     with pytest.raises(StoreUnusable, match="system file system"):
         await Store.open(f"/proc/{os.getpid()}/switchboard.db")
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
+async def test_a_database_in_dev_shm_is_usable(clock):
+    # /dev/shm is a tmpfs of regular files, not a device: a scratch database may live there.
+    path = Path("/dev/shm") / f"switchboard-test-{os.getpid()}.db"
+    try:
+        async with await Store.open(path, clock=clock) as opened:
+            todo, _ = await todos.create(opened, NewTodo(queue="q", title="kept"))
+            assert (await todos.get(opened, todo.id)).title == "kept"
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(tmp_path):

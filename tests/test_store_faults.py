@@ -20,12 +20,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, db: Path | str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, db: Path | str | None = None, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:  # fmt: skip
     full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
     if db is not None:
         full_env["SWITCHBOARD_DB"] = str(db)
     return subprocess.run([sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True,
-                          env=full_env, timeout=120)  # fmt: skip
+                          env=full_env, timeout=120, cwd=cwd)  # fmt: skip
 
 
 def refused(result: subprocess.CompletedProcess, status: int, code: str) -> str:
@@ -106,6 +107,29 @@ def test_a_home_that_cannot_be_written_is_unavailable_with_exit_3(tmp_path):
 @pytest.mark.parametrize("path", ["/dev/null", "/proc/self/status", "/proc/switchboard.db"])
 def test_a_device_or_a_system_file_system_is_refused_with_exit_3(path):
     refused(cli("todo", "list", db=path), 3, "store_unusable")
+
+
+@pytest.mark.parametrize("where", ["the file", "a folder above it"])
+def test_a_symlink_loop_in_the_path_is_unavailable_with_exit_3(tmp_path, where):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    db = tmp_path / "a" if where == "the file" else tmp_path / "a" / "switchboard.db"
+    refused(cli("todo", "list", db=db), 3, "unavailable")
+
+
+@pytest.mark.parametrize("command", [("todo", "list"), ("db", "path")])
+def test_a_path_in_the_home_of_a_user_that_does_not_exist_is_unavailable_with_exit_3(command):
+    refused(cli(*command, db="~no-such-user-here/switchboard.db"), 3, "unavailable")
+
+
+@pytest.mark.parametrize("name", [":memory:", "file:s.db?mode=ro"])
+def test_a_file_named_like_an_sqlite_special_name_is_an_ordinary_file(tmp_path, name):
+    # SQLite reads ":memory:" (and, with URIs on, "file:…") as no file at all.
+    created = cli("todo", "create", "--queue", "q", "--title", "kept", "--db", name, cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    listed = cli("todo", "list", "--db", name, cwd=tmp_path)
+    assert listed.returncode == 0 and "kept" in listed.stdout, listed.stderr
+    assert (tmp_path / name).is_file()
 
 
 def test_a_busy_timeout_that_is_not_a_number_is_a_usage_error(tmp_path):
