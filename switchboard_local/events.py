@@ -159,29 +159,22 @@ async def ingest_many(store: Store, batch: Sequence[tuple[NewEvent, Sequence[New
 def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:
     body_key = None
     if event.replay_window > 0 and event.verified:
-        digest = hashlib.sha256(event.type.encode("utf-8") + b"\0" + bytes(event.body)).hexdigest()
-        body_key = f"body:{digest}"
-    # Looked up before inserting: an insert that conflicts would still use up an id.
-    seen = tx.one(
-        Q.seen_delivery,
-        {
-            "source": event.source,
-            "external_id": event.external_id,
-            "pruned_key": f"id:{event.external_id}",
-            "body_key": body_key,
-            "window_start": now - round(event.replay_window * 1000),
-        },
-    )
-    if seen is not None:
-        ids = tx.all(Q.todo_ids_of_event, {"event_id": seen["event_id"]})  # none once the event is pruned
-        return Ingested(seen["event_id"], True, tuple(r["id"] for r in ids))
+        digest = hashlib.sha256(event.type.encode("utf-8") + b"\0")
+        digest.update(event.body)
+        body_key = f"body:{digest.hexdigest()}"
+    seen = {
+        "source": event.source,
+        "external_id": event.external_id,
+        "pruned_key": f"id:{event.external_id}",
+        "body_key": body_key,
+        "window_start": now - round(event.replay_window * 1000),
+    }
     row = tx.one(
         Q.insert_event,
         {
-            "source": event.source,
+            **seen,
             "family": event.family,
             "type": event.type,
-            "external_id": event.external_id,
             "trust_mode": event.trust_mode,
             "verified": int(event.verified),
             "verify_detail": event.verify_detail,
@@ -192,6 +185,11 @@ def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewT
             "now": now,
         },
     )
+    if row is None:  # seen before: answer as the first delivery was answered
+        first = tx.one(Q.seen_delivery, seen)
+        assert first is not None, "insert_event refused a delivery that was never seen"
+        ids = tx.all(Q.todo_ids_of_event, {"event_id": first["event_id"]})  # none once the event is pruned
+        return Ingested(first["event_id"], True, tuple(r["id"] for r in ids))
     event_id = row["id"]
     if body_key is not None:
         tx.run(Q.remember_delivery, {"source": event.source, "key": body_key, "event_id": event_id, "now": now})

@@ -3,22 +3,29 @@
 -- integer milliseconds from the core's clock (:now).
 
 -- name: insert_todo
--- A new pending todo. A live todo with the same (queue, idempotency_key)
--- makes this insert nothing and return no row (the caller then reads it).
+-- A new pending todo, unless a live todo holds the same (queue, key): then it
+-- inserts nothing (using up no id) and returns no row; the caller reads the
+-- holder. The look is inside the insert: one statement on the common path.
 INSERT INTO todos (queue, assignee, title, kind, payload, event_id, idempotency_key,
                    state, priority, max_attempts, visible_at, created_at, updated_at)
-VALUES (:queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
-        'pending', :priority, :max_attempts, :visible_at, :now, :now)
-ON CONFLICT DO NOTHING
+SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
+       'pending', :priority, :max_attempts, :visible_at, :now, :now
+WHERE :idempotency_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM todos
+    WHERE queue = :queue AND idempotency_key = :idempotency_key
+      AND (state = 'claimed' OR visible_at IS NOT NULL))
 RETURNING *;
 
 -- name: insert_todo_id
 -- insert_todo for the ingestion back half, which needs only the new id.
 INSERT INTO todos (queue, assignee, title, kind, payload, event_id, idempotency_key,
                    state, priority, max_attempts, visible_at, created_at, updated_at)
-VALUES (:queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
-        'pending', :priority, :max_attempts, :visible_at, :now, :now)
-ON CONFLICT DO NOTHING
+SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
+       'pending', :priority, :max_attempts, :visible_at, :now, :now
+WHERE :idempotency_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM todos
+    WHERE queue = :queue AND idempotency_key = :idempotency_key
+      AND (state = 'claimed' OR visible_at IS NOT NULL))
 RETURNING id;
 
 -- name: live_todo_by_key
@@ -202,24 +209,31 @@ FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM 
 GROUP BY queue
 ORDER BY queue;
 
--- name: seen_delivery
--- The event a delivery repeats, if it was seen: a stored event with the same
+-- name: insert_event
+-- A new event, unless the delivery was seen: a stored event with the same
 -- external id; the kept key of one pruned since (:pruned_key, 'id:' + the
 -- external id); or, with a replay window, the same body (:body_key, NULL when
--- the source has none) seen at or after :window_start.
+-- the source has none) seen at or after :window_start. A seen delivery
+-- inserts nothing (using up no id) and returns no row; seen_delivery then
+-- says which event it repeats. The look is inside the insert: one statement
+-- for a new delivery.
+INSERT INTO events (source, family, type, external_id, trust_mode, verified, verify_detail,
+                    content_type, headers, body, size, received_at)
+SELECT :source, :family, :type, :external_id, :trust_mode, :verified, :verify_detail,
+       :content_type, :headers, :body, :size, :now
+WHERE NOT EXISTS (SELECT 1 FROM events WHERE source = :source AND external_id = :external_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM delivery_keys
+      WHERE source = :source AND (key = :pruned_key OR (key = :body_key AND seen_at >= :window_start)))
+RETURNING id;
+
+-- name: seen_delivery
+-- The event a delivery repeats (see insert_event).
 SELECT id AS event_id FROM events WHERE source = :source AND external_id = :external_id
 UNION ALL
 SELECT event_id FROM delivery_keys
 WHERE source = :source AND (key = :pruned_key OR (key = :body_key AND seen_at >= :window_start))
 LIMIT 1;
-
--- name: insert_event
--- Only after seen_delivery found nothing (so a refused insert never uses up an id).
-INSERT INTO events (source, family, type, external_id, trust_mode, verified, verify_detail,
-                    content_type, headers, body, size, received_at)
-VALUES (:source, :family, :type, :external_id, :trust_mode, :verified, :verify_detail,
-        :content_type, :headers, :body, :size, :now)
-RETURNING id;
 
 -- name: remember_delivery
 -- A delivery key kept apart from its event (a body under a replay window, or

@@ -98,20 +98,21 @@ def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | 
         "visible_at": now + round(todo.delay * 1000),
         "now": now,
     }
-    if todo.idempotency_key is not None:
-        # Look before inserting: an insert that conflicts would still use up an id.
-        holder = {"queue": todo.queue, "idempotency_key": todo.idempotency_key}
-        existing = tx.one(Q.live_todo_by_key, holder)
-        if existing is not None and existing["state"] == "claimed" and existing["lease_expires_at"] <= now:
-            # A lapsed last attempt is a dead letter already (and frees the
-            # key) once lapsed leases are recovered.
-            _recover_lapsed(tx, now)
-            existing = tx.one(Q.live_todo_by_key, holder)
-        if existing is not None:
-            return existing, False
     row = tx.one(sql, params)
-    assert row is not None, "insert_todo conflicted though no live todo holds the key"
-    return row, True
+    if row is not None:
+        return row, True
+    # A live todo holds the key. It may be a lapsed last attempt, which is a
+    # dead letter already (and frees the key) once lapsed leases are recovered.
+    holder = {"queue": todo.queue, "idempotency_key": todo.idempotency_key}
+    existing = tx.one(Q.live_todo_by_key, holder)
+    assert existing is not None, "insert_todo refused a key no live todo holds"
+    if existing["state"] == "claimed" and existing["lease_expires_at"] <= now:
+        _recover_lapsed(tx, now)
+        row = tx.one(sql, params)
+        if row is not None:
+            return row, True
+        existing = tx.one(Q.live_todo_by_key, holder)
+    return existing, False
 
 
 # ---------------------------------------------------------------- reads
