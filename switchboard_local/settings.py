@@ -1,19 +1,23 @@
 """Settings every process on the file shares, kept in the database.
 
 `switchboard-local config set NAME VALUE` writes one; a missing row means the
-default. Verbs read a setting inside their own transaction, so a change
-applies to the next write of every running process (serve, agents' MCP
-servers) without a restart.
+default. Verbs read a setting inside their own transactions, at most once
+every CACHE_SECONDS per process (a statement saved on every delivery), so a
+change applies within a second to every running process (serve, agents' MCP
+servers) without a restart, and at once to the process that made it.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
 from .queries import Q
 from .store import Store, Transaction
+
+CACHE_SECONDS = 1.0
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KiB|MiB|GiB|K|M|G)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3}
@@ -71,12 +75,15 @@ def _known(name: str) -> Setting:
 
 
 def value_in(tx: Transaction, setting: Setting) -> int:
-    """The setting as the transaction sees it (read once per transaction)."""
+    """The setting, as read in this transaction or (per process) less than CACHE_SECONDS ago."""
     key = ("setting", setting.name)
-    if key not in tx.memo:
-        row = tx.one(Q.get_setting, {"name": setting.name})
-        tx.memo[key] = setting.default if row is None else setting.parse(row["value"])
-    return tx.memo[key]  # type: ignore[no-any-return]
+    cached = tx.cache.get(key)
+    if cached is not None and time.monotonic() - cached[1] < CACHE_SECONDS:
+        return cached[0]  # type: ignore[no-any-return]
+    row = tx.one(Q.get_setting, {"name": setting.name})
+    value = setting.default if row is None else setting.parse(row["value"])
+    tx.cache[key] = (value, time.monotonic())
+    return value
 
 
 @dataclass(frozen=True)
@@ -115,12 +122,14 @@ async def set_value(store: Store, name: str, text: str) -> Value:
     setting = _known(name)
     value = setting.parse(text)
     await store.write(lambda tx: tx.run(Q.set_setting, {"name": name, "value": str(value)}))
+    store.cache.pop(("setting", name), None)  # this process sees its own change at once
     return Value(setting, value, False)
 
 
 async def unset(store: Store, name: str) -> Value:
     setting = _known(name)
     await store.write(lambda tx: tx.run(Q.delete_setting, {"name": name}))
+    store.cache.pop(("setting", name), None)
     return Value(setting, setting.default, True)
 
 

@@ -346,6 +346,8 @@ class Store:
         self._waits_for_locks = True  # busy_timeout is busy_ms (else 0)
         self._closed = False
         self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
+        # What verbs may keep between transactions (settings, briefly); see Transaction.cache.
+        self.cache: dict[Any, Any] = {}
 
     @classmethod
     async def open(
@@ -453,7 +455,7 @@ class Store:
             with driver_errors(self.path):
                 if self._peek_conn is None:
                     self._peek_conn = _connect_reader(self.path)
-                return body(Transaction(self._peek_conn))
+                return body(Transaction(self._peek_conn, self.cache))
         except Busy:
             return await self.read(body)
 
@@ -469,7 +471,7 @@ class Store:
     def _locked(self, body: Callable[[Transaction], T]) -> T:
         with self._conn_lock:
             self._wait_for_locks(True)
-            return body(Transaction(self._conn))
+            return body(Transaction(self._conn, self.cache))
 
     def _inline(self, body: Callable[[Transaction], T], *, write: bool) -> tuple[bool, Any]:
         """Run on the caller's thread if the connection and the file are free right now."""
@@ -482,7 +484,7 @@ class Store:
                 if write:
                     conn.execute("BEGIN IMMEDIATE")
                 else:
-                    return True, body(Transaction(conn))
+                    return True, body(Transaction(conn, self.cache))
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
@@ -584,7 +586,7 @@ class Store:
         deadline = time.monotonic() + GROUP_SECONDS
         try:
             conn.execute("BEGIN IMMEDIATE")
-            tx = Transaction(conn)
+            tx = Transaction(conn, self.cache)
             for index, body in enumerate(bodies):
                 if index and time.monotonic() > deadline:
                     break  # the rest waits for the next transaction
@@ -605,7 +607,6 @@ class Store:
                         raise _ItemFailed(index, exc, doomed=True) from exc
                     conn.execute("ROLLBACK TO item")
                     tx.recovered_at = None  # whatever it recovered is undone
-                    tx.memo.clear()
                     outcomes.append((False, exc))
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
@@ -633,7 +634,7 @@ class Store:
         conn = self._conn
         changes = conn.total_changes
         try:
-            result = body(Transaction(conn))
+            result = body(Transaction(conn, self.cache))
             conn.execute("COMMIT")
             self._count_commit(changes)
         except BaseException:
@@ -734,14 +735,14 @@ class Transaction:
 
     A group commit's items share one: ``recovered_at`` (the clock's time of
     the last recovery of lapsed leases in it) spares the claims that follow
-    within the same millisecond a recovery of their own; ``memo`` keeps what
-    verbs read once per transaction (settings).
+    within the same millisecond a recovery of their own. ``cache`` is the
+    store's, shared by its transactions, for what may be a moment old (settings).
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
         self._conn = conn
         self.recovered_at: int | None = None
-        self.memo: dict[Any, Any] = {}
+        self.cache: dict[Any, Any] = {} if cache is None else cache
 
     def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         cursor = self._conn.execute(sql, params)

@@ -30,7 +30,7 @@ ENCODINGS = ("hex", "base64")
 DEFAULT_TOLERANCE = 300
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
 MAX_TOLERANCE = 86400  # a signed timestamp older than a day is no protection
-MAX_BODY = 1024 * 1024 * 1024  # a body is held in memory while it is verified
+MAX_BODY = 64 * 1024 * 1024  # a body is held in memory while it is verified (GitHub sends at most 25 MB)
 # Schemes that sign the body but not the delivery id: a captured body could be
 # reposted under a new id, so the same verified type and body within this
 # many seconds is a duplicate. The others sign a timestamp with the id.
