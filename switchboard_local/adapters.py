@@ -157,11 +157,18 @@ def require_queue(option: str, value: str) -> None:
         raise InvalidArgument(f"{option} holds a control character ({found})")
 
 
+# Keys derived from a Redis adapter's messages start 'event:redis:{adapter}:':
+# a source of that name would derive keys of the same form.
+RESERVED_NAMES = frozenset({"redis"})
+
+
 def _require_name(name: str) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise InvalidArgument(
-            f"adapter name {name!r} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            f"the name {name!r} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidArgument(f"the name {name!r} is reserved (keys of Redis adapters' todos start with it)")
 
 
 async def add(

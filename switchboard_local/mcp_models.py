@@ -176,11 +176,17 @@ class EventPage(Out):
 
 class EventFull(EventSummary):
     headers: dict[str, str] = Field(description="as received, secrets redacted")
-    body: str
+    body: str | None = Field(description="the body; null when it is larger than the payload cap (body_omitted)")
     body_encoding: Literal["utf-8", "base64"] = Field(description="utf-8 text, or base64 when the bytes are not UTF-8")
+    body_omitted: bool = Field(
+        default=False, description="true when the body (size bytes) is over limits.max_payload and not shown"
+    )
 
     @classmethod
-    def of(cls, event: Event) -> EventFull:  # type: ignore[override]
+    def of(cls, event: Event, *, max_body: int | None = None) -> EventFull:  # type: ignore[override]
+        """The event in full; a body over ``max_body`` bytes is left out (an agent's context is finite)."""
+        if max_body is not None and event.size > max_body:
+            return cls.model_validate({**event.full(), "body": None, "body_omitted": True})
         return cls.model_validate(event.full())
 
 

@@ -17,7 +17,7 @@ import anyio
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from . import agents, events, routing, todos, watch
+from . import agents, events, routing, settings, todos, watch
 from .agents import Agent
 from .errors import Forbidden, InvalidArgument, NotFound
 from .mcp_channel import Doorbell
@@ -304,17 +304,21 @@ async def create_for(
     live returns it with created false instead of a duplicate (todo is null when it is on a queue you cannot
     read). Your profile may limit the queues you can create todos in (forbidden otherwise)."""
     s = _session(ctx)
+    allowed = ", ".join(s.scope.creates_in or ())
     if queue is None:
         if assignee is None:
             raise InvalidArgument("give a queue or an assignee")
         try:
             queue = (await agents.get(s.store, assignee)).queues[0]
         except NotFound:
-            raise InvalidArgument(
-                f"there is no agent named {assignee!r} to take a default queue from; give a queue"
-            ) from None
+            queue = None
+        if queue is None or not s.scope.may_create_in(queue):
+            # Whether that agent exists, and where it works, is not this agent's to learn.
+            if s.scope.creates_in is not None:
+                raise Forbidden(f"agent {s.scope.agent!r} may not create todos for {assignee!r}; give a queue "
+                                f"(it may on: {allowed})")  # fmt: skip
+            raise InvalidArgument(f"there is no agent named {assignee!r} to take a default queue from; give a queue")
     if not s.scope.may_create_in(queue):
-        allowed = ", ".join(s.scope.creates_in or ())
         raise Forbidden(f"agent {s.scope.agent!r} may not create todos on queue {queue!r} (it may on: {allowed})")
     new = NewTodo(
         queue=queue,
@@ -353,9 +357,12 @@ async def list_events(
 
 async def get_event(ctx: Context, id: Id) -> EventFull:
     """Show one stored event: where it came from, whether it was verified, its headers (secrets redacted) and its
-    body (text when it is UTF-8, else base64, as body_encoding says). A todo's event_id names its event."""
+    body (text when it is UTF-8, else base64, as body_encoding says; null with body_omitted when it is larger than
+    the payload cap). A todo's event_id names its event."""
     s = _session(ctx)
-    return EventFull.of(await events.get_event(s.store, id, queues=s.scope.queues))
+    event = await events.get_event(s.store, id, queues=s.scope.queues)
+    cap = (await settings.get(s.store, settings.MAX_PAYLOAD.name)).value
+    return EventFull.of(event, max_body=cap)
 
 
 async def replay_event(ctx: Context, id: Id) -> Replayed:

@@ -36,6 +36,7 @@ MAX_BODY = 64 * 1024 * 1024  # a body is held in memory while it is verified (Gi
 # many seconds is a duplicate. The others sign a timestamp with the id.
 UNSIGNED_ID_KINDS = ("github", "gitea", "gitlab", "hmac", "token")
 DEFAULT_REPLAY_WINDOW = 24 * 3600
+MAX_REPLAY_WINDOW = 7 * 86400  # the default dedup horizon, when prune forgets what was seen
 REDACTED = "[redacted]"
 
 # Always redacted before headers are stored, whatever the kind.
@@ -120,8 +121,8 @@ def needs_secret(kind: str) -> bool:
 def _replay_window(kind: str, value: Any) -> int:
     if value is None:
         return DEFAULT_REPLAY_WINDOW if kind in UNSIGNED_ID_KINDS else 0
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 30 * 86400:
-        raise InvalidArgument("replay window must be a whole number of seconds from 0 (off) to 30 days")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPLAY_WINDOW:
+        raise InvalidArgument("replay window must be a whole number of seconds from 0 (off) to 7 days")
     return value
 
 

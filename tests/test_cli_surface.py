@@ -310,3 +310,12 @@ def test_source_add_takes_a_replay_window_as_a_duration_and_shows_it(cli) -> Non
     assert "replay window 1d" in cli("source", "add", "gl", "--kind", "gitlab", "--secret", "s")[1]  # the default
     code, _, err, _ = cli("source", "add", "bad", "--kind", "github", "--secret", "s", "--replay-window", "soon")
     assert code == 2 and err.startswith("switchboard-local: invalid_argument: --replay-window")
+
+
+def test_no_source_or_adapter_may_be_named_redis(cli) -> None:
+    # A source named 'redis' would derive the keys of a Redis adapter's todos.
+    for args in (["source", "add", "redis", "--kind", "open"], ["source", "add", "Redis", "--kind", "open"],
+                 ["adapter", "add", "redis", "--redis-url", "redis://h", "--mode", "list", "--key", "k"]):  # fmt: skip
+        code, _, err, _ = cli(*args)
+        assert code == 2 and "reserved" in err, err
+    assert json.loads(cli("source", "list", "--json")[1]) == []

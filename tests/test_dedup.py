@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 
 from switchboard_local import adapters, retention, routing, todos, webhooks
+from switchboard_local.errors import InvalidArgument
 from switchboard_local.events import NewEvent
 from switchboard_local.todos import NewTodo
 
@@ -85,6 +86,12 @@ def test_schemes_that_do_not_sign_the_delivery_id_have_a_replay_window_by_defaul
                for kind in webhooks.KINDS}  # fmt: skip
     assert {k for k, w in windows.items() if w == DAY} == {"github", "gitea", "gitlab", "hmac", "token"}
     assert {k for k, w in windows.items() if w == 0} == {"stripe", "slack", "standard", "open"}
+
+
+def test_a_replay_window_is_at_most_the_default_dedup_horizon():
+    assert webhooks.source_config("github", {"replay_window": 7 * 86400})["replay_window"] == 7 * 86400
+    with pytest.raises(InvalidArgument, match="7 days"):
+        webhooks.source_config("github", {"replay_window": 7 * 86400 + 1})
 
 
 # ---------------------------------------------------------------- the dedup horizon

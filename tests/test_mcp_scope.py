@@ -216,6 +216,16 @@ async def test_create_for_by_assignee_alone_is_refused_when_that_agents_queue_is
     assert await todos.list_todos(store) == []
 
 
+async def test_create_for_by_assignee_says_the_same_whether_or_not_that_agent_exists(store) -> None:
+    await agents.add(store, "payer", queues=["billing"])
+    reviewer = await agents.add(store, "reviewer", queues=["review"])
+    async with connect(store, reviewer) as client:
+        existing = await refused(client, "create_for", assignee="payer", title="pay this")
+        missing = await refused(client, "create_for", assignee="nobody", title="pay this")
+    assert existing.replace("payer", "X") == missing.replace("nobody", "X")
+    assert "billing" not in existing
+
+
 async def test_without_an_agent_create_for_may_create_on_any_queue(store) -> None:
     async with connect(store) as client:
         made = await call(client, "create_for", queue="anywhere", title="the single-user default")

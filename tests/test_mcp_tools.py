@@ -322,6 +322,19 @@ async def test_get_event_shows_redacted_headers_and_the_body_as_text_or_base64(s
     assert (raw["body"], raw["body_encoding"]) == (base64.b64encode(b"\xff\x00raw").decode(), "base64")
 
 
+async def test_get_event_leaves_out_a_body_larger_than_the_payload_cap(store) -> None:
+    from switchboard_local import settings
+
+    await settings.set_value(store, "limits.max_payload", "1KiB")
+    big = await webhook(store, external_id="big", body=b"x" * 1025)
+    small = await webhook(store, external_id="small", body=b"x" * 1024)
+    async with connect(store) as client:
+        shown_big = await call(client, "get_event", id=big.event_id)
+        shown_small = await call(client, "get_event", id=small.event_id)
+    assert (shown_big["body"], shown_big["body_omitted"], shown_big["size"]) == (None, True, 1025)
+    assert (shown_small["body"], shown_small["body_omitted"]) == ("x" * 1024, False)
+
+
 async def test_replay_event_routes_a_stored_event_again(store) -> None:
     delivered = await webhook(store)
     async with connect(store) as client:
