@@ -43,7 +43,7 @@ from . import adapters, retention, routing, webhooks
 from .errors import NotFound, StoreFault
 from .events import NewEvent, ingest
 from .redis_adapters import Supervisor
-from .store import Store
+from .store import Store, busy_timeout_ms
 
 log = logging.getLogger("switchboard_local.serve")
 
@@ -478,6 +478,8 @@ def server(app: Starlette, limits: Limits = Limits()) -> uvicorn.Server:
         log_level="warning",
         access_log=False,  # our own line per delivery says more and never a secret
         lifespan="on",
-        timeout_graceful_shutdown=30,
+        # Longer than a delivery may wait for another process's write lock, so
+        # that a stop never cancels one mid-wait (a traceback and a 500).
+        timeout_graceful_shutdown=busy_timeout_ms() / 1000 + 15,
     )
     return _Server(config)
