@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_support import Rings, call, child_env, connect, stdio_params
+from mcp_support import Rings, call, child_env, claim_attempts, connect, stdio_params
 
 from switchboard_local import agents, todos
 from switchboard_local.mcp_server import INSTRUCTIONS
@@ -67,7 +67,8 @@ async def test_stdio_round_trip_advertises_the_channel_and_rings_for_a_todo_from
     assert claimed["owner"].startswith("mcp/") and done["state"] == "done"
 
 
-async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_path) -> None:
+async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_path, monkeypatch) -> None:
+    tried = claim_attempts(monkeypatch)
     async with await Store.open(db_path) as store, connect(store) as client:  # the real clock, as the other process
         await call(client, "queue_stats")  # the first call of a connection pays one-off costs: not what is measured
         answer: dict = {}
@@ -77,7 +78,8 @@ async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_pat
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(wait_for_work)
-            await anyio.sleep(0.3)  # let it start waiting
+            with anyio.fail_after(10):
+                await tried.wait()  # it found nothing and waits
             todo_id, _ = await anyio.to_thread.run_sync(insert_from_another_process, db_path)
     # Woken by the other process's commit (a timeout would answer empty); how
     # fast is measured by bench/mcp.py, not asserted here.
