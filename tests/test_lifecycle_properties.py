@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fuzz_support import FUZZ_EXAMPLES, fuzz_settings
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -61,9 +62,13 @@ CREATES = st.tuples(
 NEXT_CLAIMS = st.builds(
     NextClaim,
     owner=st.sampled_from(["x", "y"]),
-    # None, one queue, or several (duplicates and a queue nobody uses included):
-    # claim_next_any, claim_next_in_queue, claim_next_in_queues.
-    queues=st.none() | st.lists(st.sampled_from([*QUEUES, "d"]), min_size=1, max_size=3),
+    # None, one queue, or several (duplicates and a queue nobody uses included), as
+    # often each: claim_next_any, claim_next_in_queue, claim_next_in_queues.
+    queues=st.one_of(
+        st.none(),
+        st.lists(st.sampled_from(QUEUES), min_size=1, max_size=1),
+        st.lists(st.sampled_from([*QUEUES, "d"]), min_size=2, max_size=3),
+    ),
     lease=LEASES,
     agent=AGENTS,
 )
@@ -412,3 +417,20 @@ TestLifecycle.settings = settings(
     database=None,
     report_multiple_bugs=False,  # shrink the first failure only: a failing run reports sooner
 )
+
+
+# The three statements claim_next runs, one example each (what the machine
+# finds among many, here in a form that fails fast and reads as the promise).
+@pytest.mark.anyio
+@pytest.mark.parametrize("queues", [None, ["b"], ["a", "b"]], ids=["any queue", "one queue", "several queues"])
+async def test_claim_next_counts_an_attempt_and_takes_no_todo_before_it_is_visible(store, clock, queues) -> None:
+    delayed, _ = await todos.create(store, NewTodo(queue="b", title="later", priority=9, delay=60))
+    ready, _ = await todos.create(store, NewTodo(queue="b", title="now"))
+    first = await todos.claim_next(store, owner="w", queues=queues)
+    assert first is not None and (first.id, first.attempt) == (ready.id, 1)
+    assert await todos.claim_next(store, owner="w", queues=queues) is None  # the delayed one waits
+    await todos.fail(store, first.id, first.lease_token)
+    assert await todos.claim_next(store, owner="w", queues=queues) is None  # and the failed one backs off
+    clock.advance(60)
+    taken = [await todos.claim_next(store, owner="w", queues=queues) for _ in range(2)]
+    assert [(t.id, t.attempt) for t in taken if t is not None] == [(delayed.id, 1), (ready.id, 2)]
