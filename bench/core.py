@@ -57,9 +57,11 @@ def drain_shares(db: Path, n: int, processes: int) -> tuple[float, list[int]]:
 
     The shares measure fairness, which is scheduling, not a promise (the
     tests assert only that each todo is completed exactly once). The workers
-    open the file first and start together, so that start-up is not counted.
+    open the file, then start draining together, so that the first to start
+    up does not get a head start; the rate counts their start-up, as it did.
     """
     go = db.with_name(db.name + ".go")
+    start = time.perf_counter()
     procs = [
         subprocess.Popen([sys.executable, str(WORKER), str(db), f"w{i}", "bench", "--start-when", str(go)],
                          stdout=subprocess.PIPE, text=True)  # fmt: skip
@@ -67,7 +69,6 @@ def drain_shares(db: Path, n: int, processes: int) -> tuple[float, list[int]]:
     ]
     for p in procs:
         assert p.stdout is not None and json.loads(p.stdout.readline()) == {"ready": True}
-    start = time.perf_counter()
     go.touch()
     shares = [len(p.communicate()[0].splitlines()) for p in procs]
     assert sum(shares) == n and all(p.returncode == 0 for p in procs), (shares, n)
