@@ -3,8 +3,9 @@
     python tests/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
 
 Claims and completes until the queue is empty, printing one JSON line per
-completed todo. With --hang-on-first it claims one todo, prints it, and
-sleeps (the test kills it: a crashed agent holding a lease).
+completed todo. With --hang-on-first it claims one todo, prints it (id, lease
+token, lease end in ms), and sleeps (the test kills it: a crashed agent
+holding a lease).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ async def main() -> int:
             if todo is None:
                 return 0
             if args.hang_on_first:
-                print(json.dumps({"claimed": todo.id, "token": todo.lease_token}), flush=True)
+                claimed = {"claimed": todo.id, "token": todo.lease_token, "lease_expires_at": todo.lease_expires_at}
+                print(json.dumps(claimed), flush=True)
                 time.sleep(3600)
             done = await todos.complete(store, todo.id, todo.lease_token, result={"by": args.owner})
             print(json.dumps({"completed": done.id, "attempt": done.attempt}), flush=True)

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
+from switchboard_local import todos
 from switchboard_local.agents import Agent
 from switchboard_local.mcp_server import build_server
 from switchboard_local.store import Store
@@ -53,6 +55,21 @@ class Rings(ClientExtension):
             while not any(r.meta.get("todo_id") == str(todo_id) for r in self.received):
                 await self._arrived.wait()
         return list(self.received)
+
+
+def claim_attempts(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
+    """Set once a claim_next is attempted: a long poll's first try, after which it waits
+    for work (what lands wakes it; its session counts as polling). Observes only: the
+    real verb runs. Call it on the event loop."""
+    tried = anyio.Event()
+    claim_next = todos.claim_next
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        tried.set()
+        return await claim_next(*args, **kwargs)
+
+    monkeypatch.setattr(todos, "claim_next", observed)
+    return tried
 
 
 @asynccontextmanager

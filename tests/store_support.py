@@ -8,14 +8,19 @@ import threading
 from switchboard_local.store import Store
 
 
-async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Task]:
-    """Keep the store's thread busy (until the gate is set): writes issued meanwhile queue up together."""
+async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future]:
+    """Keep the store's thread busy (until the gate is set): writes issued meanwhile queue up together.
+
+    Straight to the thread, holding the connection: through ``store.read`` a
+    store that has had one writer for a while runs the read inline, on the
+    event loop itself, which would block the loop instead of the thread.
+    """
     gate, entered = threading.Event(), threading.Event()
 
     def wait(tx):  # noqa: ANN001, ANN202
         entered.set()
         gate.wait(10)
 
-    task = asyncio.create_task(store.read(wait))
+    held = asyncio.wrap_future(store._thread.submit(store._locked, wait))
     await asyncio.to_thread(entered.wait, 10)
-    return gate, task
+    return gate, held

@@ -74,6 +74,14 @@ def delivery(body: bytes, n: int) -> bytes:
 
 @pytest.fixture
 def receiver(store, db_path):
+    """The default deadlines, which no loaded machine reaches: what is tested here is size."""
+    with serving(db_path) as running:
+        yield running
+
+
+@pytest.fixture
+def impatient(store, db_path):
+    """Half-second deadlines, for the tests that wait for one to pass."""
     with serving(db_path, web.Limits(head_timeout=0.5, body_timeout=0.5)) as running:
         yield running
 
@@ -141,19 +149,19 @@ async def test_each_head_on_a_kept_alive_connection_is_measured_on_its_own(store
 # ---------------------------------------------------------------- deadlines
 
 
-async def test_a_head_that_stops_arriving_is_answered_408_and_the_connection_closed(receiver):
-    with connect(receiver) as conn:
+async def test_a_head_that_stops_arriving_is_answered_408_and_the_connection_closed(impatient):
+    with connect(impatient) as conn:
         conn.sendall(b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nContent-Type: appl")
         answer = read_answer(conn)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"head" in answer
 
 
-async def test_a_head_dribbled_a_byte_at_a_time_is_answered_408_at_its_deadline(receiver):
+async def test_a_head_dribbled_a_byte_at_a_time_is_answered_408_at_its_deadline(impatient):
     # Each byte comes well within any idle timeout; the head as a whole never does.
     endless = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"X-Slow: " + b"z" * 10_000
     answer = b""
-    with connect(receiver) as conn:
+    with connect(impatient) as conn:
         conn.settimeout(0.05)
         deadline = time.monotonic() + WAIT
         for byte in endless:
@@ -171,17 +179,17 @@ async def test_a_head_dribbled_a_byte_at_a_time_is_answered_408_at_its_deadline(
     assert answer.startswith(b"HTTP/1.1 408 "), answer
 
 
-async def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(receiver):
-    with connect(receiver) as conn:
+async def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(impatient):
+    with connect(impatient) as conn:
         assert read_answer(conn) == b""
         assert conn.recv(1) == b""  # closed, not merely slow
 
 
-async def test_empty_lines_between_kept_alive_requests_do_not_hold_the_connection_past_the_head_deadline(receiver):
+async def test_empty_lines_between_kept_alive_requests_do_not_hold_the_connection_past_the_head_deadline(impatient):
     # httptools skips a CRLF before a request without starting one; each used
     # to cancel the keep-alive timer with no head deadline running instead.
     answer = b""
-    with connect(receiver) as conn:
+    with connect(impatient) as conn:
         conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert read_one(conn)[0] == 200
         conn.settimeout(0.1)
@@ -200,11 +208,11 @@ async def test_empty_lines_between_kept_alive_requests_do_not_hold_the_connectio
     assert answer.startswith(b"HTTP/1.1 408 "), answer
 
 
-async def test_a_body_shorter_than_its_content_length_is_answered_408_and_nothing_is_stored(store, receiver, db_path):
+async def test_a_body_shorter_than_its_content_length_is_answered_408_and_nothing_is_stored(store, impatient, db_path):
     await add_source(store, "gh", "github", SECRET)
     body = json.dumps({"action": "opened"}).encode()
     whole = delivery(body, 1).replace(f"Content-Length: {len(body)}".encode(), f"Content-Length: {len(body) + 100}".encode())
-    with connect(receiver) as conn:
+    with connect(impatient) as conn:
         conn.sendall(whole)  # 100 bytes short: the rest never comes
         answer = read_answer(conn)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
@@ -212,10 +220,10 @@ async def test_a_body_shorter_than_its_content_length_is_answered_408_and_nothin
     assert counts(db_path) == (0, 0)
 
 
-async def test_a_chunked_body_that_stops_arriving_is_answered_408_and_nothing_is_stored(store, receiver, db_path):
+async def test_a_chunked_body_that_stops_arriving_is_answered_408_and_nothing_is_stored(store, impatient, db_path):
     await add_source(store, "gh", "github", SECRET)
     head = b"POST /hooks/gh HTTP/1.1\r\nHost: localhost\r\nX-GitHub-Event: push\r\nTransfer-Encoding: chunked\r\n\r\n"
-    with connect(receiver) as conn:
+    with connect(impatient) as conn:
         conn.sendall(head + b"5\r\n{\"a\":\r\n")  # no last chunk
         answer = read_answer(conn)
     assert answer.startswith(b"HTTP/1.1 408 "), answer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mcp_support import Rings, call, connect, refused
+from mcp_support import Rings, call, claim_attempts, connect, refused
 
 from switchboard_local import agents, routing, todos
 from switchboard_local.events import NewEvent
@@ -268,11 +268,12 @@ async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
     assert {t.queue for t in await todos.list_todos(store, state="pending")} == {"review"}
 
 
-async def test_the_doorbell_stays_silent_for_what_the_sessions_own_long_poll_hands_over(store) -> None:
+async def test_the_doorbell_stays_silent_for_what_the_sessions_own_long_poll_hands_over(store, monkeypatch) -> None:
     import anyio
 
     reviewer = await agents.add(store, "reviewer", queues=["review", "other"])
     rings = Rings()
+    tried = claim_attempts(monkeypatch)
     async with connect(store, reviewer, rings) as client:
         answer: dict = {}
 
@@ -281,7 +282,8 @@ async def test_the_doorbell_stays_silent_for_what_the_sessions_own_long_poll_han
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(poll)
-            await anyio.sleep(0.3)  # let the poll start waiting
+            with anyio.fail_after(10):
+                await tried.wait()  # the poll is waiting
             polled = await new(store, "review", title="handed over by the poll")
         elsewhere = await new(store, "other", title="nobody is polling here")
         received = await rings.until(elsewhere.id)

@@ -7,7 +7,7 @@ import re
 
 import anyio
 import pytest
-from mcp_support import call, connect, refused
+from mcp_support import call, claim_attempts, connect, refused
 
 from switchboard_local import mcp_tools, routing, todos
 from switchboard_local.agents import TOOL_NAMES
@@ -139,6 +139,7 @@ async def test_claim_next_wakes_when_a_todo_lands_while_it_waits(store, monkeypa
     # No periodic re-check to fall back on: only the change feed can wake it
     # before its 15 s are up (and then it would answer empty).
     monkeypatch.setattr(mcp_tools, "RECHECK_SECONDS", 60.0)
+    tried = claim_attempts(monkeypatch)
     async with connect(store) as client:
         async with anyio.create_task_group() as tasks:
             answer = {}
@@ -147,7 +148,8 @@ async def test_claim_next_wakes_when_a_todo_lands_while_it_waits(store, monkeypa
                 answer.update(await call(client, "claim_next", wait_seconds=15))
 
             tasks.start_soon(wait_for_work)
-            await anyio.sleep(0.3)
+            with anyio.fail_after(10):
+                await tried.wait()  # it found nothing and waits
             created = await new(store, title="late")  # this process's own commit wakes it too
     assert answer["todo"]["id"] == created.id
 

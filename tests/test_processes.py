@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local import todos
+from switchboard_local.clock import ManualClock
 from switchboard_local.errors import Conflict
 from switchboard_local.store import Store
 
@@ -52,7 +53,8 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
 
     completed = [todo_id for ids in reports.values() for todo_id in ids]
     assert sorted(completed) == sorted(created)  # every todo, none twice
-    assert all(reports.values()), "each process should have drained some of the work"
+    # How evenly the processes shared the work is scheduling, not a promise:
+    # bench/core.py measures it (smallest_share_pct).
 
     with sqlite3.connect(db_path) as conn:
         states = dict(conn.execute("SELECT state, count(*) FROM todos GROUP BY state").fetchall())
@@ -79,10 +81,14 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     os.kill(crashed.pid, signal.SIGKILL)
     crashed.wait(timeout=10)
 
-    # While the lease holds, nobody else gets the todo.
-    async with await Store.open(db_path) as store:
+    # While the lease holds, nobody else gets the todo: asked at its last
+    # millisecond on a clock of our own (a busy machine may already be past
+    # it on the real one).
+    expires = first["lease_expires_at"]
+    async with await Store.open(db_path, clock=ManualClock(expires - 1)) as store:
         assert await todos.claim_next(store, owner="early", queues=["work"]) is None
-        expires = (await todos.get(store, todo.id)).lease_expires_at
+        with pytest.raises(Conflict, match="claimed by crasher"):
+            await todos.claim(store, todo.id, owner="early")
     time.sleep(max(0.0, expires / 1000 - time.time()) + 0.1)  # real processes, real clock: let the lease lapse
 
     rescuer = start_worker(db_path, "rescuer", "work")

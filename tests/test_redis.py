@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from redis_server import RedisServer, free_port
+from waits import STALL, until_async
 from switchboard_local import adapters, redis_config, rules, todos
 from switchboard_local.redis_adapters import RedisAdapter, Supervisor, url_password
 from switchboard_local.store import Store
@@ -39,25 +41,52 @@ async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "
 
 
 def count(db_path: Path, sql: str) -> int:
-    with sqlite3.connect(db_path) as conn:
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
         return conn.execute(sql).fetchone()[0]
 
 
-async def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
+def health(db_path: Path) -> str:
+    """The adapters' health as the file holds it: what explains a wait that failed."""
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        rows = conn.execute(
+            "SELECT name, enabled, consecutive_failures, messages_stored, last_error FROM adapters"
+        ).fetchall()
+    return "adapters (name, enabled, failures, stored, last error): " + repr(rows)
+
+
+def ended(task: asyncio.Task, what: str) -> Callable[[], str | None]:
+    """Why ``task`` can no longer bring a change about (it ended), or None while it runs."""
+
+    def why() -> str | None:
+        if not task.done():
+            return None
+        if task.cancelled():
+            return f"{what} was cancelled"
+        return f"{what} ended: {task.exception()!r}" if task.exception() else f"{what} returned"
+
+    return why
 
 
 class Running:
-    def __init__(self, store: Store, adapter: adapters.Adapter) -> None:
+    """An adapter (or the supervisor) running in this loop, and the waits that watch it."""
+
+    def __init__(self, store: Store, adapter: adapters.Adapter | None = None, *, supervisor: Supervisor | None = None):
+        self.path = store.path
         self.stop = asyncio.Event()
-        self.task = asyncio.create_task(RedisAdapter(store, adapter, self.stop).run())
+        if supervisor is not None:
+            self.what, runner = "the supervisor", supervisor.run(self.stop)
+        else:
+            assert adapter is not None
+            self.what, runner = f"adapter {adapter.name}", RedisAdapter(store, adapter, self.stop).run()
+        self.task = asyncio.create_task(runner)
+
+    async def until(self, look: Callable[[], Any], want: Any) -> None:
+        """Until ``look()`` is ``want`` (see waits.py); a failure at once if what runs has ended."""
+        await until_async(look, want, dead=ended(self.task, self.what), context=lambda: health(self.path))
 
     async def finish(self) -> None:
         self.stop.set()
-        await asyncio.wait_for(self.task, timeout=30)
+        await asyncio.wait_for(self.task, timeout=STALL)
 
 
 async def test_ten_thousand_stream_entries_become_exactly_ten_thousand_events_and_todos(real_store, redis_server, db_path) -> None:
@@ -67,7 +96,7 @@ async def test_ten_thousand_stream_entries_become_exactly_ten_thousand_events_an
             pipe.xadd("orders", {"payload": json.dumps({"order": i})})
         pipe.execute()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 10_000)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 10_000)
     await running.finish()
 
     assert count(db_path, "SELECT count(*) FROM todos") == 10_000
@@ -84,7 +113,7 @@ async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_
     r.xadd("orders", {"id": "7", "priority": "high"})
     entry = r.xadd("orders", {"payload": '{"id": 8}'})
     running = Running(real_store, await adapters.get(real_store, "orders"))
-    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 2)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM todos"), 2)
     await running.finish()
 
     urgent, default = [await todos.get(real_store, i) for i in (1, 2)]
@@ -97,7 +126,7 @@ async def test_list_mode_stores_then_removes_from_the_processing_list(real_store
     r = redis_server.client()
     r.lpush("jobs", *[json.dumps({"job": i}) for i in range(300)])
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
-    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 300)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM todos"), 300)
     await running.finish()
     assert r.llen("jobs") == 0 and r.llen("jobs:processing") == 0
     assert count(db_path, "SELECT count(*) FROM events") == 300
@@ -108,7 +137,7 @@ async def test_list_mode_recovers_what_a_crash_left_in_the_processing_list(real_
     r.lpush("jobs:processing", b'{"left": "behind"}')  # moved before a crash, never removed
     r.lpush("jobs", b'{"fresh": 1}')
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
-    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 2)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM todos"), 2)
     await running.finish()
     assert r.llen("jobs:processing") == 0
 
@@ -116,9 +145,9 @@ async def test_list_mode_recovers_what_a_crash_left_in_the_processing_list(real_
 async def test_pubsub_messages_are_stored_while_subscribed(real_store, redis_server, db_path) -> None:
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "pubsub", "alerts", name="alerts"))
-    await until(lambda: r.pubsub_numsub("alerts")[0][1] == 1)
+    await running.until(lambda: r.pubsub_numsub("alerts")[0][1], 1)
     r.publish("alerts", '{"alert": "disk"}')
-    await until(lambda: count(db_path, "SELECT count(*) FROM todos") == 1)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM todos"), 1)
     await running.finish()
 
 
@@ -129,7 +158,7 @@ async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after
     for i in range(50):
         r.xadd("orders", {"payload": json.dumps({"order": i})})
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
-    await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
 
     assert count(db_path, "SELECT count(*) FROM events") == 0
     assert r.xpending("orders", "switchboard")["pending"] > 0  # read, not acked
@@ -137,8 +166,8 @@ async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after
 
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER boom")
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 50)
-    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 50)
+    await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert count(db_path, "SELECT count(*) FROM todos") == 50
 
@@ -152,12 +181,12 @@ async def test_a_restarted_redis_server_is_survived_and_drained_without_loss(rea
                 pipe.xadd("orders", {"payload": json.dumps({"order": i})})
             pipe.execute()
         running = Running(real_store, await add_adapter(real_store, server.url, "stream", "orders", batch=1))
-        await until(lambda: count(db_path, "SELECT count(*) FROM events") >= 200)
+        await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), lambda n: n >= 200)
         server.stop()  # mid-run
-        await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+        await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
         server.start()
-        await until(lambda: count(db_path, "SELECT count(*) FROM events") == 3000)
-        await until(lambda: server.client().xpending("orders", "switchboard")["pending"] == 0)
+        await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3000)
+        await running.until(lambda: server.client().xpending("orders", "switchboard")["pending"], 0)
         await running.finish()
         assert count(db_path, "SELECT count(*) FROM todos") == 3000
         assert count(db_path, "SELECT consecutive_failures FROM adapters") == 0
@@ -168,22 +197,20 @@ async def test_a_restarted_redis_server_is_survived_and_drained_without_loss(rea
 async def test_adapters_follow_enable_and_disable_at_runtime(real_store, redis_server, db_path) -> None:
     r = redis_server.client()
     await add_adapter(real_store, redis_server.url, "stream", "orders")
-    stop = asyncio.Event()
     supervisor = Supervisor(real_store, poll=0.2)
-    task = asyncio.create_task(supervisor.run(stop))
+    running = Running(real_store, supervisor=supervisor)
     r.xadd("orders", {"n": "1"})
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 1)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
 
     await adapters.set_enabled(real_store, "orders", False)
-    await until(lambda: not supervisor.running)
+    await running.until(lambda: sorted(supervisor.running), [])
     r.xadd("orders", {"n": "2"})
-    await asyncio.sleep(1.5)  # a disabled adapter must not pick it up
+    await asyncio.sleep(1.5)  # several polls of the registry: a disabled adapter must not pick it up
     assert count(db_path, "SELECT count(*) FROM events") == 1
 
     await adapters.set_enabled(real_store, "orders", True)
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 2)
-    stop.set()
-    await asyncio.wait_for(task, timeout=30)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
+    await running.finish()
     assert not supervisor.running
 
 
@@ -192,7 +219,7 @@ async def test_a_redis_url_password_never_reaches_output_or_health(real_store, r
     adapter = await add_adapter(real_store, dead, "stream", "orders")
     assert "hunter2" not in json.dumps(adapter.to_dict())
     running = Running(real_store, adapter)
-    await until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters") >= 1)
+    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
     await running.finish()
     assert "hunter2" not in (await adapters.get(real_store, "orders")).last_error
 
@@ -206,8 +233,8 @@ async def test_entries_left_pending_by_a_dead_consumer_are_taken_over_after_clai
     assert r.xpending("orders", "switchboard")["pending"] == 5
 
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", claim_idle=1))
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 5)
-    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 5)
+    await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert count(db_path, "SELECT count(*) FROM todos") == 5
 
@@ -222,8 +249,8 @@ async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the
     for name in ("first", "poison", "third"):
         r.xadd("orders", {"name": name})
     running = Running(real_store, await adapters.get(real_store, "orders"))
-    await until(lambda: count(db_path, "SELECT count(*) FROM events") == 3)
-    await until(lambda: r.xpending("orders", "switchboard")["pending"] == 0)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     with sqlite3.connect(db_path) as conn:
         titles = [row[0] for row in conn.execute("SELECT title FROM todos ORDER BY id")]

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from redis_server import RedisServer, free_port
+from receiver import ServeProcess, serve_process
+from redis_server import RedisServer
+from waits import until
 
 FAULT_ENV = "SWITCHBOARD_FAULT"
 PAUSED = "fault hook: committed"
@@ -30,43 +32,32 @@ def cli(db: Path, *args: str) -> None:
     subprocess.run([sys.executable, "-m", "switchboard_local", *args, "--db", str(db)], check=True, capture_output=True)
 
 
-def serve(db: Path, *, fault: str | None = None) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-    if fault:
-        env[FAULT_ENV] = fault
-    return subprocess.Popen(
-        [sys.executable, "-m", "switchboard_local", "serve", "--port", str(free_port()), "--db", str(db)],
-        env=env, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+def serve(db: Path, *, fault: str = "") -> contextlib.AbstractContextManager[ServeProcess]:
+    """`serve` on the file, its stderr read as it comes (a full pipe never stalls it), killed if left running."""
+    return serve_process(db, env={FAULT_ENV: fault})
 
 
-def wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 60) -> str:
-    assert proc.stderr is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if marker in line:
-            return line
-        assert line or proc.poll() is None, "serve exited before the line appeared"
-    raise AssertionError(f"no line with {marker!r}")
+def log(serve: ServeProcess) -> str:
+    return "serve's stderr, the last 20 lines:\n" + "".join(serve.lines[-20:])
+
+
+def watching(serve: ServeProcess) -> dict[str, Any]:
+    """Options for a wait on what ``serve`` does: a failure at once if it exits, with its log."""
+
+    def exited() -> str | None:
+        status = serve.proc.poll()
+        return None if status is None else f"serve exited with status {status}"
+
+    return {"dead": exited, "context": lambda: log(serve)}
 
 
 def count(db: Path, sql: str) -> int:
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         return conn.execute(sql).fetchone()[0]
 
 
-def until(condition, timeout: float = 60) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
-
-def stop(proc: subprocess.Popen[str]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-    return proc.returncode
+def lines_with(serve: ServeProcess, marker: str) -> Callable[[], int]:
+    return lambda: sum(marker in line for line in serve.lines)
 
 
 @pytest.mark.parametrize("mode", ["stream", "list"])
@@ -80,10 +71,11 @@ def test_kill_9_after_commit_before_ack_then_restart_stores_everything_once(mode
     else:
         r.lpush("work", *messages)
 
-    crashed = serve(db_path, fault="pause-after-commit")
-    wait_for_line(crashed, PAUSED)  # the first batch is committed and not acknowledged
-    crashed.kill()  # SIGKILL in the window between COMMIT and ack
-    crashed.wait(timeout=10)
+    with serve(db_path, fault="pause-after-commit") as crashed:
+        # The first batch is committed and not acknowledged.
+        until(lines_with(crashed, PAUSED), lambda n: n > 0, **watching(crashed))
+        crashed.proc.kill()  # SIGKILL in the window between COMMIT and ack
+        crashed.proc.wait(timeout=10)
     committed = count(db_path, "SELECT count(*) FROM events")
     assert committed == 16
     if mode == "stream":
@@ -91,15 +83,16 @@ def test_kill_9_after_commit_before_ack_then_restart_stores_everything_once(mode
     else:
         assert r.llen("work:processing") == 16
 
-    restarted = serve(db_path)
-    until(lambda: count(db_path, "SELECT count(*) FROM events") == 100)
-    if mode == "stream":
-        until(lambda: r.xpending("work", "switchboard")["pending"] == 0)
-    else:
-        until(lambda: r.llen("work:processing") == 0 and r.llen("work") == 0)
-    assert stop(restarted) == 0
+    with serve(db_path) as restarted:
+        until(lambda: count(db_path, "SELECT count(*) FROM events"), 100, **watching(restarted))
+        if mode == "stream":
+            until(lambda: r.xpending("work", "switchboard")["pending"], 0, **watching(restarted))
+        else:
+            until(lambda: (r.llen("work:processing"), r.llen("work")), (0, 0), **watching(restarted))
+        assert restarted.stop() == 0, log(restarted)
     assert count(db_path, "SELECT count(*) FROM todos") == 100  # no duplicates, nothing lost
-    bodies = {row for row in sqlite3.connect(db_path).execute("SELECT CAST(body AS TEXT) FROM events")}
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        bodies = {row for row in conn.execute("SELECT CAST(body AS TEXT) FROM events")}
     assert bodies == {(m,) for m in messages}
 
 
@@ -107,17 +100,17 @@ def test_sigterm_acks_what_committed_and_leaves_the_rest_pending(redis_server, d
     r = redis_server.client()
     cli(db_path, "adapter", "add", "work", "--redis-url", redis_server.url, "--mode", "stream", "--key", "work", "--batch", "8")
     ids = [r.xadd("work", {"payload": json.dumps({"n": i})}).decode() for i in range(3000)]
-    proc = serve(db_path)
-    until(lambda: count(db_path, "SELECT count(*) FROM events") >= 100)
-    assert stop(proc) == 0
+    with serve(db_path) as proc:
+        until(lambda: count(db_path, "SELECT count(*) FROM events"), lambda n: n >= 100, **watching(proc))
+        assert proc.stop() == 0, log(proc)
 
-    with sqlite3.connect(db_path) as conn:
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
         stored = {row[0] for row in conn.execute("SELECT external_id FROM events")}
     pending = {entry["message_id"].decode() for entry in r.xpending_range("work", "switchboard", "-", "+", 10_000)}
     assert stored and not (stored & pending)  # everything that committed was acked
     assert stored | pending <= set(ids)
     # Nothing is lost: a new run takes the rest.
-    proc = serve(db_path)
-    until(lambda: count(db_path, "SELECT count(*) FROM events") == 3000)
-    assert stop(proc) == 0
+    with serve(db_path) as proc:
+        until(lambda: count(db_path, "SELECT count(*) FROM events"), 3000, **watching(proc))
+        assert proc.stop() == 0, log(proc)
     assert r.xpending("work", "switchboard")["pending"] == 0

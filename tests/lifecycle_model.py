@@ -1,0 +1,162 @@
+"""What the store should hold: the todo lifecycle in plain Python, for test_lifecycle_properties.py.
+
+The rules are those of DESIGN §2 as queries.sql states them: a claim takes
+the highest priority, then the oldest, visible todo in the asked queues whose
+assignee is nobody or the claimer, and counts an attempt; fail waits out an
+exponential backoff (base doubling per attempt, capped, times the store's
+jitter) or makes a dead letter at the cap; release refunds the attempt; a
+lapsed lease is taken back by the next claim or read (pending again, visible
+since its lease ended, or a dead letter after the last attempt).
+"""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from switchboard_local import todos
+from switchboard_local.clock import ManualClock
+from switchboard_local.todos import QueueStats
+
+BACKOFF_BASE_MS = round(todos.BACKOFF_BASE_SECONDS * 1000)
+BACKOFF_CAP_MS = round(todos.BACKOFF_CAP_SECONDS * 1000)
+LEASE_CAP_MS = round(todos.LEASE_CAP_SECONDS * 1000)
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+@dataclass
+class Modeled:
+    """One todo as the store should hold it."""
+
+    id: int
+    queue: str
+    priority: int
+    assignee: str | None
+    max_attempts: int
+    key: str | None
+    visible_at: int | None
+    created_at: int
+    state: str = "pending"
+    attempt: int = 0
+    owner: str | None = None
+    lease_end: int | None = None
+    claimed_at: int | None = None
+    token: str | None = None
+    history: list[list[Any]] = field(default_factory=list)  # one [attempt, owner, outcome] per claim
+
+    def claimable(self, now: int) -> bool:
+        return self.visible_at is not None and self.visible_at <= now
+
+    def live(self) -> bool:
+        """Holds its idempotency key: pending, claimed, or awaiting a retry."""
+        return self.state == "claimed" or self.visible_at is not None
+
+    def dead_letter(self) -> bool:
+        return self.state == "failed" and self.visible_at is None
+
+    def held_by(self, token: str, now: int) -> bool:
+        return self.token == token and self.lease_end is not None and self.lease_end > now
+
+    def end_attempt(self, outcome: str) -> None:
+        self.history[-1][2] = outcome
+        self.owner = self.lease_end = self.token = None
+
+
+class Model:
+    """Every todo the store should hold, and the verbs that move them, at the clock's time."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.todos: dict[int, Modeled] = {}
+
+    @property
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def snapshot(self) -> dict[int, Modeled]:
+        return copy.deepcopy(self.todos)
+
+    def restore(self, snapshot: dict[int, Modeled]) -> None:
+        """A refused verb: the store rolled back its transaction, recovery of lapsed leases included."""
+        self.todos = snapshot
+
+    def recover(self) -> None:
+        """Lapsed leases taken back: pending again, or a dead letter after the last attempt."""
+        for t in self.todos.values():
+            if t.state == "claimed" and t.lease_end is not None and t.lease_end <= self.now:
+                spent = t.attempt >= t.max_attempts
+                t.state, t.visible_at = ("failed", None) if spent else ("pending", t.lease_end)
+                t.end_attempt("lease_expired")
+
+    def holder(self, queue: str, key: str | None) -> Modeled | None:
+        if key is None:
+            return None
+        return next((t for t in self.todos.values() if (t.queue, t.key) == (queue, key) and t.live()), None)
+
+    def next_for(self, queues: Sequence[str] | None, agent: str) -> Modeled | None:
+        ready = [
+            t
+            for t in self.todos.values()
+            if t.claimable(self.now) and (queues is None or t.queue in queues) and t.assignee in (None, agent)
+        ]
+        return max(ready, key=lambda t: (t.priority, -t.id), default=None)
+
+    def create(self, queue: str, priority: int, assignee: str | None, max_attempts: int, key: str | None,
+               delay: float) -> Modeled:  # fmt: skip
+        t = Modeled(len(self.todos) + 1, queue, priority, assignee, max_attempts, key,
+                    visible_at=self.now + ms(delay), created_at=self.now)  # fmt: skip
+        self.todos[t.id] = t
+        return t
+
+    def claim(self, t: Modeled, owner: str, lease: float | None, token: str) -> None:
+        t.state, t.attempt, t.owner, t.visible_at, t.token = "claimed", t.attempt + 1, owner, None, token
+        t.lease_end, t.claimed_at = self.now + ms(lease or todos.DEFAULT_LEASE_SECONDS), self.now
+        t.history.append([t.attempt, owner, None])
+
+    def heartbeat(self, t: Modeled, lease: float) -> None:
+        assert t.claimed_at is not None
+        t.lease_end = min(self.now + ms(lease), t.claimed_at + LEASE_CAP_MS)
+
+    def complete(self, t: Modeled) -> None:
+        t.state = "done"
+        t.end_attempt("completed")
+
+    def fail(self, t: Modeled, jitter: float) -> None:
+        backoff = int(min(BACKOFF_BASE_MS << min(t.attempt - 1, 20), BACKOFF_CAP_MS) * jitter)
+        t.state, t.visible_at = "failed", None if t.attempt >= t.max_attempts else self.now + backoff
+        t.end_attempt("failed")
+
+    def release(self, t: Modeled, delay: float) -> None:
+        t.state, t.attempt, t.visible_at = "pending", t.attempt - 1, self.now + ms(delay)
+        t.end_attempt("released")
+
+    def redrive(self, t: Modeled) -> None:
+        t.state, t.attempt, t.visible_at = "pending", 0, self.now
+
+
+def count_as_the_next_claim_sees(rows: list[sqlite3.Row], now: int) -> list[QueueStats]:
+    """Stats from the rows: a lapsed lease counts as pending again, or a dead letter after the last attempt."""
+    counts: dict[str, list[int]] = {}
+    oldest: dict[str, int] = {}
+    for r in rows:
+        lapsed = r["state"] == "claimed" and r["lease_expires_at"] <= now
+        spent = r["attempt"] >= r["max_attempts"]
+        pending = r["state"] == "pending" or (lapsed and not spent)
+        c = counts.setdefault(r["queue"], [0, 0, 0, 0, 0])
+        c[0] += pending
+        c[1] += r["state"] == "claimed" and not lapsed
+        c[2] += r["state"] == "done"
+        c[3] += r["state"] == "failed" or (lapsed and spent)
+        c[4] += (r["state"] == "failed" and r["visible_at"] is None) or (lapsed and spent)
+        if pending:
+            oldest[r["queue"]] = min(oldest.get(r["queue"], r["created_at"]), r["created_at"])
+    return [
+        QueueStats(queue, *c, None if queue not in oldest else max(0, now - oldest[queue]) / 1000)
+        for queue, c in sorted(counts.items())
+    ]
