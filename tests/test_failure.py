@@ -318,3 +318,62 @@ async def test_stats_reads_without_writing(store, clock, db_path) -> None:
     assert (row.claimed, row.failed, row.dead_letters) == (0, 1, 1)
     with sqlite3.connect(db_path) as conn:  # the file still holds the lapsed claim
         assert conn.execute("SELECT state FROM todos").fetchone()[0] == "claimed"
+
+
+# ---------------------------------------------------------------- fencing, exactly (mutation pass)
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete", "fail", "release"])
+async def test_a_token_presented_for_another_todo_is_refused_and_changes_neither(store, verb):
+    a, b = await new(store, title="a"), await new(store, title="b")
+    claimed_a = await todos.claim(store, a.id, owner="w")
+    claimed_b = await todos.claim(store, b.id, owner="w")
+    with pytest.raises(Conflict):
+        await getattr(todos, verb)(store, a.id, claimed_b.lease_token)
+    assert (await todos.get(store, a.id)).state == "claimed" and (await todos.get(store, b.id)).state == "claimed"
+    assert (await todos.get(store, b.id)).lease_expires_at == claimed_b.lease_expires_at
+    await todos.complete(store, a.id, claimed_a.lease_token)  # each token still works on its own todo
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete", "fail", "release"])
+async def test_a_lease_ends_at_its_expiry_to_the_millisecond(store, clock, verb):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w", lease=60)
+    clock.advance(60)  # now == lease_expires_at: the lease is over
+    with pytest.raises(Conflict, match="expired|stale"):
+        await getattr(todos, verb)(store, todo.id, claimed.lease_token)
+
+
+async def test_a_read_at_the_expiry_shows_the_lapsed_todo_as_the_next_claim_will_find_it(store, clock):
+    todo = await new(store, max_attempts=3)
+    await todos.claim(store, todo.id, owner="w", lease=60)
+    clock.advance(59.999)
+    assert (await todos.get(store, todo.id)).state == "claimed"
+    clock.advance(0.001)
+    shown = await todos.get(store, todo.id)
+    assert (shown.state, shown.owner, shown.dead_letter) == ("pending", None, False)
+    assert [t.state for t in await todos.list_todos(store)] == ["pending"]
+
+
+async def test_recovering_a_lapsed_lease_ends_only_the_open_attempt(store, clock):
+    todo = await new(store, max_attempts=3)
+    first = await todos.claim(store, todo.id, owner="first")
+    failed = await todos.fail(store, todo.id, first.lease_token, error="first failure")
+    clock.advance((failed.visible_at - clock.now_ms()) / 1000)
+    await todos.claim(store, todo.id, owner="second", lease=60)
+    clock.advance(61)
+    history = (await todos.get(store, todo.id)).attempts
+    assert [(a.owner, a.outcome, a.error) for a in history] == [
+        ("first", "failed", "first failure"),
+        ("second", "lease_expired", None),
+    ]
+    assert history[0].ended_at < history[1].claimed_at
+
+
+async def test_redrive_sends_back_only_the_dead_letter_it_names(store):
+    one, two = await new(store, title="one", max_attempts=1), await new(store, title="two", max_attempts=1)
+    await make_dead_letter(store, one)
+    await make_dead_letter(store, two)
+    await todos.redrive(store, one.id)
+    assert (await todos.get(store, one.id)).state == "pending"
+    assert (await todos.get(store, two.id)).dead_letter
