@@ -19,6 +19,7 @@ import fnmatch
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import copies  # noqa: E402
 import sql  # noqa: E402
 
 PACKAGE = "switchboard_local"
@@ -53,10 +55,16 @@ AREAS: dict[str, tuple[str, list[str]]] = {
 }
 # Not in the default run: the rest of store.py (opening, migrations, error translation).
 EXTRA = {"store": ("The rest of store.py", [f"{PACKAGE}.store.*"])}
+# Functions mutmut cannot switch at run time: called at import, they build
+# closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
+# a copy of the repository with the mutant written in, with the tests that
+# reach the function given here.
+BY_COPY = {f"{PACKAGE}.webhooks.x__hex_signed": f"{PACKAGE}.webhooks.x_verify"}
 KILLED = {"killed", "timeout", "segfault"}  # a test failed, hung, or its process died
 REPORT = HERE / "report.md"
 EQUIVALENT = HERE / "equivalent.toml"
 LOGS = HERE / ".work"
+BY_COPY_RESULTS = LOGS / "by-copy-results.json"
 
 
 @dataclass
@@ -121,6 +129,55 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path) -> None:
         done = subprocess.run(command, cwd=ROOT, env=_mutmut_env(), stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         print(f"{area}: mutmut exited {done.returncode}; see {log_path}")
+    run_by_copy(area, jobs, resume)
+
+
+def _by_copy(name: str) -> str | None:
+    """The function whose tests a by-copy mutant runs, or None for mutmut's own."""
+    return BY_COPY.get(name.partition("__mutmut_")[0])
+
+
+def run_by_copy(area: str, jobs: int, resume: bool) -> None:
+    results = json.loads(BY_COPY_RESULTS.read_text()) if resume and BY_COPY_RESULTS.exists() else {}
+    if not resume and BY_COPY_RESULTS.exists():
+        results = {k: v for k, v in json.loads(BY_COPY_RESULTS.read_text()).items() if not _in_area(k, area)}
+    meta = _meta()
+    todo = [n for n in sorted(meta) if _in_area(n, area) and _by_copy(n) and n not in results]
+    if not todo:
+        return
+    stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+    durations = stats["duration_by_test"]
+
+    def job_of(name: str) -> copies.Job:
+        path = meta[name][0]
+        tests = sorted(stats["tests_by_mangled_function_name"].get(_by_copy(name), []), key=lambda t: durations.get(t, 0))
+        budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
+        return copies.Job({str(path): _mutated_source(name, path)}, tests, budget)
+
+    print(f"{area}: {len(todo)} mutants of functions called at import, run in copies", flush=True)
+    for name, result in copies.run_all(todo, job_of, jobs):
+        results[name] = result
+        BY_COPY_RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
+        print(f"{area} by copy: {result['status']:8} {result['seconds']:6.1f}s {name}", flush=True)
+
+
+def _mutated_source(name: str, path: Path) -> str:
+    """The source file with the one mutant written in (what `mutmut apply` would write)."""
+    import libcst as cst
+    from mutmut.mutation.diff_apply import find_top_level_function_or_method, read_functions_from_index
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        functions = read_functions_from_index(name, path)
+    finally:
+        os.chdir(cwd)
+    assert functions is not None, f"no line index for {name}"
+    original, mutant = functions
+    module = cst.parse_module((ROOT / path).read_text("utf-8"))
+    target = find_top_level_function_or_method(module, original.name.value)
+    assert target is not None
+    return module.deep_replace(target, mutant).code
 
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
@@ -130,10 +187,14 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 
 def python_outcomes(area: str) -> list[Outcome]:
     outcomes = []
+    by_copy = json.loads(BY_COPY_RESULTS.read_text()) if BY_COPY_RESULTS.exists() else {}
     for name, (path, code) in sorted(_meta().items()):
         if not _in_area(name, area):
             continue
-        status = STATUS.get(code, "suspicious")
+        if _by_copy(name):
+            status = by_copy.get(name, {"status": "not run"})["status"]
+        else:
+            status = STATUS.get(code, "suspicious")
         outcome = Outcome(key=name, status=status)
         if status not in KILLED and status != "not run":
             outcome.diff = _mutmut_diff(name, path)
@@ -270,6 +331,9 @@ def report(results: list[AreaResult]) -> str:
 
 
 def main() -> None:
+    # A shell's background job starts with SIGINT ignored, and children inherit
+    # that: the tests that stop a process with SIGINT would fail for every mutant.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--area", action="append", choices=[*AREAS, *EXTRA],
                         help="an area to run (repeatable); default: every area but store")  # fmt: skip

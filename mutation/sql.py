@@ -21,16 +21,13 @@ import difflib
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import copies
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = ROOT / "switchboard_local" / "queries.sql"
@@ -357,7 +354,7 @@ def record(timeout: float = 3600) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
            "SQL_RECORDER_OUT": str(COVERAGE)}  # fmt: skip
     command = [sys.executable, "-m", "pytest", "-q", "-p", "sql_recorder", "-p", "no:cacheprovider", *SELECTION]
-    done = subprocess.run(command, cwd=ROOT, env=env, timeout=timeout, check=False)
+    done = subprocess.run(command, cwd=ROOT, env=env, timeout=timeout, check=False, preexec_fn=copies._default_sigint)
     if done.returncode != 0:
         raise SystemExit(f"the suite failed while recording which tests run which statements ({done.returncode})")
     return json.loads(COVERAGE.read_text())
@@ -365,38 +362,6 @@ def record(timeout: float = 3600) -> dict[str, object]:
 
 # The same tests mutmut's stats run uses (see pyproject's [tool.mutmut]).
 SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/test_packaging.py"]
-
-
-def _copy_repo(into: Path) -> Path:
-    copy = into / "repo"
-    ignore = shutil.ignore_patterns(".venv", ".git", "mutants", ".work", "__pycache__", "*.db*", ".hypothesis", "bench")
-    shutil.copytree(ROOT, copy, ignore=ignore)
-    return copy
-
-
-def run_mutant(copy: Path, mutant: Mutant, tests: list[str], timeout: float) -> tuple[str, float, str]:
-    """('killed'|'survived'|'timeout', seconds, the failing test if any), run in ``copy``."""
-    (copy / "switchboard_local" / "queries.sql").write_text(mutant.mutated, "utf-8")
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    env.pop("SWITCHBOARD_DB", None)
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               "--tb=line", *tests]  # fmt: skip
-    began = time.monotonic()
-    proc = subprocess.Popen(command, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return "timeout", time.monotonic() - began, ""
-    finally:
-        (copy / "switchboard_local" / "queries.sql").write_text(mutant.original, "utf-8")
-    elapsed = time.monotonic() - began
-    if proc.returncode == 0:
-        return "survived", elapsed, ""
-    failed = next((line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("FAILED ")), "")
-    return "killed", elapsed, failed or f"pytest exited {proc.returncode}"
 
 
 def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, log=print) -> dict[str, dict]:  # noqa: ANN001
@@ -410,30 +375,16 @@ def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, log=p
     for key in stale:
         del results[key]
     log(f"sql: {len(todo)} mutants to run ({len(results)} already decided)")
-    scratch = Path(tempfile.mkdtemp(prefix="sql-mutants-"))
-    copies = [_copy_repo(scratch / str(n)) for n in range(jobs)]
-    free = list(copies)
 
-    def one(mutant: Mutant) -> tuple[Mutant, dict]:
-        copy = free.pop()
-        try:
-            tests = sorted(tests_of.get(mutant.statement, []), key=lambda t: durations.get(t, 0.0))
-            if not tests:
-                return mutant, {"status": "no tests", "seconds": 0.0, "test": ""}
-            budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
-            status, seconds, test = run_mutant(copy, mutant, tests, budget)
-            return mutant, {"status": status, "seconds": round(seconds, 1), "test": test}
-        finally:
-            free.append(copy)
+    def job_of(mutant: Mutant) -> copies.Job:
+        tests = sorted(tests_of.get(mutant.statement, []), key=lambda t: durations.get(t, 0.0))
+        budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
+        return copies.Job({"switchboard_local/queries.sql": mutant.mutated}, tests, budget)
 
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for n, (mutant, result) in enumerate(pool.map(one, todo), 1):
-                results[mutant.key] = {**result, "statement": mutant.statement}
-                RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
-                log(f"sql [{n}/{len(todo)}] {result['status']:8} {result['seconds']:6.1f}s {mutant.key}")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for n, (mutant, result) in enumerate(copies.run_all(todo, job_of, jobs), 1):
+        results[mutant.key] = {**result, "statement": mutant.statement}
+        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
+        log(f"sql [{n}/{len(todo)}] {result['status']:8} {result['seconds']:6.1f}s {mutant.key}")
     return results
 
 
