@@ -73,6 +73,8 @@ class Outcome:
     status: str
     where: str = ""  # file:line
     diff: str = ""
+    group: str = ""  # the function or the statement
+    label: str = ""  # what changed, for SQL
 
 
 @dataclass
@@ -200,6 +202,7 @@ def python_outcomes(area: str) -> list[Outcome]:
             outcome.diff = _mutmut_diff(name, path)
             outcome.key = _stable_key(name, outcome.diff)
             outcome.where = _where(path, name, outcome.diff)
+            outcome.group = _function_name(name)
         outcomes.append(outcome)
     return outcomes
 
@@ -217,6 +220,12 @@ def _mutmut_diff(name: str, path: Path) -> str:
 
 def _changed(diff: str, sign: str) -> list[str]:
     return [line[1:].strip() for line in diff.splitlines()[2:] if line.startswith(sign)]
+
+
+def _function_name(name: str) -> str:
+    """switchboard_local.store.xǁStoreǁ_flush__mutmut_3 -> store.Store._flush"""
+    module, _, function = name.partition("__mutmut_")[0].removeprefix(PACKAGE + ".").rpartition(".")
+    return f"{module}.{function.removeprefix('x_').replace('xǁ', '').replace('ǁ', '.')}"
 
 
 def _stable_key(name: str, diff: str) -> str:
@@ -263,6 +272,8 @@ def sql_outcomes() -> list[Outcome]:
         if status not in KILLED and status != "not run":
             outcome.diff = mutant.diff()
             outcome.where = f"{PACKAGE}/queries.sql:{_sql_line(mutant)}"
+            outcome.group = mutant.statement
+            outcome.label = mutant.description
         outcomes.append(outcome)
     return outcomes
 
@@ -318,9 +329,17 @@ def report(results: list[AreaResult]) -> str:
             section.append(f"Ran in {result.seconds / 60:.0f} min.\n")
         if not left:
             section.append("No survivors.\n")
+        groups: dict[str, list[Outcome]] = {}
         for outcome in left:
-            label = "no test reaches it" if outcome.status == "no tests" else outcome.status
-            section += [f"### {outcome.where} ({label})", "", f"`{outcome.key}`", "", "```diff", outcome.diff, "```", ""]
+            groups.setdefault(outcome.group, []).append(outcome)
+        for group, members in groups.items():
+            section += [f"### {group} ({len(members)})", "", "```diff"]
+            for outcome in members:
+                label = "no test reaches it" if outcome.status == "no tests" else outcome.status
+                about = f" {outcome.label}" if outcome.label else ""
+                section.append(f"# {outcome.where}{about} ({label})")
+                section += [line for line in outcome.diff.splitlines()[2:] if line[:1] in "-+"]
+            section += ["```", ""]
         sections.append("\n".join(section))
     stale = sorted(set(known) - used)
     out.append("")

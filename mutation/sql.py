@@ -193,7 +193,7 @@ def mutants(name: str, sql: str) -> Iterator[tuple[str, str]]:
             if n == 0:  # with the operator after it
                 yield f"condition {span(first, last)!r} dropped", cut(tokens[first].start, tokens[operators[0] + 1].start)
             else:
-                yield f"condition {span(first, last)!r} dropped", cut(tokens[operators[n - 1]].start, tokens[last - 1].end).replace("  ", " ")
+                yield f"condition {span(first, last)!r} dropped", cut(tokens[operators[n - 1] - 1].end, tokens[last - 1].end)
 
     set_depth: int | None = None
     assigning = False
@@ -239,7 +239,7 @@ def mutants(name: str, sql: str) -> Iterator[tuple[str, str]]:
         elif word == "CONFLICT":
             yield from _conflict(sql, tokens, i)
         elif word == "OR" and tokens[i - 1].word == "INSERT":
-            yield "INSERT OR IGNORE -> INSERT", cut(token.start, tokens[i + 1].end).replace("  ", " ")
+            yield "INSERT OR IGNORE -> INSERT", cut(tokens[i - 1].end, tokens[i + 1].end)
         elif word == "UNION":
             end = i + 2 if tokens[i + 1].word == "ALL" else i + 1
             yield "first UNION branch dropped", sql[tokens[end].start :]
