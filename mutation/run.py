@@ -308,15 +308,25 @@ def _sql_line(mutant: sql.Mutant) -> int:
 # ---- report ----
 
 
-def equivalents() -> dict[str, str]:
+def equivalents() -> tuple[dict[str, str], list[dict[str, str]]]:
+    """equivalent.toml: reasons by mutant key, and the case-insensitive rules."""
     if not EQUIVALENT.exists():
-        return {}
+        return {}, []
     data = tomllib.loads(EQUIVALENT.read_text("utf-8"))
-    return {entry["mutant"]: entry["reason"] for entry in data.get("equivalent", [])}
+    return {entry["mutant"]: entry["reason"] for entry in data.get("equivalent", [])}, data.get("case_insensitive", [])
+
+
+def _case_only(outcome: Outcome, rules: list[dict[str, str]]) -> bool:
+    """A mutant that only changes the case of a string where case does not matter (SQL keywords, codec names)."""
+    removed, added = _changed(outcome.diff, "-"), _changed(outcome.diff, "+")
+    return (
+        len(removed) == len(added) == 1 and removed[0] != added[0] and removed[0].lower() == added[0].lower()
+        and any(rule["contains"] in removed[0] for rule in rules)
+    )  # fmt: skip
 
 
 def report(results: list[AreaResult]) -> str:
-    known = equivalents()
+    known, rules = equivalents()
     used: set[str] = set()
     out = ["# Mutation testing report", "",
            "Made by `python mutation/run.py` (see the README's Development section). Killed includes timeouts.",
@@ -334,7 +344,7 @@ def report(results: list[AreaResult]) -> str:
                 counts["killed"] += 1
             elif outcome.status == "not run":
                 counts["not run"] += 1
-            elif outcome.key in known:
+            elif outcome.key in known or (outcome.status == "survived" and _case_only(outcome, rules)):
                 counts["equivalent"] += 1
                 used.add(outcome.key)
             else:
