@@ -316,13 +316,23 @@ def equivalents() -> tuple[dict[str, str], list[dict[str, str]]]:
     return {entry["mutant"]: entry["reason"] for entry in data.get("equivalent", [])}, data.get("case_insensitive", [])
 
 
-def _case_only(outcome: Outcome, rules: list[dict[str, str]]) -> bool:
-    """A mutant that only changes the case of a string where case does not matter (SQL keywords, codec names)."""
+def _case_only(outcome: Outcome, rules: list[dict]) -> bool:
+    """A mutant that only changes the case of a string literal where case does not
+    matter: one a rule's ``before`` text precedes, or one of its ``literals``."""
     removed, added = _changed(outcome.diff, "-"), _changed(outcome.diff, "+")
-    return (
-        len(removed) == len(added) == 1 and removed[0] != added[0] and removed[0].lower() == added[0].lower()
-        and any(rule["contains"] in removed[0] for rule in rules)
-    )  # fmt: skip
+    if not (len(removed) == len(added) == 1 and removed[0] != added[0] and removed[0].lower() == added[0].lower()):
+        return False
+    old = removed[0]
+    first = next(i for i, (a, b) in enumerate(zip(old, added[0])) if a != b)
+    start = old.rfind('"', 0, first + 1)
+    end = old.find('"', first)
+    if start < 0 or end < 0:
+        return False
+    literal, prefix = old[start + 1 : end], old[:start]
+    return any(
+        ("before" in rule and prefix.endswith(rule["before"])) or literal.lower() in rule.get("literals", [])
+        for rule in rules
+    )
 
 
 def report(results: list[AreaResult]) -> str:
