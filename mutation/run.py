@@ -4,11 +4,21 @@ consumers and the group commit; a report per area in mutation/report.md.
     .venv/bin/python mutation/run.py [--area AREA ...] [--jobs N] [--resume] [--report-only]
 
 Python areas run under mutmut (configured in pyproject.toml's [tool.mutmut]):
-it copies the package to mutants/, records once which tests reach which
-function, and runs for each mutant only those tests. The SQL area runs
-mutation/sql.py. Mutants listed in mutation/equivalent.toml, each with its
-reason, are subtracted. Slow (tens of minutes per area on two cores): run it
-before a release and when changing the core, not in CI.
+it copies the package to mutants/ with every mutant of a function behind a
+trampoline that MUTANT_UNDER_TEST switches, records once which tests reach
+which function (in the pytest process), and runs for each mutant only those
+tests, in a process forked per mutant. Subprocesses a selected test starts
+(python -m switchboard_local) import the mutants/ copy (PYTHONPATH) and inherit
+MUTANT_UNDER_TEST, so the mutant is live there too; but a test that reaches a
+function only through a subprocess is not selected for its mutants. Functions
+called at import (BY_COPY) cannot be switched that way: their mutants run in a
+copy of the repository with the mutant written in (copies.py). The SQL area
+runs mutation/sql.py. Mutants listed in mutation/equivalent.toml, each with its
+reason, are subtracted.
+
+Slow (an hour or more per area on two shared cores): run it before a release
+and when changing the core, not in CI. --resume continues an interrupted run
+of the same code; without it an area runs again from scratch.
 """
 
 from __future__ import annotations
@@ -339,9 +349,14 @@ def report(results: list[AreaResult]) -> str:
     known, rules = equivalents()
     used: set[str] = set()
     out = ["# Mutation testing report", "",
-           "Made by `python mutation/run.py` (see the README's Development section). Killed includes timeouts.",
-           "Score = killed / (mutants run − equivalent). Equivalent mutants and their reasons: "
-           "mutation/equivalent.toml.", "",
+           "Made by `python mutation/run.py` (see the README's Development section and mutation/run.py's docstring).",
+           "Killed includes timeouts (tests running five times longer than unmutated: a hung consumer or loop).",
+           "Score = killed / (mutants run − equivalent); equivalent mutants and their reasons are in",
+           "mutation/equivalent.toml. Not run: the run was stopped before reaching them.", "",
+           "Each mutant runs the tests that reached its function (Python) or executed its statement (SQL) in the",
+           "pytest process: a test that reaches code only through a subprocess is not selected for it. The core's and",
+           "the group commit's mutants skip the tests that drive whole processes (run.py's EDGE_TESTS). Mutants of",
+           "webhooks._hex_signed, which webhooks.KINDS calls at import, run in a copy of the repository.", "",
            "| area | mutants | killed | survived | no tests | equivalent | not run | score |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     sections = []
