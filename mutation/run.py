@@ -345,6 +345,25 @@ def _case_only(outcome: Outcome, rules: list[dict]) -> bool:
     )
 
 
+def _rest_estimate(area: str, left: int) -> str:
+    """How long the mutants not run yet would take, from mutmut's times for those that ran."""
+    stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+    reach, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+    seconds, worst = [], 0.0
+    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        seconds += [t for name, t in data["durations_by_key"].items() if _in_area(name, area)]
+        for name, code in data["exit_code_by_key"].items():
+            if code is None and _in_area(name, area):
+                worst += sum(durations.get(t, 0.0) for t in reach.get(name.partition("__mutmut_")[0], []))
+    if not seconds:
+        return f"Partial: {left} mutants not run yet."
+    mean = sum(seconds) / len(seconds)
+    return (f"Partial: {left} mutants not run yet (mutmut runs those with the fewest tests first, so these are the "
+            f"slowest). At the {mean:.0f} s each that the {len(seconds)} run so far took they would need "
+            f"{left * mean / 60:.0f} min with one job; if all survived, their tests alone take {worst / 60:.0f} min.")
+
+
 def report(results: list[AreaResult]) -> str:
     known, rules = equivalents()
     used: set[str] = set()
@@ -382,6 +401,8 @@ def report(results: list[AreaResult]) -> str:
         section = [f"## {title}", ""]
         if result.seconds is not None:
             section.append(f"Ran in {result.seconds / 60:.0f} min.\n")
+        if counts["not run"] and result.name != "sql":
+            section.append(_rest_estimate(result.name, counts["not run"]) + "\n")
         if not left:
             section.append("No survivors.\n")
         groups: dict[str, list[Outcome]] = {}
