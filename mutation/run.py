@@ -1,0 +1,461 @@
+"""Mutation testing of the core, the SQL, the webhook verifiers, the Redis
+consumers and the group commit; a report per area in mutation/report.md.
+
+    .venv/bin/python mutation/run.py [--area AREA ...] [--jobs N] [--resume] [--report-only]
+
+Python areas run under mutmut (configured in pyproject.toml's [tool.mutmut]):
+it copies the package to mutants/ with every mutant of a function behind a
+trampoline that MUTANT_UNDER_TEST switches, records once which tests reach
+which function (in the pytest process), and runs for each mutant only those
+tests, in a process forked per mutant. Subprocesses a selected test starts
+(python -m switchboard_local) import the mutants/ copy (PYTHONPATH) and inherit
+MUTANT_UNDER_TEST, so the mutant is live there too; but a test that reaches a
+function only through a subprocess is not selected for its mutants. Functions
+called at import (BY_COPY) cannot be switched that way: their mutants run in a
+copy of the repository with the mutant written in (copies.py). The SQL area
+runs mutation/sql.py. Mutants listed in mutation/equivalent.toml, each with its
+reason, are subtracted.
+
+Slow (an hour or more per area on two shared cores): run it before a release
+and when changing the core, not in CI. --resume continues an interrupted run
+of the same code; without it an area runs again from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import copies  # noqa: E402
+import sql  # noqa: E402
+
+PACKAGE = "switchboard_local"
+GROUP_COMMIT = ("write", "_write", "_end_inline_tick", "_locked", "_inline", "_wait_for_locks", "_flush",
+                "_commit_group", "_run_group", "_count_commit", "_write_alone", "_commit", "_rollback")  # fmt: skip
+
+# area -> (title, mutmut name patterns); "sql" is mutation/sql.py's.
+AREAS: dict[str, tuple[str, list[str]]] = {
+    "webhooks": ("Webhook verifiers (webhooks.py)", [f"{PACKAGE}.webhooks.*"]),
+    "sql": ("SQL (queries.sql)", []),
+    "redis": ("Redis consumers (redis_adapters.py)", [f"{PACKAGE}.redis_adapters.*"]),
+    "group": (
+        "Group commit (store.py: Store.write … _commit_group, _run_group, _inline)",
+        [f"{PACKAGE}.store.xǁStoreǁ{name}__mutmut_*" for name in GROUP_COMMIT]
+        + [f"{PACKAGE}.store.x__settle__mutmut_*", f"{PACKAGE}.store.xǁ_ItemFailedǁ*"],
+    ),
+    "core": (
+        "Core verbs (todos.py, events.py, routing.py, retention.py)",
+        [f"{PACKAGE}.{module}.*" for module in ("todos", "events", "routing", "retention")],
+    ),
+}
+# Not in the default run: the rest of store.py (opening, migrations, error translation).
+EXTRA = {"store": ("The rest of store.py", [f"{PACKAGE}.store.*"])}
+# Functions mutmut cannot switch at run time: called at import, they build
+# closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
+# a copy of the repository with the mutant written in, with the tests that
+# reach the function given here.
+BY_COPY = {f"{PACKAGE}.webhooks.x__hex_signed": f"{PACKAGE}.webhooks.x_verify"}
+# Tests that drive whole processes or servers reach the core by the way and
+# take seconds each: the core's and the group commit's mutants do not run them
+# (a survivor would cost minutes); their own edges' tests and areas cover them.
+EDGE_TESTS = ("tests/test_redis.py", "tests/test_redis_crash.py", "tests/test_cli.py", "tests/test_processes.py",
+              "tests/test_http_limits.py", "tests/test_mcp_stdio.py", "tests/test_webhooks_http.py")  # fmt: skip
+SKIP_TESTS = {"core": EDGE_TESTS, "group": EDGE_TESTS}
+KILLED = {"killed", "timeout", "segfault"}  # a test failed, hung, or its process died
+REPORT = HERE / "report.md"
+EQUIVALENT = HERE / "equivalent.toml"
+LOGS = HERE / ".work"
+BY_COPY_RESULTS = LOGS / "by-copy-results.json"
+
+
+@dataclass
+class Outcome:
+    key: str  # stable: equivalent.toml's key
+    status: str
+    where: str = ""  # file:line
+    diff: str = ""
+    group: str = ""  # the function or the statement
+    label: str = ""  # what changed, for SQL
+
+
+@dataclass
+class AreaResult:
+    name: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float | None = None
+
+
+# ---- mutmut ----
+
+
+def _mutmut_env() -> dict[str, str]:
+    # Subprocesses the tests start (python -m switchboard_local) import the
+    # mutated copy and inherit MUTANT_UNDER_TEST, so a mutant is live in them too.
+    return {**os.environ, "PYTHONPATH": str(ROOT / "mutants")}
+
+
+def _patterns(area: str) -> list[str]:
+    return {**AREAS, **EXTRA}[area][1]
+
+
+def _in_area(name: str, area: str) -> bool:
+    patterns = _patterns(area)
+    if area == "store":  # the rest: not the group commit's
+        return fnmatch.fnmatch(name, patterns[0]) and not any(fnmatch.fnmatch(name, p) for p in _patterns("group"))
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def _meta() -> dict[str, tuple[Path, dict]]:
+    """mutant name -> (source path, {exit_code, ...}) from mutmut's .meta files."""
+    found = {}
+    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        source = Path(PACKAGE) / meta.name.removesuffix(".meta")
+        for name, code in data["exit_code_by_key"].items():
+            found[name] = (source, code)
+    return found
+
+
+def run_python(area: str, jobs: int, resume: bool, log_path: Path) -> None:
+    names = _patterns(area)
+    if resume:
+        undecided = [n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None]
+        if not undecided and _meta():
+            print(f"{area}: nothing left to run")
+            return
+        names = undecided or names
+    elif area == "store":
+        names = sorted(n for n in _meta() if _in_area(n, area)) or names
+    _skip_tests(area)
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
+    print(f"{area}: mutmut run ({len(names)} names/patterns), log in {log_path.relative_to(ROOT)}", flush=True)
+    with open(log_path, "a") as log:
+        done = subprocess.run(command, cwd=ROOT, env=_mutmut_env(), stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        print(f"{area}: mutmut exited {done.returncode}; see {log_path}")
+    run_by_copy(area, jobs, resume)
+
+
+def _by_copy(name: str) -> str | None:
+    """The function whose tests a by-copy mutant runs, or None for mutmut's own."""
+    return BY_COPY.get(name.partition("__mutmut_")[0])
+
+
+def run_by_copy(area: str, jobs: int, resume: bool) -> None:
+    results = json.loads(BY_COPY_RESULTS.read_text()) if resume and BY_COPY_RESULTS.exists() else {}
+    if not resume and BY_COPY_RESULTS.exists():
+        results = {k: v for k, v in json.loads(BY_COPY_RESULTS.read_text()).items() if not _in_area(k, area)}
+    meta = _meta()
+    todo = [n for n in sorted(meta) if _in_area(n, area) and _by_copy(n) and n not in results]
+    if not todo:
+        return
+    stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+    durations = stats["duration_by_test"]
+
+    def job_of(name: str) -> copies.Job:
+        path = meta[name][0]
+        tests = sorted(stats["tests_by_mangled_function_name"].get(_by_copy(name), []), key=lambda t: durations.get(t, 0))
+        budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
+        return copies.Job({str(path): _mutated_source(name, path)}, tests, budget)
+
+    print(f"{area}: {len(todo)} mutants of functions called at import, run in copies", flush=True)
+    for name, result in copies.run_all(todo, job_of, jobs):
+        results[name] = result
+        BY_COPY_RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
+        print(f"{area} by copy: {result['status']:8} {result['seconds']:6.1f}s {name}", flush=True)
+
+
+def _mutated_source(name: str, path: Path) -> str:
+    """The source file with the one mutant written in (what `mutmut apply` would write)."""
+    import libcst as cst
+    from mutmut.mutation.diff_apply import find_top_level_function_or_method, read_functions_from_index
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        functions = read_functions_from_index(name, path)
+    finally:
+        os.chdir(cwd)
+    assert functions is not None, f"no line index for {name}"
+    original, mutant = functions
+    module = cst.parse_module((ROOT / path).read_text("utf-8"))
+    target = find_top_level_function_or_method(module, original.name.value)
+    assert target is not None
+    return module.deep_replace(target, mutant).code
+
+
+def _skip_tests(area: str) -> None:
+    """Take SKIP_TESTS out of mutmut's record of which tests reach the area's functions."""
+    stats_path = ROOT / "mutants" / "mutmut-stats.json"
+    if area not in SKIP_TESTS or not stats_path.exists():
+        return  # the first run records it; later runs filter it
+    stats = json.loads(stats_path.read_text())
+    reach = stats["tests_by_mangled_function_name"]
+    functions = {n.partition("__mutmut_")[0] for n in _meta() if _in_area(n, area)}
+    for function in functions & set(reach):
+        reach[function] = [t for t in reach[function] if not t.startswith(SKIP_TESTS[area])]
+    stats_path.write_text(json.dumps(stats))
+
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
+          -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "segfault", -9: "segfault",
+          None: "not run"}  # fmt: skip
+
+
+def python_outcomes(area: str) -> list[Outcome]:
+    outcomes = []
+    by_copy = json.loads(BY_COPY_RESULTS.read_text()) if BY_COPY_RESULTS.exists() else {}
+    for name, (path, code) in sorted(_meta().items()):
+        if not _in_area(name, area):
+            continue
+        if _by_copy(name):
+            status = by_copy.get(name, {"status": "not run"})["status"]
+        else:
+            status = STATUS.get(code, "suspicious")
+        outcome = Outcome(key=name, status=status)
+        if status not in KILLED and status != "not run":
+            outcome.diff = _mutmut_diff(name, path)
+            outcome.key = _stable_key(name, outcome.diff)
+            outcome.where = _where(path, name, outcome.diff)
+            outcome.group = _function_name(name)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _mutmut_diff(name: str, path: Path) -> str:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+        return get_diff_for_mutant(name, path=path)
+    finally:
+        os.chdir(cwd)
+
+
+def _changed(diff: str, sign: str) -> list[str]:
+    return [line[1:].strip() for line in diff.splitlines()[2:] if line.startswith(sign)]
+
+
+def _function_name(name: str) -> str:
+    """switchboard_local.store.xǁStoreǁ_flush__mutmut_3 -> store.Store._flush"""
+    module, _, function = name.partition("__mutmut_")[0].removeprefix(PACKAGE + ".").rpartition(".")
+    return f"{module}.{function.removeprefix('x_').replace('xǁ', '').replace('ǁ', '.')}"
+
+
+def _stable_key(name: str, diff: str) -> str:
+    """The function and the mutated line: unlike mutmut's number, it survives edits elsewhere."""
+    function = name.partition("__mutmut_")[0]
+    added = _changed(diff, "+")
+    return f"{function}: {added[0] if added else '(line removed) ' + (_changed(diff, '-') or [''])[0]}"
+
+
+def _where(path: Path, name: str, diff: str) -> str:
+    """file:line of the first changed line, found inside the function's span."""
+    function = name.partition("__mutmut_")[0].rpartition(".")[2]
+    short = function.split("ǁ")[-1] if "ǁ" in function else function.removeprefix("x_")
+    cls = function.split("ǁ")[1] if "ǁ" in function else None
+    source = (ROOT / path).read_text("utf-8")
+    lines = source.splitlines()
+    span = (1, len(lines))
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and cls and node.name == cls:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == short:
+                    span = (item.lineno, item.end_lineno or item.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not cls and node.name == short:
+            if node.col_offset == 0:
+                span = (node.lineno, node.end_lineno or node.lineno)
+    removed = _changed(diff, "-")
+    for number in range(span[0], span[1] + 1):
+        if removed and lines[number - 1].strip() == removed[0]:
+            return f"{path}:{number}"
+    return f"{path}:{span[0]}"
+
+
+# ---- SQL ----
+
+
+def sql_outcomes() -> list[Outcome]:
+    results = json.loads(sql.RESULTS.read_text()) if sql.RESULTS.exists() else {}
+    text = sql.QUERIES.read_text("utf-8")
+    outcomes = []
+    for mutant in sql.all_mutants(text):
+        result = results.get(mutant.key)
+        status = result["status"] if result else "not run"
+        outcome = Outcome(key=mutant.key, status=status)
+        if status not in KILLED and status != "not run":
+            outcome.diff = mutant.diff()
+            outcome.where = f"{PACKAGE}/queries.sql:{_sql_line(mutant)}"
+            outcome.group = mutant.statement
+            outcome.label = mutant.description
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _sql_line(mutant: sql.Mutant) -> int:
+    for n, (a, b) in enumerate(zip(mutant.original.splitlines(), mutant.mutated.splitlines()), 1):
+        if a != b:
+            return n
+    return 0
+
+
+# ---- report ----
+
+
+def equivalents() -> tuple[dict[str, str], list[dict[str, str]]]:
+    """equivalent.toml: reasons by mutant key, and the case-insensitive rules."""
+    if not EQUIVALENT.exists():
+        return {}, []
+    data = tomllib.loads(EQUIVALENT.read_text("utf-8"))
+    return {entry["mutant"]: entry["reason"] for entry in data.get("equivalent", [])}, data.get("case_insensitive", [])
+
+
+def _case_only(outcome: Outcome, rules: list[dict]) -> bool:
+    """A mutant that only changes the case of a string literal where case does not
+    matter: one a rule's ``before`` text precedes, or one of its ``literals``."""
+    removed, added = _changed(outcome.diff, "-"), _changed(outcome.diff, "+")
+    if not (len(removed) == len(added) == 1 and removed[0] != added[0] and removed[0].lower() == added[0].lower()):
+        return False
+    old = removed[0]
+    first = next(i for i, (a, b) in enumerate(zip(old, added[0])) if a != b)
+    start = old.rfind('"', 0, first + 1)
+    end = old.find('"', first)
+    if start < 0 or end < 0:
+        return False
+    literal, prefix = old[start + 1 : end], old[:start]
+    return any(
+        ("before" in rule and prefix.endswith(rule["before"])) or literal.lower() in rule.get("literals", [])
+        for rule in rules
+    )
+
+
+def _rest_estimate(area: str, left: int) -> str:
+    """How long the mutants not run yet would take, from mutmut's times for those that ran."""
+    stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+    reach, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+    seconds, worst = [], 0.0
+    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        seconds += [t for name, t in data["durations_by_key"].items() if _in_area(name, area)]
+        for name, code in data["exit_code_by_key"].items():
+            if code is None and _in_area(name, area):
+                worst += sum(durations.get(t, 0.0) for t in reach.get(name.partition("__mutmut_")[0], []))
+    if not seconds:
+        return f"Partial: {left} mutants not run yet."
+    mean = sum(seconds) / len(seconds)
+    return (f"Partial: {left} mutants not run yet (mutmut runs those with the fewest tests first, so these are the "
+            f"slowest). At the {mean:.0f} s each that the {len(seconds)} run so far took they would need "
+            f"{left * mean / 60:.0f} min with one job; if all survived, their tests alone take {worst / 60:.0f} min.")
+
+
+def report(results: list[AreaResult]) -> str:
+    known, rules = equivalents()
+    used: set[str] = set()
+    out = ["# Mutation testing report", "",
+           "Made by `python mutation/run.py` (see the README's Development section and mutation/run.py's docstring).",
+           "Killed includes timeouts (tests running five times longer than unmutated: a hung consumer or loop).",
+           "Score = killed / (mutants run − equivalent); equivalent mutants and their reasons are in",
+           "mutation/equivalent.toml. Not run: the run was stopped before reaching them.", "",
+           "Each mutant runs the tests that reached its function (Python) or executed its statement (SQL) in the",
+           "pytest process: a test that reaches code only through a subprocess is not selected for it. The core's and",
+           "the group commit's mutants skip the tests that drive whole processes (run.py's EDGE_TESTS). Mutants of",
+           "webhooks._hex_signed, which webhooks.KINDS calls at import, run in a copy of the repository.", "",
+           "| area | mutants | killed | survived | no tests | equivalent | not run | score |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    sections = []
+    for result in results:
+        title = {**AREAS, **EXTRA}[result.name][0]
+        counts = {"killed": 0, "survived": 0, "no tests": 0, "equivalent": 0, "not run": 0}
+        left = []
+        for outcome in result.outcomes:
+            if outcome.status in KILLED:
+                counts["killed"] += 1
+            elif outcome.status == "not run":
+                counts["not run"] += 1
+            elif outcome.key in known or (outcome.status == "survived" and _case_only(outcome, rules)):
+                counts["equivalent"] += 1
+                used.add(outcome.key)
+            else:
+                counts["no tests" if outcome.status == "no tests" else "survived"] += 1
+                left.append(outcome)
+        run = len(result.outcomes) - counts["not run"] - counts["equivalent"]
+        score = f"{100 * counts['killed'] / run:.1f} %" if run else "–"
+        out.append(f"| {title} | {len(result.outcomes)} | {counts['killed']} | {counts['survived']} | "
+                   f"{counts['no tests']} | {counts['equivalent']} | {counts['not run']} | {score} |")  # fmt: skip
+        section = [f"## {title}", ""]
+        if result.seconds is not None:
+            section.append(f"Ran in {result.seconds / 60:.0f} min.\n")
+        if counts["not run"] and result.name != "sql":
+            section.append(_rest_estimate(result.name, counts["not run"]) + "\n")
+        if not left:
+            section.append("No survivors.\n")
+        groups: dict[str, list[Outcome]] = {}
+        for outcome in left:
+            groups.setdefault(outcome.group, []).append(outcome)
+        for group, members in groups.items():
+            section += [f"### {group} ({len(members)})", "", "```diff"]
+            for outcome in members:
+                label = "no test reaches it" if outcome.status == "no tests" else outcome.status
+                about = f" {outcome.label}" if outcome.label else ""
+                section.append(f"# {outcome.where}{about} ({label})")
+                section += [line for line in outcome.diff.splitlines()[2:] if line[:1] in "-+"]
+            section += ["```", ""]
+        sections.append("\n".join(section))
+    stale = sorted(set(known) - used)
+    out.append("")
+    if stale:
+        out += ["Entries of equivalent.toml that matched no surviving mutant (stale, or their area was not run):", ""]
+        out += [f"- `{key}`" for key in stale] + [""]
+    return "\n".join(out + sections)
+
+
+def main() -> None:
+    # A shell's background job starts with SIGINT ignored, and children inherit
+    # that: the tests that stop a process with SIGINT would fail for every mutant.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--area", action="append", choices=[*AREAS, *EXTRA],
+                        help="an area to run (repeatable); default: every area but store")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--resume", action="store_true", help="run only the mutants not yet decided")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the last results")
+    parser.add_argument("--out", type=Path, default=REPORT, help="where the report goes (default mutation/report.md)")
+    args = parser.parse_args()
+    timings_path = LOGS / "timings.json"
+    LOGS.mkdir(exist_ok=True)
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    for area in [] if args.report_only else args.area or list(AREAS):
+        began = time.monotonic()
+        if area == "sql":
+            sql.run(jobs=args.jobs, rerun=not args.resume)
+        else:
+            run_python(area, args.jobs, args.resume, LOGS / f"mutmut-{area}.log")
+        timings[area] = time.monotonic() - began
+        timings_path.write_text(json.dumps(timings))
+        print(f"{area}: done in {timings[area] / 60:.0f} min", flush=True)
+    # The report covers every area from the last results each has (the store
+    # extra only once it has been run).
+    shown = list(AREAS) + [a for a in EXTRA if a in timings]
+    results = [AreaResult(a, sql_outcomes() if a == "sql" else python_outcomes(a), timings.get(a)) for a in shown]
+    args.out.write_text(report(results) + "\n", "utf-8")
+    print(re.sub(r"(?s)\n## .*", "", args.out.read_text("utf-8")))
+
+
+if __name__ == "__main__":
+    main()
