@@ -18,7 +18,9 @@ reason, are subtracted.
 
 Slow (an hour or more per area on two shared cores): run it before a release
 and when changing the core, not in CI. --resume continues an interrupted run
-of the same code; without it an area runs again from scratch.
+of the same code; without it an area runs again from scratch. --survivors runs
+again only the last run's survivors, with the tests as they are now (mutmut
+notes which functions new tests reach; the SQL area records its map anew).
 """
 
 from __future__ import annotations
@@ -131,8 +133,26 @@ def _meta() -> dict[str, tuple[Path, dict]]:
     return found
 
 
-def run_python(area: str, jobs: int, resume: bool, log_path: Path) -> None:
+def _forget_survivors(area: str) -> None:
+    """Mark the area's survivors undecided, so that a resumed run tries them again with today's tests."""
+    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        for name, code in codes.items():
+            if _in_area(name, area) and STATUS.get(code, "suspicious") not in KILLED:
+                codes[name] = None
+        meta.write_text(json.dumps(data))
+    if BY_COPY_RESULTS.exists():
+        results = json.loads(BY_COPY_RESULTS.read_text())
+        kept = {k: v for k, v in results.items() if not _in_area(k, area) or v["status"] in KILLED}
+        BY_COPY_RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+
+
+def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bool = False) -> None:
     names = _patterns(area)
+    if survivors:
+        _forget_survivors(area)
+        resume = True
     if resume:
         undecided = [n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None]
         if not undecided and _meta():
@@ -434,6 +454,8 @@ def main() -> None:
                         help="an area to run (repeatable); default: every area but store")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--resume", action="store_true", help="run only the mutants not yet decided")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run again only the mutants that survived the last run (after adding tests)")
     parser.add_argument("--report-only", action="store_true", help="write the report from the last results")
     parser.add_argument("--out", type=Path, default=REPORT, help="where the report goes (default mutation/report.md)")
     args = parser.parse_args()
@@ -443,9 +465,9 @@ def main() -> None:
     for area in [] if args.report_only else args.area or list(AREAS):
         began = time.monotonic()
         if area == "sql":
-            sql.run(jobs=args.jobs, rerun=not args.resume)
+            sql.run(jobs=args.jobs, rerun=not (args.resume or args.survivors), survivors=args.survivors)
         else:
-            run_python(area, args.jobs, args.resume, LOGS / f"mutmut-{area}.log")
+            run_python(area, args.jobs, args.resume, LOGS / f"mutmut-{area}.log", args.survivors)
         timings[area] = time.monotonic() - began
         timings_path.write_text(json.dumps(timings))
         print(f"{area}: done in {timings[area] / 60:.0f} min", flush=True)

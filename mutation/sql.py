@@ -364,12 +364,16 @@ def record(timeout: float = 3600) -> dict[str, object]:
 SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/test_packaging.py"]
 
 
-def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, log=print) -> dict[str, dict]:  # noqa: ANN001
-    """Run every mutant (or those of the ``only`` statements) not yet decided; return all results by key."""
-    coverage = json.loads(COVERAGE.read_text()) if COVERAGE.exists() else record()
+def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survivors: bool = False,
+        log=print) -> dict[str, dict]:  # noqa: ANN001
+    """Run every mutant (or those of the ``only`` statements) not yet decided; return all results by key.
+    With ``survivors``, the last run's survivors count as undecided and the tests' statements are recorded anew."""
+    coverage = json.loads(COVERAGE.read_text()) if COVERAGE.exists() and not survivors else record()
     tests_of: dict[str, list[str]] = coverage["statements"]  # type: ignore[assignment]
     durations: dict[str, float] = coverage["durations"]  # type: ignore[assignment]
     results: dict[str, dict] = json.loads(RESULTS.read_text()) if RESULTS.exists() and not rerun else {}
+    if survivors:
+        results = {key: result for key, result in results.items() if result["status"] in ("killed", "timeout")}
     todo = [m for m in all_mutants() if (only is None or m.statement in only) and m.key not in results]
     stale = set(results) - {m.key for m in all_mutants()}
     for key in stale:

@@ -112,10 +112,11 @@ async def test_claim_next_without_queues_drains_every_queue(store):
 # ---------------------------------------------------------------- assignee
 
 
-async def test_assigned_todo_is_claimed_only_by_its_assignee(store):
+@pytest.mark.parametrize("queues", [None, ["q"], ["q", "other"]], ids=["all-queues", "one-queue", "several-queues"])
+async def test_assigned_todo_is_claimed_only_by_its_assignee(store, queues):
     todo = await new(store, assignee="alice")
-    assert await todos.claim_next(store, owner="bob") is None
-    claimed = await todos.claim_next(store, owner="alice")
+    assert await todos.claim_next(store, owner="bob", queues=queues) is None
+    claimed = await todos.claim_next(store, owner="alice", queues=queues)
     assert claimed.id == todo.id
     assert claimed.owner == "alice"
 

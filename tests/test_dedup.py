@@ -149,3 +149,24 @@ async def test_duplicate_deliveries_do_not_use_up_event_or_todo_ids(store, gh, d
         await routing.deliver(store, delivery(external_id, body=external_id.encode(), window=0))
     assert ids(db_path, "events") == [1, 2, 3]
     assert ids(db_path, "todos") == [1, 2, 3]
+
+
+async def test_the_same_body_exactly_at_the_end_of_the_replay_window_is_still_a_duplicate(store, gh, clock, db_path):
+    first = await routing.deliver(store, delivery("d-1"))
+    clock.advance(DAY)
+    replayed = await routing.deliver(store, delivery("forged-2"))
+    assert (replayed.duplicate, replayed.event_id) == (True, first.event_id)
+    clock.advance(0.001)
+    assert (await routing.deliver(store, delivery("forged-3"))).duplicate is False
+
+
+async def test_a_pruned_delivery_key_is_kept_until_exactly_the_dedup_horizon(store, gh, clock, db_path):
+    first = await routing.deliver(store, delivery("d-1", window=0))
+    done = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, done.id, done.lease_token)
+    await retention.prune(store, max_events=0)
+    clock.advance(7 * DAY)
+    assert (await retention.prune(store, max_events=0)).delivery_keys == 0
+    assert (await routing.deliver(store, delivery("d-1", window=0))).duplicate is True
+    clock.advance(0.001)
+    assert (await retention.prune(store, max_events=0)).delivery_keys == 1

@@ -188,3 +188,30 @@ async def test_malformed_event_is_refused_before_anything_is_written(store, row_
 async def test_unknown_event_is_not_found(store):
     with pytest.raises(NotFound):
         await events.get_event(store, 77)
+
+
+# ---------------------------------------------------------------- listing events
+
+
+async def test_list_events_filters_by_source_and_type_oldest_first(store):
+    ids = {}
+    for n, (source, type_) in enumerate([("gh", "push"), ("stripe", "charge"), ("gh", "issues"), ("gh", "push")]):
+        event = NewEvent(source=source, family="webhook", type=type_, external_id=f"e{n}", trust_mode="open",
+                         verified=False, body=b"{}")  # fmt: skip
+        ids[n] = (await events.ingest(store, event, [])).event_id
+    assert [e.id for e in await events.list_events(store, source="gh")] == [ids[0], ids[2], ids[3]]
+    assert [e.id for e in await events.list_events(store, source="stripe")] == [ids[1]]
+    assert [e.id for e in await events.list_events(store, source="gh", type="push")] == [ids[0], ids[3]]
+    assert [e.id for e in await events.list_events(store)] == [ids[0], ids[1], ids[2], ids[3]]
+
+
+async def test_list_events_since_keeps_those_received_at_or_after_the_instant(store, clock):
+    first = (await events.ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="1",
+                                                 trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
+    clock.advance(1)
+    instant = clock.now_ms()
+    second = (await events.ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="2",
+                                                  trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
+    assert [e.id for e in await events.list_events(store, since=instant)] == [second]
+    assert [e.id for e in await events.list_events(store, since=instant - 1000)] == [first, second]
+    assert await events.list_events(store, since=instant + 1) == []

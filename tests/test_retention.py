@@ -79,3 +79,22 @@ async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(
     assert (pruned.events, pruned.todos) == (0, 0)
     assert rows(db_path, "todos") == [claimed.id] and rows(db_path, "events") == [retrying.event_id]
     assert (await todos.get(store, claimed.id)).state == "failed"
+
+
+async def test_prune_keeps_what_is_exactly_as_old_as_the_cutoff_and_takes_what_is_older(store, clock, db_path) -> None:
+    await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
+    claimed = await todos.claim_next(store, owner="a")
+    await todos.complete(store, claimed.id, claimed.lease_token)  # event received and todo finished at one instant
+    clock.advance(30 * DAY)
+    assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
+    clock.advance(0.001)
+    assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=1, todos=1, delivery_keys=0)
+    assert rows(db_path, "events") == [] and rows(db_path, "todos") == []
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+async def test_prune_cap_keeps_the_newest_events(store, db_path: Path, keep: int) -> None:
+    ids = [(await ingest(store, new_event(n), [])).event_id for n in range(5)]
+    pruned = await retention.prune(store, older_than_days=30, max_events=keep)
+    assert pruned.events == 5 - keep
+    assert rows(db_path, "events") == ids[-keep:]
