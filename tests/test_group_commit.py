@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from store_support import hold_the_thread
 from switchboard_local import store as store_module
 from switchboard_local import todos
 from switchboard_local.clock import ManualClock
-from switchboard_local.errors import Conflict
+from switchboard_local.errors import Busy, Conflict
 from switchboard_local.store import GROUP_SECONDS, Store
 from switchboard_local.todos import NewTodo
 
@@ -163,7 +164,7 @@ async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones
     await asyncio.sleep(0.05)
     closing = asyncio.create_task(store.close())
     await asyncio.sleep(0.05)
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match="^the store is closed$"):
         await todos.create(store, NewTodo(queue="q", title="too late"))
     gate.set()
     await held
@@ -238,30 +239,148 @@ async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_pat
         assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 1
 
 
-async def test_a_lone_writer_never_waits_for_another_process_on_the_event_loop(store, db_path: Path) -> None:
-    from switchboard_local import store as store_module
+async def warm_up_the_inline_regime(store: Store) -> None:
+    """A lone writer for a while: the store then writes on the caller's thread."""
+    for n in range(store_module.INLINE_AFTER + 1):
+        await todos.create(store, NewTodo(queue="warm", title=f"warm {n}"))
 
-    for n in range(store_module.INLINE_AFTER + 1):  # a lone writer for a while: the inline regime
-        await todos.create(store, NewTodo(queue="q", title=f"warm {n}"))
-    assert store._lone_flushes >= store_module.INLINE_AFTER
 
-    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    ticks = 0
+def orphan_attempt(tx) -> None:  # noqa: ANN001
+    """A write the database refuses only at COMMIT: a deferred foreign key to no todo."""
+    tx.run("PRAGMA defer_foreign_keys = ON")
+    tx.run("INSERT INTO attempts (todo_id, attempt, owner, claimed_at) VALUES (999999, 1, 'nobody', 0)")
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
+
+async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path) -> None:
+    gate, held = await hold_the_thread(store)
+    writes = [
+        asyncio.create_task(todos.create(store, NewTodo(queue="q", title="one"))),
+        asyncio.create_task(store.write(orphan_attempt)),
+        asyncio.create_task(todos.create(store, NewTodo(queue="q", title="two"))),
+    ]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert [type(r) for r in results] == [Conflict] * 3  # nothing committed: nobody is told it was
+    assert all("FOREIGN KEY" in str(r) for r in results)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 0
+    assert (await todos.create(store, NewTodo(queue="q", title="after")))[1] is True  # the store goes on
+
+
+async def test_a_lone_commit_the_database_refuses_is_an_error_and_keeps_nothing(store, db_path) -> None:
+    with pytest.raises(Conflict, match="FOREIGN KEY"):
+        await store.write(orphan_attempt)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM attempts").fetchone()[0] == 0
+
+
+async def test_a_fault_inside_the_group_commit_answers_every_waiting_writer_and_the_store_goes_on(store, monkeypatch) -> None:
+    def broken(bodies):  # noqa: ANN001, ANN202  (a fault hook: nothing real fails there)
+        raise RuntimeError("injected fault in the commit machinery")
+
+    gate, held = await hold_the_thread(store)
+    monkeypatch.setattr(store, "_commit_group", broken)
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{n}"))) for n in range(3)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    for write in writes:
+        with pytest.raises(RuntimeError, match="injected fault"):
+            await asyncio.wait_for(write, 10)
+    monkeypatch.undo()
+    assert (await todos.create(store, NewTodo(queue="q", title="after")))[1] is True
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["lone", "grouped"])
+async def test_writes_that_change_nothing_do_not_move_the_stores_data_version(store, grouped) -> None:
+    before = await store.data_version()
+    if grouped:
+        gate, held = await hold_the_thread(store)
+        empty = [asyncio.create_task(todos.claim_next(store, owner="w")) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await held
+        assert await asyncio.gather(*empty) == [None] * 3
+    else:
+        assert await todos.claim_next(store, owner="w") is None
+        await store.write(lambda tx: None)
+    assert await store.data_version() == before  # an idle long poll must not wake up
+    await todos.create(store, NewTodo(queue="q", title="news"))
+    assert await store.data_version() != before
+
+
+async def test_a_grouped_write_that_changes_rows_moves_the_data_version(store) -> None:
+    before = await store.data_version()
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{n}"))) for n in range(2)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    await asyncio.gather(*writes)
+    assert await store.data_version() != before
+
+
+async def test_a_write_that_raises_leaves_nothing_behind_on_the_inline_path_too(store, db_path) -> None:
+    await warm_up_the_inline_regime(store)
+
+    def half_then_raise(tx):  # noqa: ANN001, ANN202
+        todos.insert(tx, NewTodo(queue="q", title="half"), now=store.clock.now_ms())
+        raise ValueError("changed my mind")
+
+    for _ in range(3):
+        with pytest.raises(ValueError, match="changed my mind"):
+            await store.write(half_then_raise)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM todos WHERE title = 'half'").fetchone()[0] == 0
+
+
+async def test_a_write_refused_as_busy_names_the_database_file(db_path, monkeypatch) -> None:
+    monkeypatch.setenv(store_module.BUSY_TIMEOUT_ENV, "0.05")
+    store = await Store.open(db_path)
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with pytest.raises(Busy) as refused:
+            await todos.create(store, NewTodo(queue="q", title="t"))
+        assert str(db_path) in str(refused.value)
+    finally:
+        holder.close()
+        await store.close()
+
+
+async def test_while_the_thread_is_busy_a_write_on_the_inline_path_queues_without_blocking_the_loop(store) -> None:
+    await warm_up_the_inline_regime(store)
+    gate, held = await hold_the_thread(store)  # the thread holds the connection (a long read, say)
+    write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="queued")))
+    await asyncio.sleep(0.05)  # the loop runs on: the write waits in the thread's queue
+    gate.set()
+    assert await held is True  # released by the loop, not by the thread's own timeout
+    assert (await write)[0].title == "queued"
+
+
+async def test_the_event_loop_never_waits_for_another_processs_lock(db_path, monkeypatch) -> None:
+    monkeypatch.setenv(store_module.BUSY_TIMEOUT_ENV, "60")
+    store = await Store.open(db_path)
+    try:
+        await warm_up_the_inline_regime(store)
+        holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        ticked = threading.Event()
+
+        def hold_until_the_loop_ticks() -> bool:
+            by_the_loop = ticked.wait(20)  # a blocked loop never ticks: give up after 20 s
+            holder.execute("COMMIT")
+            return by_the_loop
+
+        released = asyncio.create_task(asyncio.to_thread(hold_until_the_loop_ticks))
+        write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="waits in the thread")))
+        for _ in range(3):
             await asyncio.sleep(0.01)
-            ticks += 1
-
-    ticking = asyncio.create_task(ticker())
-    write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="waits in the thread")))
-    await asyncio.sleep(0.3)
-    # It waits in the store's thread (queued there), and the loop kept running meanwhile.
-    assert not write.done() and store._flushing and ticks > 0
-    await asyncio.to_thread(holder.execute, "COMMIT")
-    created, _ = await write
-    ticking.cancel()
-    holder.close()
-    assert created.title == "waits in the thread"
+        ticked.set()
+        assert await released is True
+        assert (await write)[0].title == "waits in the thread"
+        holder.close()
+    finally:
+        await store.close()
