@@ -217,8 +217,8 @@ def require_seconds(name: str, value: object, low: float, high: float | None = N
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidArgument(f"{name} must be a finite number of seconds")
     if value < low or (high is not None and value > high):
-        bound = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
-        raise InvalidArgument(f"{name} must be {bound} seconds, got {value:g}")
+        bound = f"at least {low:.15g}" if high is None else f"between {low:.15g} and {high:.15g}"
+        raise InvalidArgument(f"{name} must be {bound} seconds, got {value:.15g}")
 
 
 MAX_JSON_DEPTH = 64

@@ -310,7 +310,7 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
     if todo.state == "done":
         return Conflict(f"todo {todo_id} is done")
     if todo.dead_letter:
-        return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempts; redrive it first")
+        return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempt{'' if todo.attempt == 1 else 's'}; redrive it first")
     assert todo.visible_at is not None and todo.visible_at > now
     return Conflict(f"todo {todo_id} is not visible until {rfc3339(todo.visible_at)}")
 

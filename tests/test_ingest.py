@@ -161,16 +161,16 @@ async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "message"),
     [
-        {"family": "email"},
-        {"body": "text, not bytes"},
-        {"source": ""},
-        {"external_id": ""},
+        ({"family": "email"}, "event family must be one of webhook, queue, operator, got 'email'"),
+        ({"body": "text, not bytes"}, "event body must be bytes"),
+        ({"source": ""}, "event source must be a non-empty string"),
+        ({"external_id": ""}, "event external_id must be a non-empty string"),
     ],
     ids=["unknown-family", "str-body", "empty-source", "empty-external-id"],
 )
-async def test_malformed_event_is_refused_before_anything_is_written(store, row_count, fields):
+async def test_malformed_event_is_refused_naming_the_field_before_anything_is_written(store, row_count, fields, message):
     base = {
         "source": "github",
         "family": "webhook",
@@ -180,8 +180,9 @@ async def test_malformed_event_is_refused_before_anything_is_written(store, row_
         "verified": False,
         "body": b"{}",
     }
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgument) as refused:
         await events.ingest(store, NewEvent(**{**base, **fields}), work("t"))
+    assert refused.value.message == message
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
 

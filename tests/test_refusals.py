@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard_local import todos
+from switchboard_local import events, todos
 from switchboard_local.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.todos import NewTodo
 
@@ -61,28 +61,42 @@ async def dead_letter(store):
 
 
 REFUSED = [
-    (pending_with_stale_token, lambda s, i, t: todos.complete(s, i, t), "complete-a-pending-todo"),
-    (done, lambda s, i, t: todos.complete(s, i, t), "complete-a-done-todo"),
-    (done, lambda s, i, t: todos.fail(s, i, t, error="x"), "fail-a-done-todo"),
-    (done, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-done-todo"),
-    (pending_with_stale_token, lambda s, i, t: todos.release(s, i, t), "release-a-pending-todo"),
-    (done, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-done-todo"),
-    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="other"), "claim-a-claimed-todo"),
-    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="w"), "reclaim-own-live-lease"),
-    (failed, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-failed-todo"),
-    (failed, lambda s, i, t: todos.complete(s, i, t), "complete-a-failed-todo"),
-    (failed, lambda s, i, t: todos.release(s, i, t), "release-a-failed-todo"),
-    (dead_letter, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-dead-letter"),
-    (dead_letter, lambda s, i, t: todos.fail(s, i, t), "fail-a-dead-letter"),
+    (pending_with_stale_token, lambda s, i, t: todos.complete(s, i, t), "complete-a-pending-todo",
+     "todo 1 is pending, not claimed; the lease token is stale"),
+    (done, lambda s, i, t: todos.complete(s, i, t), "complete-a-done-todo",
+     "todo 1 is done, not claimed; the lease token is stale"),
+    (done, lambda s, i, t: todos.fail(s, i, t, error="x"), "fail-a-done-todo",
+     "todo 1 is done, not claimed; the lease token is stale"),
+    (done, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-done-todo",
+     "todo 1 is done, not claimed; the lease token is stale"),
+    (pending_with_stale_token, lambda s, i, t: todos.release(s, i, t), "release-a-pending-todo",
+     "todo 1 is pending, not claimed; the lease token is stale"),
+    (done, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-done-todo",
+     "todo 1 is done"),
+    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="other"), "claim-a-claimed-todo",
+     "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
+    (claimed_live, lambda s, i, t: todos.claim(s, i, owner="w"), "reclaim-own-live-lease",
+     "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
+    (failed, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-failed-todo",
+     "todo 1 is failed, not claimed; the lease token is stale"),
+    (failed, lambda s, i, t: todos.complete(s, i, t), "complete-a-failed-todo",
+     "todo 1 is failed, not claimed; the lease token is stale"),
+    (failed, lambda s, i, t: todos.release(s, i, t), "release-a-failed-todo",
+     "todo 1 is failed, not claimed; the lease token is stale"),
+    (dead_letter, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-dead-letter",
+     "todo 1 is a dead letter after 1 attempt; redrive it first"),
+    (dead_letter, lambda s, i, t: todos.fail(s, i, t), "fail-a-dead-letter",
+     "todo 1 is failed, not claimed; the lease token is stale"),
 ]
 
 
-@pytest.mark.parametrize("setup, call", [(s, c) for s, c, _ in REFUSED], ids=[i for _, _, i in REFUSED])
-async def test_transition_not_in_the_diagram_is_refused_and_changes_nothing(store, setup, call):
+@pytest.mark.parametrize("setup, call, message", [(s, c, m) for s, c, _, m in REFUSED], ids=[i for _, _, i, _ in REFUSED])
+async def test_transition_not_in_the_diagram_is_refused_saying_why_and_changes_nothing(store, setup, call, message):
     todo_id, token = await setup(store)
     before = await todos.get(store, todo_id)
-    with pytest.raises(Conflict):
+    with pytest.raises(Conflict) as refused:
         await call(store, todo_id, token)
+    assert refused.value.message == message
     after = await todos.get(store, todo_id)
     assert after == before
     assert after.attempts == before.attempts
@@ -91,21 +105,29 @@ async def test_transition_not_in_the_diagram_is_refused_and_changes_nothing(stor
 # ---------------------------------------------------------------- unknown ids
 
 VERBS_ON_AN_ID = [
-    (lambda s, i: todos.get(s, i), "get"),
-    (lambda s, i: todos.claim(s, i, owner="w"), "claim"),
-    (lambda s, i: todos.heartbeat(s, i, "token"), "heartbeat"),
-    (lambda s, i: todos.complete(s, i, "token"), "complete"),
-    (lambda s, i: todos.fail(s, i, "token", error="e"), "fail"),
-    (lambda s, i: todos.release(s, i, "token"), "release"),
-    (lambda s, i: todos.redrive(s, i), "redrive"),
+    (lambda s, i: todos.get(s, i), "get",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.claim(s, i, owner="w"), "claim",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.heartbeat(s, i, "token"), "heartbeat",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.complete(s, i, "token"), "complete",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.fail(s, i, "token", error="e"), "fail",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.release(s, i, "token"), "release",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.redrive(s, i), "redrive",
+     "todo 4242 does not exist"),
 ]
 
 
-@pytest.mark.parametrize("call", [c for c, _ in VERBS_ON_AN_ID], ids=[i for _, i in VERBS_ON_AN_ID])
+@pytest.mark.parametrize("call", [c for c, _, _ in VERBS_ON_AN_ID], ids=[i for _, i, _ in VERBS_ON_AN_ID])
 async def test_unknown_id_is_not_found_for_every_verb(store, row_count, call):
     await new(store)  # something else exists, untouched
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as refused:
         await call(store, UNKNOWN_ID)
+    assert refused.value.message == f"todo {UNKNOWN_ID} does not exist"
     assert (row_count("todos"), row_count("attempts")) == (1, 0)
 
 
@@ -113,63 +135,130 @@ async def test_unknown_id_is_not_found_for_every_verb(store, row_count, call):
 # Each call gets the store, a claimed todo's id and its token.
 
 INVALID = [
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=-1)), "negative-delay"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("nan"))), "nan-delay"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("inf"))), "infinite-delay"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=1e20)), "delay-beyond-int64-ms"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", max_attempts=0)), "max-attempts-0"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=2**63)), "priority-beyond-int64"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=1.5)), "float-priority"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority="1")), "str-priority"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=True)), "bool-priority"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload={1, 2})), "set-payload"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload=float("inf"))), "inf-payload"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="", title="t")), "empty-queue"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="  ", title="t")), "blank-queue"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title=" \n ")), "blank-title"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="x" * 1001)), "title-too-long"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="")), "empty-assignee"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="")), "empty-key"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q\x1b[2J", title="t")), "escape-in-queue"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x07")), "bell-in-title"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x00x")), "nul-in-title"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x9b31m")), "c1-csi-in-title"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="\u202egnp.exe")), "bidi-override-in-title"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="bob\n")), "newline-in-assignee"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", kind="k\x1b")), "escape-in-kind"),
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="k\r")), "cr-in-key"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=-1)), "negative-delay",
+     "delay must be between 0 and 31536000 seconds, got -1"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("nan"))), "nan-delay",
+     "delay must be a finite number of seconds"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=float("inf"))), "infinite-delay",
+     "delay must be a finite number of seconds"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", delay=1e20)), "delay-beyond-int64-ms",
+     "delay must be between 0 and 31536000 seconds, got 1e+20"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", max_attempts=0)), "max-attempts-0",
+     "max_attempts must be between 1 and 1000, got 0"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=2**63)), "priority-beyond-int64",
+     "priority must be between -9223372036854775808 and 9223372036854775807, got 9223372036854775808"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=1.5)), "float-priority",
+     "priority must be an integer"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority="1")), "str-priority",
+     "priority must be an integer"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", priority=True)), "bool-priority",
+     "priority must be an integer"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload={1, 2})), "set-payload",
+     "payload is not JSON-serialisable: Object of type set is not JSON serializable"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload=float("inf"))), "inf-payload",
+     "payload is not JSON-serialisable: Out of range float values are not JSON compliant"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="", title="t")), "empty-queue",
+     "queue must be a non-empty string"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="  ", title="t")), "blank-queue",
+     "queue must be a non-empty string"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title=" \n ")), "blank-title",
+     "title must not be empty"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="x" * 1001)), "title-too-long",
+     "title is longer than 1000 characters"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="")), "empty-assignee",
+     "assignee must be a non-empty string"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="")), "empty-key",
+     "idempotency_key must be a non-empty string"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q\x1b[2J", title="t")), "escape-in-queue",
+     "queue holds a control character (\\x1b)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x07")), "bell-in-title",
+     "title holds a control character (\\x07)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x00x")), "nul-in-title",
+     "title holds a control character (\\x00)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t\x9b31m")), "c1-csi-in-title",
+     "title holds a control character (\\x9b)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="\u202egnp.exe")), "bidi-override-in-title",
+     "title holds a control character (\\u202e)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", assignee="bob\n")), "newline-in-assignee",
+     "assignee holds a control character (\\x0a)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", kind="k\x1b")), "escape-in-kind",
+     "kind holds a control character (\\x1b)"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="k\r")), "cr-in-key",
+     "idempotency_key holds a control character (\\x0d)"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", idempotency_key="event:gh:d-1:default")),
-     "key-in-the-namespace-of-events"),  # fmt: skip
-    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload="x" * 1024 * 1024)), "payload-over-cap"),
-    (lambda s, i, t: todos.complete(s, i, t, result=["y" * 1024 * 1024]), "result-over-cap"),
-    (lambda s, i, t: todos.fail(s, i, t, error="z" * (1024 * 1024 + 1)), "error-over-cap"),
-    (lambda s, i, t: todos.claim(s, i, owner="w\x1b]0;pwned\x07"), "escape-in-owner"),
-    (lambda s, i, t: todos.claim(s, i, owner="w", lease=0), "claim-lease-0"),
-    (lambda s, i, t: todos.claim(s, i, owner="w", lease=12 * 3600 + 1), "claim-lease-over-12h"),
-    (lambda s, i, t: todos.claim(s, i, owner=""), "claim-empty-owner"),
-    (lambda s, i, t: todos.claim_next(s, owner=""), "claim-next-empty-owner"),
-    (lambda s, i, t: todos.claim_next(s, owner="w", lease=0), "claim-next-lease-0"),
-    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[]), "claim-next-no-queues"),
-    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[""]), "claim-next-empty-queue"),
-    (lambda s, i, t: todos.heartbeat(s, i, t, lease=0), "heartbeat-lease-0"),
-    (lambda s, i, t: todos.heartbeat(s, i, t, lease=12 * 3600 + 1), "heartbeat-lease-over-12h"),
-    (lambda s, i, t: todos.complete(s, i, t, result={1}), "complete-set-result"),
-    (lambda s, i, t: todos.fail(s, i, t, error=42), "fail-non-string-error"),
-    (lambda s, i, t: todos.release(s, i, t, delay=-1), "release-negative-delay"),
-    (lambda s, i, t: todos.release(s, i, t, delay=float("inf")), "release-infinite-delay"),
-    (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state"),
-    (lambda s, i, t: todos.list_todos(s, limit=0), "list-limit-0"),
+     "key-in-the-namespace-of-events",
+     "idempotency keys starting with 'event:' are reserved for todos made from events"),
+    (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload="x" * 1024 * 1024)), "payload-over-cap",
+     "payload is 1048578 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
+    (lambda s, i, t: todos.complete(s, i, t, result=["y" * 1024 * 1024]), "result-over-cap",
+     "result is 1048580 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
+    (lambda s, i, t: todos.fail(s, i, t, error="z" * (1024 * 1024 + 1)), "error-over-cap",
+     "error is 1048577 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
+    (lambda s, i, t: todos.claim(s, i, owner="w\x1b]0;pwned\x07"), "escape-in-owner",
+     "owner holds a control character (\\x1b)"),
+    (lambda s, i, t: todos.claim(s, i, owner="w", lease=0), "claim-lease-0",
+     "lease must be between 1 and 43200 seconds, got 0"),
+    (lambda s, i, t: todos.claim(s, i, owner="w", lease=12 * 3600 + 1), "claim-lease-over-12h",
+     "lease must be between 1 and 43200 seconds, got 43201"),
+    (lambda s, i, t: todos.claim(s, i, owner=""), "claim-empty-owner",
+     "owner must be a non-empty string"),
+    (lambda s, i, t: todos.claim_next(s, owner=""), "claim-next-empty-owner",
+     "owner must be a non-empty string"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", lease=0), "claim-next-lease-0",
+     "lease must be between 1 and 43200 seconds, got 0"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[]), "claim-next-no-queues",
+     "queues must name at least one queue (or be omitted for all)"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", queues=[""]), "claim-next-empty-queue",
+     "queue must be a non-empty string"),
+    (lambda s, i, t: todos.heartbeat(s, i, t, lease=0), "heartbeat-lease-0",
+     "lease must be between 1 and 43200 seconds, got 0"),
+    (lambda s, i, t: todos.heartbeat(s, i, t, lease=12 * 3600 + 1), "heartbeat-lease-over-12h",
+     "lease must be between 1 and 43200 seconds, got 43201"),
+    (lambda s, i, t: todos.complete(s, i, t, result={1}), "complete-set-result",
+     "result is not JSON-serialisable: Object of type set is not JSON serializable"),
+    (lambda s, i, t: todos.fail(s, i, t, error=42), "fail-non-string-error",
+     "error must be a string"),
+    (lambda s, i, t: todos.release(s, i, t, delay=-1), "release-negative-delay",
+     "delay must be between 0 and 31536000 seconds, got -1"),
+    (lambda s, i, t: todos.release(s, i, t, delay=float("inf")), "release-infinite-delay",
+     "delay must be a finite number of seconds"),
+    (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state",
+     "state must be one of pending, claimed, done, failed, got 'open'"),
+    (lambda s, i, t: todos.claim_next(s, owner="w", queues="q"), "claim-next-queues-a-string",
+     "queues must be a list of queue names, not a string"),
+    (lambda s, i, t: todos.release(s, i, t, delay=365 * 86400 + 1), "release-delay-over-a-year",
+     "delay must be between 0 and 31536000 seconds, got 31536001"),
+    (lambda s, i, t: todos.list_todos(s, limit=1001), "list-limit-over-1000",
+     "limit must be between 1 and 1000, got 1001"),
+    (lambda s, i, t: events.list_events(s, limit=0), "events-limit-0", "limit must be between 1 and 1000, got 0"),
+    (lambda s, i, t: events.list_events(s, limit=1001), "events-limit-over-1000",
+     "limit must be between 1 and 1000, got 1001"),
+    (lambda s, i, t: events.list_events(s, limit=True), "events-bool-limit", "limit must be between 1 and 1000, got True"),
+    (lambda s, i, t: events.list_events(s, limit="5"), "events-str-limit", "limit must be between 1 and 1000, got '5'"),
+    (lambda s, i, t: events.list_events(s, after_id="3"), "events-str-cursor", "after_id must be an integer"),
+    (lambda s, i, t: events.list_events(s, after_id=True), "events-bool-cursor", "after_id must be an integer"),
+    (lambda s, i, t: events.recent_events(s, limit=0), "recent-events-limit-0",
+     "limit must be between 1 and 1000, got 0"),
+    (lambda s, i, t: events.recent_events(s, limit=1001), "recent-events-limit-over-1000",
+     "limit must be between 1 and 1000, got 1001"),
+    (lambda s, i, t: events.recent_events(s, limit=True), "recent-events-bool-limit",
+     "limit must be between 1 and 1000, got True"),
+    (lambda s, i, t: events.recent_events(s, limit="5"), "recent-events-str-limit",
+     "limit must be between 1 and 1000, got '5'"),
+    (lambda s, i, t: todos.list_todos(s, limit=0), "list-limit-0",
+     "limit must be between 1 and 1000, got 0"),
 ]
 
 
-@pytest.mark.parametrize("call", [c for c, _ in INVALID], ids=[i for _, i in INVALID])
-async def test_invalid_argument_is_refused_and_writes_nothing(store, row_count, call):
+@pytest.mark.parametrize("call, message", [(c, m) for c, _, m in INVALID], ids=[i for _, i, _ in INVALID])
+async def test_invalid_argument_is_refused_naming_what_was_wrong_and_writes_nothing(store, row_count, call, message):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     await new(store, title="other pending")
     before = [await todos.get(store, t.id) for t in await todos.list_todos(store)]
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgument) as refused:
         await call(store, todo.id, claimed.lease_token)
+    assert refused.value.message == message
     after = [await todos.get(store, t.id) for t in await todos.list_todos(store)]
     assert after == before
     assert [a.attempts for a in after] == [b.attempts for b in before]
@@ -205,3 +294,21 @@ async def test_a_queue_name_with_a_line_or_paragraph_separator_is_refused(store,
     with pytest.raises(InvalidArgument, match="control character"):
         await todos.create(store, NewTodo(queue=f"q{separator}forged", title="t"))
     assert row_count("todos") == 0
+
+
+@pytest.mark.parametrize("limit", [1, 1000])
+async def test_list_limits_from_one_to_a_thousand_are_accepted(store, limit) -> None:
+    await new(store)
+    assert len(await todos.list_todos(store, limit=limit)) == 1
+    assert await events.list_events(store, limit=limit) == []
+    assert await events.recent_events(store, limit=limit) == []
+
+
+async def test_lists_give_fifty_by_default(store) -> None:
+    for n in range(51):
+        await new(store, title=f"t{n}")
+        await events.ingest(store, events.NewEvent(source="s", family="webhook", type="t", external_id=f"e{n}",
+                                                   trust_mode="open", verified=False, body=b"{}"), [])  # fmt: skip
+    assert len(await todos.list_todos(store)) == 50
+    assert len(await events.list_events(store)) == 50
+    assert len(await events.recent_events(store)) == 50
