@@ -315,3 +315,153 @@ async def test_a_delivery_id_with_control_characters_is_hashed_into_the_key_and_
     result = await routing.deliver(store, event(PR, delivery="d-\x9b1\x1b"))
     todo = await todos.get(store, result.todo_ids[0])
     assert todo.idempotency_key.startswith("event:gh:sha256:")
+
+
+# ---------------------------------------------------------------- what a routed todo holds
+
+
+def queue_message(source: str, external_id: str, body: bytes = b'{"n": 1}') -> NewEvent:
+    return NewEvent(source=source, family="queue", type="orders", external_id=external_id, trust_mode="queue",
+                    verified=True, body=body, content_type=None)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("payload", "title"),
+    [(PR, "gh: pull_request opened"), ({"number": 1}, "gh: pull_request"), ({"action": 7}, "gh: pull_request")],
+    ids=["with-an-action", "without-an-action", "action-not-a-string"],
+)
+async def test_a_webhook_todo_without_a_title_rule_is_named_for_its_source_type_and_action(store, payload, title):
+    await add_source(store)
+    result = await routing.deliver(store, event(payload))
+    assert (await todos.get(store, result.todo_ids[0])).title == title
+
+
+async def test_a_queue_message_without_a_title_rule_is_named_for_its_message_not_its_stream(store) -> None:
+    entry = "1767225600000-12345678"  # a stream id longer than the 19 characters a title keeps
+    result = await routing.deliver(store, queue_message("orders", entry))
+    assert (await todos.get(store, result.todo_ids[0])).title == f"orders: message {entry[:19]}"
+    replayed = await routing.replay(store, result.event_id)
+    assert (await todos.get(store, replayed[0])).title == f"orders: message {entry[:19]}"
+
+
+async def test_a_rule_gives_its_todo_the_rules_assignee_priority_and_attempts(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", queue="review", assignee="alice", priority=7, max_attempts=9,
+                    title="{@source} {@type} {@id}")  # fmt: skip
+    todo = await todos.get(store, (await routing.deliver(store, event(PR, delivery="d-77"))).todo_ids[0])
+    assert (todo.queue, todo.assignee, todo.priority, todo.max_attempts) == ("review", "alice", 7, 9)
+    assert todo.title == "gh pull_request d-77"
+
+
+async def test_a_todo_without_a_rule_gets_the_defaults(store) -> None:
+    await add_source(store)
+    todo = await todos.get(store, (await routing.deliver(store, event(PR))).todo_ids[0])
+    assert (todo.queue, todo.assignee, todo.priority, todo.max_attempts) == ("gh", None, 0, 5)
+
+
+async def test_a_todos_kind_is_the_delivery_type_cut_to_512_characters(store) -> None:
+    await add_source(store)
+    long_type = "t" * 600
+    todo = await todos.get(store, (await routing.deliver(store, event(PR, type=long_type))).todo_ids[0])
+    assert todo.kind == long_type[:512]
+
+
+@pytest.mark.parametrize("with_rule", [False, True], ids=["default-route", "rule-route"])
+async def test_a_replays_todos_are_marked_as_a_replay_in_their_payload_and_key(store, with_rule) -> None:
+    await add_source(store)
+    if with_rule:
+        await rules.add(store, source="gh", queue="review")
+    first = await routing.deliver(store, event(PR))
+    original = await todos.get(store, first.todo_ids[0])
+    (replayed_id,) = await routing.replay(store, first.event_id)
+    replayed = await todos.get(store, replayed_id)
+    assert (original.payload["replay"], replayed.payload["replay"]) == (False, True)
+    assert replayed.idempotency_key == original.idempotency_key + ":replay"
+
+
+async def test_a_replay_parses_a_stored_form_body_again(store) -> None:
+    await add_source(store)
+    form = NewEvent(source="gh", family="webhook", type="pull_request", external_id="d-9", trust_mode="github",
+                    verified=True, body=b"number=42&draft=", content_type="application/x-www-form-urlencoded")  # fmt: skip
+    first = await routing.deliver(store, form)
+    (replayed_id,) = await routing.replay(store, first.event_id)
+    replayed = await todos.get(store, replayed_id)
+    assert replayed.payload["body"] == {"number": "42", "draft": ""}  # a blank field is kept
+    assert (replayed.payload["event_id"], replayed.payload["verified"]) == (first.event_id, True)
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded; charset=utf-8",
+                                          "Application/X-WWW-Form-Urlencoded"])  # fmt: skip
+def test_a_form_is_recognised_whatever_its_parameters_and_case(content_type) -> None:
+    assert routing.parse_payload(b"a=1&b=", content_type) == {"a": "1", "b": ""}
+
+
+async def test_a_batch_routes_each_delivery_by_its_own_sources_rules(store) -> None:
+    await add_source(store, "gh")
+    await add_source(store, "other", queue="elsewhere")
+    await rules.add(store, source="gh", queue="review")
+    results = await routing.deliver_many(store, [event(PR, source="gh", delivery="a"),
+                                                 event(PR, source="other", delivery="b")])  # fmt: skip
+    assert [(await todos.get(store, r.todo_ids[0])).queue for r in results] == ["review", "elsewhere"]
+
+
+async def test_a_batch_of_queue_messages_names_each_todo_for_its_message(store) -> None:
+    results = await routing.deliver_many(store, [queue_message("orders", "1-1"), queue_message("orders", "1-2")])
+    assert [(await todos.get(store, r.todo_ids[0])).title for r in results] == ["orders: message 1-1",
+                                                                               "orders: message 1-2"]  # fmt: skip
+
+
+async def test_the_payload_cap_setting_decides_when_a_routed_todo_omits_its_body(store) -> None:
+    from switchboard_local import settings
+
+    await add_source(store)
+    await settings.set_value(store, "limits.max_payload", "64KiB")
+    big = {"text": "x" * 70_000}
+    first = await routing.deliver(store, event(big))
+    assert (await todos.get(store, first.todo_ids[0])).payload["body_omitted"] is True
+    (replayed_id,) = await routing.replay(store, first.event_id)
+    assert (await todos.get(store, replayed_id)).payload["body_omitted"] is True
+    (planned,) = await routing.dry_run(store, source="gh", payload=big)
+    assert planned.payload["body_omitted"] is True
+
+
+async def test_a_payload_exactly_at_the_cap_keeps_its_body(store) -> None:
+    from switchboard_local import settings
+
+    await add_source(store)
+    await settings.set_value(store, "limits.max_payload", "64KiB")
+    (probe,) = await routing.dry_run(store, source="gh", payload={"text": ""})
+    fits = {"text": "x" * (64 * 1024 - len(probe.payload_json.encode()))}  # the todo's JSON is exactly 64 KiB
+    (planned,) = await routing.dry_run(store, source="gh", payload=fits)
+    assert len(planned.payload_json.encode()) == 64 * 1024 and planned.payload["body"] == fits
+    (over,) = await routing.dry_run(store, source="gh", payload={"text": fits["text"] + "x"})
+    assert over.payload["body_omitted"] is True
+
+
+async def test_a_dry_run_of_a_payload_shows_a_verified_first_delivery(store) -> None:
+    await add_source(store)
+    (planned,) = await routing.dry_run(store, source="gh", payload=PR)
+    assert planned.kind == "webhook" and planned.title == "gh: webhook opened"
+    assert {k: planned.payload[k] for k in ("delivery_id", "verified", "replay")} == {
+        "delivery_id": "dry-run", "verified": True, "replay": False}  # fmt: skip
+    assert not planned.idempotency_key.endswith(":replay")
+
+
+async def test_a_dry_run_of_a_stored_event_shows_the_todos_it_would_make(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", where=["action=opened"], queue="review", title="PR {number}")
+    first = await routing.deliver(store, event(PR, delivery="d-5"))
+    (planned,) = await routing.dry_run(store, event_id=first.event_id)
+    assert (planned.queue, planned.title, planned.payload["delivery_id"]) == ("review", "PR 42", "d-5")
+    assert planned.payload["event_id"] == first.event_id
+
+
+async def test_a_dry_run_names_what_is_missing(store) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        await routing.dry_run(store)
+    assert refused.value.message == "give an event id, or a source and a payload"
+    with pytest.raises(NotFound) as unknown:
+        await routing.dry_run(store, source="nobody", payload={})
+    assert unknown.value.message == "no source named 'nobody'"
+    with pytest.raises(NotFound):
+        await routing.dry_run(store, event_id=999)
