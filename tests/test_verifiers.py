@@ -292,27 +292,43 @@ def test_source_config_defaults():
     }  # fmt: skip
 
 
+OPTIONS_OF_HMAC_AND_TOKEN = "--header, --algorithm, --encoding and --prefix apply to kinds hmac and token, not {}"
+OWN_ID_AND_TYPE = "kind {} names its own delivery id and type; --id-header and --type-header apply to hmac, token and open"
+
+
 @pytest.mark.parametrize(
     ("kind", "options", "message"),
     [
-        ("nope", {}, "kind must be one of"),
-        ("hmac", {}, "kind hmac needs --header"),
+        ("nope", {}, "kind must be one of github, gitea, stripe, slack, standard, gitlab, hmac, token, open, got 'nope'"),
+        ("hmac", {}, "kind hmac needs --header (the signature header's name)"),
         ("hmac", {"header": "X", "algorithm": "md5"}, "algorithm must be one of sha1, sha256, sha512"),
         ("hmac", {"header": "X", "encoding": "base32"}, "encoding must be one of hex, base64"),
-        ("github", {"header": "X"}, "apply to kinds hmac and token, not github"),
-        ("stripe", {"prefix": "v1="}, "apply to kinds hmac and token, not stripe"),
-        ("github", {"id_header": "X-Id"}, "kind github names its own delivery id and type"),
-        ("slack", {"type_header": "X-T"}, "kind slack names its own delivery id and type"),
+        ("github", {"header": "X"}, OPTIONS_OF_HMAC_AND_TOKEN.format("github")),
+        ("gitea", {"algorithm": "sha1"}, OPTIONS_OF_HMAC_AND_TOKEN.format("gitea")),
+        ("slack", {"encoding": "base64"}, OPTIONS_OF_HMAC_AND_TOKEN.format("slack")),
+        ("stripe", {"prefix": "v1="}, OPTIONS_OF_HMAC_AND_TOKEN.format("stripe")),
+        ("github", {"id_header": "X-Id"}, OWN_ID_AND_TYPE.format("github")),
+        ("slack", {"type_header": "X-T"}, OWN_ID_AND_TYPE.format("slack")),
         ("github", {"tolerance": 0}, "tolerance must be a whole number from 1 to 86400"),
         ("github", {"tolerance": 86401}, "tolerance must be a whole number from 1 to 86400"),
-        ("github", {"tolerance": True}, "tolerance must be a whole number"),
-        ("github", {"max_body": 64 * 1024 * 1024 + 1}, "max_body must be a whole number from 1 to"),
-        ("github", {"replay_window": -1}, "replay window must be a whole number of seconds"),
+        ("github", {"tolerance": True}, "tolerance must be a whole number from 1 to 86400"),
+        ("github", {"max_body": 64 * 1024 * 1024 + 1}, "max_body must be a whole number from 1 to 67108864"),
+        ("github", {"replay_window": -1}, "replay window must be a whole number of seconds from 0 (off) to 7 days"),
     ],
 )
 def test_a_bad_source_configuration_is_refused_naming_what_is_wrong(kind, options, message):
-    with pytest.raises(InvalidArgument, match=message):
+    with pytest.raises(InvalidArgument) as refused:
         webhooks.source_config(kind, options)
+    assert refused.value.message == message
+
+
+def test_hmac_and_token_sources_keep_their_header_options_lowercased():
+    config = webhooks.source_config("hmac", {"header": "X-Sig", "algorithm": "sha512", "encoding": "base64",
+                                             "prefix": "v0=", "id_header": "X-Id", "type_header": "X-Type"})  # fmt: skip
+    assert {k: config[k] for k in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header")} == {
+        "header": "x-sig", "algorithm": "sha512", "encoding": "base64", "prefix": "v0=", "id_header": "x-id",
+        "type_header": "x-type"}  # fmt: skip
+    assert webhooks.source_config("token", {"header": "X-Token"})["header"] == "x-token"
 
 
 @pytest.mark.parametrize("kind", ("hmac", "token"))
