@@ -302,7 +302,7 @@ async def test_redrive_is_refused_while_a_newer_live_todo_holds_the_key(store):
 async def test_a_key_held_by_a_lapsed_last_attempt_is_free_for_new_work(store, clock) -> None:
     old, _ = await todos.create(store, NewTodo(queue="q", title="old", idempotency_key="k", max_attempts=1))
     await todos.claim_next(store, owner="crashed", lease=60)
-    clock.advance(61)  # its only attempt lapsed: a dead letter, though nobody claimed since
+    clock.advance(60)  # its only attempt lapsed (at the expiry itself): a dead letter, though nobody claimed since
     new, created = await todos.create(store, NewTodo(queue="q", title="new", idempotency_key="k"))
     assert created and new.id != old.id
     assert (await todos.get(store, old.id)).dead_letter
@@ -377,3 +377,34 @@ async def test_redrive_sends_back_only_the_dead_letter_it_names(store):
     await todos.redrive(store, one.id)
     assert (await todos.get(store, one.id)).state == "pending"
     assert (await todos.get(store, two.id)).dead_letter
+
+
+class NoJitter:
+    """A random source whose jitter factor is always 1: the backoff itself."""
+
+    def uniform(self, low: float, high: float) -> float:
+        return high
+
+
+@pytest.mark.parametrize(("attempt", "seconds"), [(1, 30), (2, 60), (5, 480), (6, 900), (12, 900)])
+async def test_without_jitter_a_retry_waits_exactly_thirty_seconds_doubling_up_to_fifteen_minutes(
+    store, clock, monkeypatch, attempt, seconds
+) -> None:
+    monkeypatch.setattr(store, "rng", NoJitter())
+    todo = await new(store, max_attempts=20)
+    claimed = await fail_until_attempt(store, clock, todo.id, attempt)
+    failed = await todos.fail(store, todo.id, claimed.lease_token, error="again")
+    assert failed.visible_at - clock.now_ms() == seconds * 1000
+
+
+async def test_a_pending_todo_created_now_is_zero_seconds_old(store) -> None:
+    await new(store)
+    (stats,) = await todos.stats(store)
+    assert stats.oldest_pending_age_seconds == 0
+
+
+async def test_stats_of_a_scope_lists_its_empty_queues_with_zero_counts(store) -> None:
+    await new(store, queue="busy")
+    answer = await todos.stats(store, queues=["idle", "busy"])
+    assert [s.queue for s in answer] == ["busy", "idle"]
+    assert answer[1] == todos.QueueStats("idle", 0, 0, 0, 0, 0, None)

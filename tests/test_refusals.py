@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from switchboard_local import events, todos
-from switchboard_local.errors import Conflict, InvalidArgument, NotFound
+from switchboard_local.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
@@ -312,3 +312,103 @@ async def test_lists_give_fifty_by_default(store) -> None:
     assert len(await todos.list_todos(store)) == 50
     assert len(await events.list_events(store)) == 50
     assert len(await events.recent_events(store)) == 50
+
+
+# ---------------------------------------------------------------- refusals that say why
+
+
+async def test_a_token_that_is_not_a_string_is_refused_as_missing(store) -> None:
+    todo = await new(store)
+    await todos.claim(store, todo.id, owner="w")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, todo.id, 12345)
+    assert refused.value.message == f"a lease token is required to change todo {todo.id}"
+    assert (await todos.get(store, todo.id)).state == "claimed"
+
+
+async def test_the_token_of_a_lease_taken_over_is_refused_naming_the_new_holder(store, clock) -> None:
+    todo = await new(store)
+    first = await todos.claim(store, todo.id, owner="w1", lease=60)
+    clock.advance(61)
+    await todos.claim(store, todo.id, owner="w2")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, todo.id, first.lease_token)
+    assert refused.value.message == f"the lease token does not match the current lease on todo {todo.id} (held by w2)"
+
+
+async def test_the_token_of_a_lapsed_lease_is_refused_saying_when_it_expired(store, clock) -> None:
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w", lease=60)
+    clock.advance(61)
+    with pytest.raises(Conflict) as refused:
+        await todos.heartbeat(store, todo.id, claimed.lease_token)
+    assert refused.value.message == f"the lease on todo {todo.id} expired at 2026-01-01T00:01:00.000Z"
+
+
+async def test_claiming_a_delayed_todo_early_says_when_it_becomes_visible(store) -> None:
+    todo = await new(store, delay=90)
+    with pytest.raises(Conflict) as refused:
+        await todos.claim(store, todo.id, owner="w")
+    assert refused.value.message == f"todo {todo.id} is not visible until 2026-01-01T00:01:30.000Z"
+
+
+async def test_an_assigned_todo_is_claimed_by_id_under_the_assignees_agent_name(store) -> None:
+    todo = await new(store, assignee="alice")
+    claimed = await todos.claim(store, todo.id, owner="alice-session-2", agent="alice")
+    assert (claimed.id, claimed.owner) == (todo.id, "alice-session-2")
+
+
+async def test_the_assignees_other_session_is_told_the_todo_is_claimed_and_others_that_it_is_not_theirs(store) -> None:
+    todo = await new(store, assignee="alice")
+    await todos.claim(store, todo.id, owner="alice-1", agent="alice")
+    with pytest.raises(Conflict) as busy:
+        await todos.claim(store, todo.id, owner="alice-2", agent="alice")
+    assert busy.value.message.startswith(f"todo {todo.id} is claimed by alice-1 until ")
+    with pytest.raises(Forbidden) as not_theirs:
+        await todos.claim(store, todo.id, owner="bob")
+    assert not_theirs.value.message == f"todo {todo.id} is assigned to 'alice'"
+
+
+@pytest.mark.parametrize("verb", ["complete_then_claim", "fail_then_claim"])
+async def test_finishing_a_todo_outside_the_callers_queues_is_not_found_and_changes_nothing(store, verb) -> None:
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    with pytest.raises(NotFound) as refused:
+        await getattr(todos, verb)(store, todo.id, claimed.lease_token, todos.NextClaim(owner="w"), queues=["other"])
+    assert refused.value.message == f"todo {todo.id} does not exist"
+    assert (await todos.get(store, todo.id)).state == "claimed"
+
+
+@pytest.mark.parametrize(
+    ("into", "detail"), [("pending", "pending"), ("claimed", "claimed"), ("retrying", "awaiting a retry"),
+                         ("done", "done")],
+)  # fmt: skip
+async def test_redriving_anything_but_a_dead_letter_says_what_the_todo_is(store, into, detail) -> None:
+    todo = await new(store, max_attempts=3)
+    if into != "pending":
+        claimed = await todos.claim(store, todo.id, owner="w")
+        if into == "retrying":
+            await todos.fail(store, todo.id, claimed.lease_token, error="later")
+        elif into == "done":
+            await todos.complete(store, todo.id, claimed.lease_token)
+    with pytest.raises(Conflict) as refused:
+        await todos.redrive(store, todo.id)
+    assert refused.value.message == f"todo {todo.id} is {detail}, not a dead letter; only dead letters can be redriven"
+
+
+async def test_redrive_refused_by_a_newer_live_todo_says_it_holds_the_key(store) -> None:
+    dead = await new(store, max_attempts=1, idempotency_key="k")
+    claimed = await todos.claim(store, dead.id, owner="w")
+    await todos.fail(store, dead.id, claimed.lease_token, error="e")
+    await new(store, idempotency_key="k")
+    with pytest.raises(Conflict) as refused:
+        await todos.redrive(store, dead.id)
+    assert refused.value.message == f"todo {dead.id} cannot be redriven: a newer live todo holds its idempotency key"
+
+
+async def test_a_todo_whose_last_lease_lapsed_can_be_redriven_at_once(store, clock) -> None:
+    todo = await new(store, max_attempts=1)
+    await todos.claim(store, todo.id, owner="w", lease=60)
+    clock.advance(60)  # nobody read or claimed since: the lapse is noticed by the redrive itself
+    redriven = await todos.redrive(store, todo.id)
+    assert (redriven.state, redriven.attempt) == ("pending", 0)
