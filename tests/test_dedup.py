@@ -170,3 +170,10 @@ async def test_a_pruned_delivery_key_is_kept_until_exactly_the_dedup_horizon(sto
     assert (await routing.deliver(store, delivery("d-1", window=0))).duplicate is True
     clock.advance(0.001)
     assert (await retention.prune(store, max_events=0)).delivery_keys == 1
+
+
+async def test_a_replay_window_of_one_second_still_catches_a_replay_within_it(store, gh, clock):
+    first = await routing.deliver(store, delivery("d-1", window=1))
+    clock.advance(0.5)
+    replayed = await routing.deliver(store, delivery("forged-2", window=1))
+    assert (replayed.duplicate, replayed.event_id) == (True, first.event_id)
