@@ -438,9 +438,10 @@ def report(results: list[AreaResult]) -> str:
            "Score = killed / (mutants run − equivalent); equivalent mutants and their reasons are in",
            "mutation/equivalent.toml. Not run: the run was stopped before reaching them.", "",
            "Each mutant runs the tests that reached its function (Python) or executed its statement (SQL) in the",
-           "pytest process: a test that reaches code only through a subprocess is not selected for it. The core's and",
-           "the group commit's mutants skip the tests that drive whole processes (run.py's EDGE_TESTS). Mutants of",
-           "webhooks._hex_signed, which webhooks.KINDS calls at import, run in a copy of the repository.", "",
+           "pytest process: a test that reaches code only through a subprocess is not selected for it. A Python",
+           "area's tests are those of its test files (run.py's AREA_TESTS): the files that can reach it in-process,",
+           "without the tests that drive whole processes. Mutants of webhooks._hex_signed, which webhooks.KINDS",
+           "calls at import, run in a copy of the repository.", "",
            "| area | mutants | killed | survived | no tests | equivalent | not run | score |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     sections = []
