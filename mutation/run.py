@@ -196,6 +196,10 @@ def _refresh_tests() -> None:
         shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
 
 
+def _files(area: str) -> list[str]:
+    return sorted({str(p.relative_to(ROOT)) for pattern in AREA_TESTS[area] for p in ROOT.glob(pattern)})
+
+
 @contextlib.contextmanager
 def _selection(area: str) -> Iterator[None]:
     """pyproject's test selection narrowed to AREA_TESTS[area] while mutmut runs (mutmut reads it only there)."""
@@ -204,7 +208,7 @@ def _selection(area: str) -> Iterator[None]:
         return
     pyproject = ROOT / "pyproject.toml"
     original = pyproject.read_text("utf-8")
-    files = sorted({str(p.relative_to(ROOT)) for pattern in AREA_TESTS[area] for p in ROOT.glob(pattern)})
+    files = _files(area)
     narrowed, count = re.subn(r"(?ms)^pytest_add_cli_args_test_selection = \[.*?\]$",
                               "pytest_add_cli_args_test_selection = " + json.dumps([*files, "-m", "not fuzz"]),
                               original)  # fmt: skip
@@ -511,6 +515,7 @@ def main() -> None:
     for area in [] if args.report_only else args.area or list(AREAS):
         began = time.monotonic()
         if area == "sql":
+            sql.SELECTION = [*_files("core"), "-m", "not fuzz"]
             sql.run(jobs=args.jobs, rerun=not (args.resume or args.survivors), survivors=args.survivors)
         else:
             run_python(area, args.jobs, args.resume, LOGS / f"mutmut-{area}.log", args.survivors)

@@ -360,7 +360,8 @@ def record(timeout: float = 3600) -> dict[str, object]:
     return json.loads(COVERAGE.read_text())
 
 
-# The same tests mutmut's stats run uses (see pyproject's [tool.mutmut]).
+# The tests whose statements are recorded: the core's test files (run.py sets
+# it from its AREA_TESTS); the edges' tests reach the SQL through the same verbs.
 SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/test_packaging.py"]
 
 
