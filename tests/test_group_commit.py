@@ -251,7 +251,8 @@ def orphan_attempt(tx) -> None:  # noqa: ANN001
     tx.run("INSERT INTO attempts (todo_id, attempt, owner, claimed_at) VALUES (999999, 1, 'nobody', 0)")
 
 
-async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path) -> None:
+async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path,
+                                                                                          roomy_budget) -> None:
     gate, held = await hold_the_thread(store)
     writes = [
         asyncio.create_task(todos.create(store, NewTodo(queue="q", title="one"))),
