@@ -181,6 +181,9 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         names = sorted(n for n in _meta() if _in_area(n, area)) or names
     _skip_tests(area)
     _refresh_tests()
+    # Before mutmut starts: the PYTHONPATH entry must exist when Python first looks
+    # at it, or the import system caches it as missing and the tests import nothing.
+    (ROOT / "mutants").mkdir(exist_ok=True)
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
     print(f"{area}: mutmut run ({len(names)} names/patterns), log in {log_path.relative_to(ROOT)}", flush=True)
     with open(log_path, "a") as log, _selection(area):
