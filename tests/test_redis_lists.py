@@ -7,6 +7,7 @@ Redis once drained. The adapter runs in this process (mutation testing sees it).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
 import pytest
@@ -23,7 +24,9 @@ def bodies_in_order(db_path) -> list[str]:
         return [bytes(row[0]).decode() for row in conn.execute("SELECT body FROM events ORDER BY id")]
 
 
-async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_store, redis_server, db_path) -> None:
+async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_store, redis_server, db_path,
+                                                                          caplog) -> None:  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
     r = redis_server.client()
     r.lpush("jobs", '"a"', '"b"', '"c"')  # before the adapter starts: the list reads c, b, a from the head
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
@@ -35,6 +38,7 @@ async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_st
 
     assert bodies_in_order(db_path) == ['"a"', '"b"', '"c"', '"d"', '"e"', '"f"']
     assert r.keys("*") == []  # drained: no processing list left over, no stray list anywhere
+    assert caplog.messages == []  # no fault on the way (a retry would have hidden a wrong read)
 
 
 async def test_a_batch_whose_commit_failed_is_stored_in_pushed_order_once_the_fault_clears(real_store, redis_server,
@@ -54,3 +58,15 @@ async def test_a_batch_whose_commit_failed_is_stored_in_pushed_order_once_the_fa
     await running.finish()
     assert bodies_in_order(db_path) == ['"a"', '"b"', '"c"']
     assert (await adapters.get(real_store, "jobs")).consecutive_failures == 0
+
+
+async def test_an_idle_list_adapter_keeps_waiting_on_its_one_connection(real_store, redis_server, db_path) -> None:
+    r = redis_server.client()
+    connections = r.info("stats")["total_connections_received"]  # this client's own included
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
+    # Two BLMOVEs that timed out on the empty list: the adapter has waited a while.
+    await running.until(lambda: r.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0), lambda n: n >= 2)
+    assert r.info("stats")["total_connections_received"] == connections + 1  # no reconnect between waits
+    r.lpush("jobs", '"late"')
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
