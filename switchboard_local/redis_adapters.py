@@ -164,13 +164,15 @@ class RedisAdapter:
             if not items:
                 break
             await self._store_list(r, processing, items)
+        # Tail to tail: KEY:processing keeps the producer's order (oldest first), so a
+        # batch re-read from it after a failed commit or a crash is stored in that order.
         while not self.stop.is_set():
-            first = await r.blmove(self.key, processing, BLOCK_MS / 1000, "RIGHT", "LEFT")
+            first = await r.blmove(self.key, processing, BLOCK_MS / 1000, "RIGHT", "RIGHT")
             if first is None:
                 await self._ok()
                 continue
             items = [first]
-            while len(items) < batch and (more := await r.lmove(self.key, processing, "RIGHT", "LEFT")) is not None:
+            while len(items) < batch and (more := await r.lmove(self.key, processing, "RIGHT", "RIGHT")) is not None:
                 items.append(more)
             await self._store_list(r, processing, items)
 

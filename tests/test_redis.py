@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from redis_server import RedisServer, free_port
 from waits import STALL, until_async
 from switchboard_local import adapters, redis_config, rules, todos
+from switchboard_local.events import body_hash
 from switchboard_local.redis_adapters import RedisAdapter, Supervisor, url_password
 from switchboard_local.store import Store
 
@@ -239,22 +241,35 @@ async def test_entries_left_pending_by_a_dead_consumer_are_taken_over_after_clai
     assert count(db_path, "SELECT count(*) FROM todos") == 5
 
 
-async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the_rest(real_store, redis_server, db_path) -> None:
+@pytest.mark.parametrize("mode", ["stream", "list"])
+async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the_rest(mode, real_store, redis_server,
+                                                                                      db_path, caplog) -> None:  # fmt: skip
     r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    await add_adapter(real_store, redis_server.url, mode, "orders")
     await rules.add(real_store, source="orders", queue="q", title="{name}")
     with sqlite3.connect(db_path) as conn:  # a todo that can never be stored, for this one message
         conn.execute("CREATE TRIGGER poison BEFORE INSERT ON todos WHEN NEW.title = 'poison' "
                      "BEGIN SELECT RAISE(ABORT, 'poisoned'); END")  # fmt: skip
-    for name in ("first", "poison", "third"):
-        r.xadd("orders", {"name": name})
+    if mode == "stream":
+        ids = {name: r.xadd("orders", {"name": name}).decode() for name in ("first", "poison", "third")}
+        acked = lambda: r.xpending("orders", "switchboard")["pending"] == 0  # noqa: E731
+    else:
+        messages = {name: json.dumps({"name": name}).encode() for name in ("first", "poison", "third")}
+        ids = {name: body_hash(m) for name, m in messages.items()}
+        r.lpush("orders", *messages.values())
+        acked = lambda: r.exists("orders", "orders:processing") == 0  # noqa: E731
     running = Running(real_store, await adapters.get(real_store, "orders"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
-    await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
+    await running.until(acked, True)
     await running.finish()
     with sqlite3.connect(db_path) as conn:
         titles = [row[0] for row in conn.execute("SELECT title FROM todos ORDER BY id")]
     assert titles == ["first", "third"]  # the poison message is an event without todos
+    # The operator learns which message, of which adapter, and why.
+    (told,) = [m for m in caplog.messages if "kept without todos" in m]
+    assert told.startswith(f"adapter orders: message {ids['poison']} kept without todos: Conflict: "), told
+    assert told.endswith("poisoned"), told  # the database's own reason
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [told]  # and no retry hid a fault
 
 
 def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:

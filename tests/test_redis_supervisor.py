@@ -1,0 +1,168 @@
+"""The adapter supervisor against a real redis-server: it follows the registry and tells the operator.
+
+It runs each enabled queue adapter once (a webhook source is not its to run),
+restarts one whose row changed, stops one that was disabled, and says so in
+the log; a failure of an adapter's task or of a read of the registry is logged
+with its traceback and supervising goes on. Polls are fast here (0.05 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+
+import pytest
+from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+
+from switchboard_local import adapters, redis_adapters, webhooks
+from switchboard_local.redis_adapters import RedisAdapter, Supervisor
+
+pytestmark = pytest.mark.anyio
+
+POLL = 0.05
+
+
+class Registry:
+    """adapters.list_adapters as the supervisor calls it: its reads counted, and failing when a test asks
+    (reading the registry cannot be made to fail for real while the store keeps working)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        self.failures = 0
+        list_adapters = adapters.list_adapters
+
+        async def reading(store, *, family=None):  # noqa: ANN001, ANN202
+            self.reads += 1
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("the registry cannot be read (fault hook)")
+            return await list_adapters(store, family=family)
+
+        monkeypatch.setattr(adapters, "list_adapters", reading)
+
+
+@pytest.fixture
+def registry(monkeypatch) -> Registry:
+    return Registry(monkeypatch)
+
+
+@pytest.fixture
+def log(caplog) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="switchboard_local.redis")
+    return caplog
+
+
+def about(log: pytest.LogCaptureFixture, name: str) -> list[str]:
+    """What the log said about adapter ``name``, in order."""
+    return [m for m in log.messages if m.startswith(f"adapter {name}:")]
+
+
+async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_store, redis_server, db_path, registry,
+                                                                         log) -> None:  # fmt: skip
+    r = redis_server.client()
+    await adapters.add(real_store, "gh", family="webhook", kind="github", trust_mode="github",
+                       config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    await add_adapter(real_store, redis_server.url, "list", "paused", name="paused")
+    await adapters.set_enabled(real_store, "paused", False)
+    supervisor = Supervisor(real_store, poll=POLL)
+    running = Running(real_store, supervisor=supervisor)
+    r.xadd("orders", {"n": "1"})
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    polls = registry.reads
+    await running.until(lambda: registry.reads >= polls + 10, True)  # many polls, nothing changed
+
+    assert sorted(supervisor.running) == ["orders"]
+    assert about(log, "orders") == ["adapter orders: started (stream orders)"]  # once: never restarted
+    assert about(log, "gh") == [] and about(log, "paused") == []
+    assert [r.getMessage() for r in log.records if r.levelno >= logging.WARNING] == []
+    await running.finish()
+    assert about(log, "orders")[-1] == "adapter orders: stopped"
+
+
+async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(real_store, redis_server, db_path,
+                                                                             log) -> None:  # fmt: skip
+    r = redis_server.client()
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    r.xadd("orders", {"n": "1"})
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+
+    with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:  # the row edited by hand: another key
+        conn.execute("UPDATE adapters SET config = json_set(config, '$.key', 'orders-v2'), updated_at = updated_at + 1 "
+                     "WHERE name = 'orders'")  # fmt: skip
+    r.xadd("orders-v2", {"n": "2"})
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
+    await running.finish()
+    assert about(log, "orders")[:3] == [
+        "adapter orders: started (stream orders)",
+        "adapter orders: stopped",
+        "adapter orders: started (stream orders-v2)",
+    ]
+
+
+async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, redis_server, db_path, log) -> None:
+    await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs")
+    supervisor = Supervisor(real_store, poll=POLL)
+    running = Running(real_store, supervisor=supervisor)
+    await running.until(lambda: sorted(supervisor.running), ["jobs"])
+    await adapters.set_enabled(real_store, "jobs", False)
+    await running.until(lambda: sorted(supervisor.running), [])
+    assert about(log, "jobs") == ["adapter jobs: started (list jobs)", "adapter jobs: stopped"]
+    await running.finish()
+
+
+async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_started_again(real_store, redis_server,
+                                                                                          monkeypatch, log) -> None:  # fmt: skip
+    runs: list[RedisAdapter] = []
+
+    async def run(self: RedisAdapter) -> None:  # a bug escaping an adapter's loop: no real fault does that
+        runs.append(self)
+        if len(runs) == 1:
+            raise RuntimeError("an adapter's bug (fault hook)")
+        await self.stop.wait()
+
+    monkeypatch.setattr(redis_adapters.RedisAdapter, "run", run)
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    await running.until(lambda: len(runs), 2)
+    await running.finish()
+
+    assert about(log, "orders")[:4] == [
+        "adapter orders: started (stream orders)",
+        "adapter orders: ended with an error",
+        "adapter orders: stopped",
+        "adapter orders: started (stream orders)",
+    ]
+    (failed,) = [r for r in log.records if "ended with an error" in r.getMessage()]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+    assert "RuntimeError: an adapter's bug (fault hook)" in log.text  # the traceback
+
+
+async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(real_store, redis_server, db_path,
+                                                                               registry, log) -> None:  # fmt: skip
+    r = redis_server.client()
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    registry.failures = 1
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    r.xadd("orders", {"n": "1"})
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
+
+    (failed,) = [r for r in log.records if r.levelno >= logging.WARNING]
+    assert failed.getMessage() == "adapter supervisor: cannot follow the registry this time"
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+    assert "RuntimeError: the registry cannot be read (fault hook)" in log.text  # the traceback
+    assert about(log, "orders")[0] == "adapter orders: started (stream orders)"
+
+
+async def test_stopping_the_supervisor_stops_every_adapter_it_runs(real_store, redis_server, log) -> None:
+    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs")
+    supervisor = Supervisor(real_store, poll=POLL)
+    running = Running(real_store, supervisor=supervisor)
+    await running.until(lambda: sorted(supervisor.running), ["jobs", "orders"])
+    await running.finish()
+    assert not supervisor.running
+    assert {about(log, name)[-1] for name in ("jobs", "orders")} == {"adapter jobs: stopped", "adapter orders: stopped"}
