@@ -341,3 +341,35 @@ def test_the_configured_secret_header_of_hmac_and_token_sources_is_redacted(kind
 def test_other_kinds_keep_a_header_they_do_not_use_for_secrets():
     stored = webhooks.redact({"x-custom": "kept", "x-hub-signature": "sha1=…"}, source("stripe"))
     assert stored == {"x-custom": "kept", "x-hub-signature": "[redacted]"}
+
+
+# ---------------------------------------------------------------- malformed signature elements
+
+
+def test_a_standard_webhooks_signature_with_more_after_a_comma_is_refused():
+    body = b'{"type": "x"}'
+    sent = signing.standard(body, secret_for("standard"), NOW, "msg_1")
+    signature = sent["webhook-signature"].removeprefix("v1,")
+    for forged in (f"v1,{signature},junk", f"v1,junk,{signature}"):
+        reason = refusal(source("standard"), sent | {"webhook-signature": forged}, body)
+        assert reason == "webhook-signature has no matching v1 signature"
+
+
+def test_a_stripe_element_with_an_equals_sign_in_its_value_is_refused_as_not_matching():
+    body = b'{"id": "evt_1", "type": "invoice.paid"}'
+    sent = signing.stripe(body, secret_for("stripe"), NOW)
+    t, v1 = sent["Stripe-Signature"].split(",")
+    for forged in (f"{t},{v1}=x", f"{t},v1=x={v1.removeprefix('v1=')}"):
+        assert refusal(source("stripe"), {"Stripe-Signature": forged}, body) == "stripe-signature does not match"
+
+
+def test_a_bearer_token_holding_a_space_is_compared_whole():
+    src = source("token", secrets=[{"value": "two words"}])
+    assert verify(src, {"Authorization": "Bearer two words"}, b"{}").detail == "authorization token matched the secret"
+    assert refusal(src, {"Authorization": "Bearer words"}, b"{}") == "authorization token does not match"
+
+
+def test_slacks_url_verification_says_how_it_matched_and_answers_an_empty_challenge_when_none_is_sent():
+    body = b'{"type": "url_verification"}'
+    got = verify(source("slack"), signing.slack(body, secret_for("slack"), NOW), body)
+    assert (got.challenge, got.detail) == ("", DETAIL["slack"])
