@@ -152,6 +152,20 @@ def _meta() -> dict[str, tuple[Path, dict]]:
     return found
 
 
+def _not_known_equivalent(names: list[str]) -> list[str]:
+    """Leave out the mutants equivalent.toml already explains: running them only
+    costs their tests' whole time (they survive), and the report counts them as equivalent."""
+    known, rules = equivalents()
+    meta = _meta()
+    kept = []
+    for name in names:
+        diff = _mutmut_diff(name, meta[name][0])
+        outcome = Outcome(key=_stable_key(name, diff), status="survived", diff=diff)
+        if outcome.key not in known and not _case_only(outcome, rules):
+            kept.append(name)
+    return kept
+
+
 def _forget_survivors(area: str) -> None:
     """Mark the area's survivors undecided, so that a resumed run tries them again with today's tests."""
     for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
@@ -174,6 +188,7 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         resume = True
     if resume:
         undecided = [n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None]
+        undecided = _not_known_equivalent(undecided)
         if not undecided and _meta():
             print(f"{area}: nothing left to run")
             return
@@ -291,6 +306,7 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 
 
 def python_outcomes(area: str) -> list[Outcome]:
+    known, rules = equivalents()
     outcomes = []
     by_copy = json.loads(BY_COPY_RESULTS.read_text()) if BY_COPY_RESULTS.exists() else {}
     for name, (path, code) in sorted(_meta().items()):
@@ -301,11 +317,13 @@ def python_outcomes(area: str) -> list[Outcome]:
         else:
             status = STATUS.get(code, "suspicious")
         outcome = Outcome(key=name, status=status)
-        if status not in KILLED and status != "not run":
+        if status not in KILLED:
             outcome.diff = _mutmut_diff(name, path)
             outcome.key = _stable_key(name, outcome.diff)
             outcome.where = _where(path, name, outcome.diff)
             outcome.group = _function_name(name)
+            if status == "not run" and (outcome.key in known or _case_only(outcome, rules)):
+                outcome.status = "equivalent"  # not run on purpose: see _not_known_equivalent
         outcomes.append(outcome)
     return outcomes
 
@@ -462,7 +480,7 @@ def report(results: list[AreaResult]) -> str:
                 counts["killed"] += 1
             elif outcome.status == "not run":
                 counts["not run"] += 1
-            elif outcome.key in known or (outcome.status == "survived" and _case_only(outcome, rules)):
+            elif outcome.key in known or (outcome.status in ("survived", "equivalent") and _case_only(outcome, rules)):
                 counts["equivalent"] += 1
                 used.add(outcome.key)
             else:
