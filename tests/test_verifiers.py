@@ -373,3 +373,23 @@ def test_slacks_url_verification_says_how_it_matched_and_answers_an_empty_challe
     body = b'{"type": "url_verification"}'
     got = verify(source("slack"), signing.slack(body, secret_for("slack"), NOW), body)
     assert (got.challenge, got.detail) == ("", DETAIL["slack"])
+
+
+@pytest.mark.parametrize(("option", "value"), [("tolerance", 1), ("tolerance", 86400), ("max_body", 1),
+                                               ("max_body", 64 * 1024 * 1024), ("replay_window", 0),
+                                               ("replay_window", 7 * 86400)])  # fmt: skip
+def test_source_options_at_their_bounds_are_accepted(option, value):
+    assert webhooks.source_config("github", {option: value})[option] == value
+
+
+def test_a_replay_window_that_is_not_a_whole_number_is_refused():
+    for value in (True, 1.5, "60"):
+        with pytest.raises(InvalidArgument):
+            webhooks.source_config("github", {"replay_window": value})
+
+
+@pytest.mark.parametrize(("kind", "window"), [("github", 86400), ("stripe", 0), ("open", 0)])
+def test_a_source_stored_before_replay_windows_existed_gets_its_kinds_default(kind, window):
+    src = source(kind)
+    del src.config["replay_window"]
+    assert webhooks.replay_window(src) == window
