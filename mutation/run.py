@@ -541,7 +541,9 @@ def main() -> None:
             sql.run(jobs=args.jobs, rerun=not (args.resume or args.survivors), survivors=args.survivors)
         else:
             run_python(area, args.jobs, args.resume, LOGS / f"mutmut-{area}.log", args.survivors)
-        timings[area] = time.monotonic() - began
+        # A resumed or survivors-only run adds to the area's time rather than replacing it.
+        earlier = timings.get(area, 0.0) if (args.resume or args.survivors) else 0.0
+        timings[area] = earlier + time.monotonic() - began
         timings_path.write_text(json.dumps(timings))
         print(f"{area}: done in {timings[area] / 60:.0f} min", flush=True)
     # The report covers every area from the last results each has (the store
