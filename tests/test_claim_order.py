@@ -180,3 +180,10 @@ async def test_concurrent_claims_through_two_connections_never_share_a_todo(stor
     got = [c.id for c in claims if c is not None]
     assert sorted(got) == sorted(created)  # each todo exactly once, the rest got None
     assert [(await todos.get(store, i)).attempt for i in sorted(created)] == [1] * 5
+
+
+async def test_claim_across_several_queues_takes_each_queues_oldest_of_equal_priority_first(store):
+    older = await new(store, queue="q1", title="older")
+    newer = await new(store, queue="q1", title="newer")
+    order = [(await todos.claim_next(store, owner="w", queues=["q1", "q2"])).id for _ in range(2)]
+    assert order == [older.id, newer.id]

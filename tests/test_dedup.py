@@ -177,3 +177,81 @@ async def test_a_replay_window_of_one_second_still_catches_a_replay_within_it(st
     clock.advance(0.5)
     replayed = await routing.deliver(store, delivery("forged-2", window=1))
     assert (replayed.duplicate, replayed.event_id) == (True, first.event_id)
+
+
+# ---------------------------------------------------------------- each source its own deliveries
+
+
+def from_source(source: str, external_id: str, body: bytes = BODY) -> NewEvent:
+    return NewEvent(source=source, family="webhook", type="pull_request", external_id=external_id,
+                    trust_mode="github", verified=True, body=body, content_type="application/json",
+                    replay_window=DAY)  # fmt: skip
+
+
+@pytest.fixture
+async def two_sources(store, gh):
+    return await adapters.add(store, "gh2", family="webhook", kind="github", trust_mode="github",
+                              config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+
+
+async def test_a_duplicate_answers_with_its_own_sources_event_when_another_source_used_the_same_id(store, two_sources):
+    await routing.deliver(store, from_source("gh", "d-1", b'{"n": 1}'))
+    second = await routing.deliver(store, from_source("gh2", "d-1", b'{"n": 2}'))
+    assert second.duplicate is False
+    again = await routing.deliver(store, from_source("gh2", "d-1", b'{"n": 2}'))
+    assert (again.duplicate, again.event_id) == (True, second.event_id)
+
+
+async def test_a_pruned_or_replayed_delivery_of_one_source_is_no_duplicate_for_another(store, two_sources, clock):
+    first = await routing.deliver(store, from_source("gh", "d-1"))
+    done = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, done.id, done.lease_token)
+    await retention.prune(store, max_events=0)  # gh's d-1 is kept as a key only, and its body as a replay key
+    other = await routing.deliver(store, from_source("gh2", "d-1"))
+    assert other.duplicate is False
+
+
+async def test_a_duplicate_of_a_pruned_delivery_answers_with_that_deliverys_event(store, gh, clock):
+    events = []
+    for n in range(3):
+        result = await routing.deliver(store, from_source("gh", f"d-{n}", f'{{"n": {n}}}'.encode()))
+        done = await todos.claim(store, result.todo_ids[0], owner="w")
+        await todos.complete(store, done.id, done.lease_token)
+        events.append(result.event_id)
+    await retention.prune(store, max_events=0)
+    clock.advance(DAY + 1)  # the bodies are past their replay window; the ids are kept to the horizon
+    again = await routing.deliver(store, from_source("gh", "d-1", b'{"n": 1}'))
+    assert (again.duplicate, again.event_id) == (True, events[1])
+
+
+async def test_a_replayed_body_answers_with_the_event_it_repeats(store, gh, clock):
+    events = [(await routing.deliver(store, from_source("gh", f"d-{n}", f'{{"n": {n}}}'.encode()))).event_id
+              for n in range(3)]  # fmt: skip
+    replayed = await routing.deliver(store, from_source("gh", "forged", b'{"n": 2}'))
+    assert (replayed.duplicate, replayed.event_id) == (True, events[2])
+
+
+async def test_a_redelivery_of_a_pruned_delivery_answers_with_its_own_event_not_a_later_one_with_the_same_body(
+    store, gh, clock
+):
+    first = await routing.deliver(store, from_source("gh", "d-1"))
+    clock.advance(DAY + 1)  # past the replay window: the same body under a new id is a new delivery
+    later = await routing.deliver(store, from_source("gh", "d-2"))
+    assert later.duplicate is False
+    for result in (first, later):
+        done = await todos.claim(store, result.todo_ids[0], owner="w")
+        await todos.complete(store, done.id, done.lease_token)
+    await retention.prune(store, max_events=0)
+    again = await routing.deliver(store, from_source("gh", "d-1"))
+    assert (again.duplicate, again.event_id) == (True, first.event_id)
+
+
+async def test_each_source_keeps_its_own_pruned_delivery_ids(store, two_sources):
+    results = {}
+    for source in ("gh", "gh2"):
+        results[source] = await routing.deliver(store, from_source(source, "d-1", source.encode()))
+        done = await todos.claim(store, results[source].todo_ids[0], owner="w")
+        await todos.complete(store, done.id, done.lease_token)
+    await retention.prune(store, max_events=0)
+    again = await routing.deliver(store, from_source("gh2", "d-1", b"gh2"))
+    assert (again.duplicate, again.event_id) == (True, results["gh2"].event_id)

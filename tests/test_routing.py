@@ -465,3 +465,16 @@ async def test_a_dry_run_names_what_is_missing(store) -> None:
     assert unknown.value.message == "no source named 'nobody'"
     with pytest.raises(NotFound):
         await routing.dry_run(store, event_id=999)
+
+
+@pytest.mark.parametrize("holder", ["claimed", "retrying"])
+async def test_a_replay_finds_its_earlier_replays_todo_while_that_one_is_claimed_or_awaiting_a_retry(store, holder):
+    await add_source(store)
+    first = await routing.deliver(store, event(PR))
+    done = await todos.claim(store, first.todo_ids[0], owner="w")
+    await todos.complete(store, done.id, done.lease_token)
+    (replayed_id,) = await routing.replay(store, first.event_id)
+    claimed = await todos.claim(store, replayed_id, owner="w")
+    if holder == "retrying":
+        await todos.fail(store, replayed_id, claimed.lease_token, error="later")
+    assert await routing.replay(store, first.event_id) == [replayed_id]
