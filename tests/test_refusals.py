@@ -412,3 +412,14 @@ async def test_a_todo_whose_last_lease_lapsed_can_be_redriven_at_once(store, clo
     clock.advance(60)  # nobody read or claimed since: the lapse is noticed by the redrive itself
     redriven = await todos.redrive(store, todo.id)
     assert (redriven.state, redriven.attempt) == ("pending", 0)
+
+
+async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, clock) -> None:
+    todo = await new(store, max_attempts=2)
+    for _ in range(2):
+        claimed = await todos.claim(store, todo.id, owner="w")
+        await todos.fail(store, todo.id, claimed.lease_token, error="e")
+        clock.advance(3600)  # past the backoff
+    with pytest.raises(Conflict) as refused:
+        await todos.claim(store, todo.id, owner="w")
+    assert refused.value.message == f"todo {todo.id} is a dead letter after 2 attempts; redrive it first"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local import retention, todos
+from switchboard_local.errors import InvalidArgument
 from switchboard_local.events import NewEvent, ingest
 from switchboard_local.todos import NewTodo
 
@@ -98,3 +99,39 @@ async def test_prune_cap_keeps_the_newest_events(store, db_path: Path, keep: int
     pruned = await retention.prune(store, older_than_days=30, max_events=keep)
     assert pruned.events == 5 - keep
     assert rows(db_path, "events") == ids[-keep:]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"older_than_days": -1}, "older-than must be zero or more days"),
+        ({"older_than_days": float("nan")}, "older-than must be zero or more days"),
+        ({"max_events": -1}, "max-events must be zero or a positive whole number"),
+        ({"max_events": True}, "max-events must be zero or a positive whole number"),
+        ({"max_events": 1.5}, "max-events must be zero or a positive whole number"),
+        ({"dedup_horizon_days": -1}, "dedup-horizon must be zero or more days"),
+    ],
+)
+async def test_prune_refuses_bad_limits_naming_them(store, arguments, message) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        await retention.prune(store, **arguments)
+    assert refused.value.message == message
+
+
+async def test_prune_with_zero_days_takes_every_finished_todo_and_keeps_no_key(store, clock, db_path) -> None:
+    await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
+    claimed = await todos.claim_next(store, owner="a")
+    await todos.complete(store, claimed.id, claimed.lease_token)
+    clock.advance(0.001)
+    pruned = await retention.prune(store, older_than_days=0, dedup_horizon_days=0)
+    assert (pruned.events, pruned.todos) == (1, 1)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM delivery_keys").fetchone() == (0,)
+
+
+async def test_an_event_pruned_exactly_at_the_dedup_horizon_keeps_its_key(store, clock, db_path) -> None:
+    await ingest(store, new_event(1), [])
+    clock.advance(7 * DAY)
+    assert (await retention.prune(store, max_events=0)).events == 1
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT key FROM delivery_keys").fetchall() == [("id:e1",)]
