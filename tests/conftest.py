@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,34 @@ from switchboard_local.store import Store
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+HANG_SECONDS = 60  # the slowest test takes about 12 s
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def fail_a_hung_test_under_mutation_testing() -> Iterator[None]:
+    """Under mutation testing (mutmut sets MUTANT_UNDER_TEST) a mutant that hangs
+    a test is killed after a minute, not after mutmut's own timeout: five times
+    every selected test's time, minutes for the core's mutants."""
+    if not os.environ.get("MUTANT_UNDER_TEST") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hung(signum: int, frame: object) -> None:
+        raise Hung(f"the test ran for {HANG_SECONDS} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
