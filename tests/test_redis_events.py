@@ -1,0 +1,80 @@
+"""What a Redis message becomes: the stored event's body and provenance, the
+URL taken from the environment, and reads and take-overs that log nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+
+import pytest
+from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis_streams import calls
+
+from switchboard_local import events
+
+pytestmark = pytest.mark.anyio
+
+
+def stored_body(db_path) -> bytes:  # noqa: ANN001
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        return conn.execute("SELECT body FROM events ORDER BY id LIMIT 1").fetchone()[0]
+
+
+async def test_a_stream_entry_is_stored_as_a_verified_queue_event_that_says_where_it_was_read(
+    real_store, redis_server, db_path
+) -> None:
+    r = redis_server.client()
+    entry = r.xadd("orders", {"payload": '{"n": 1}'}).decode()
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
+    (event,) = await events.list_events(real_store)
+    assert (event.source, event.family, event.type, event.external_id) == ("orders", "queue", "orders", entry)
+    assert (event.trust_mode, event.verified, event.content_type) == ("queue", True, None)
+    assert event.verify_detail == "read from redis stream 'orders' (trusted by the connection)"
+    assert event.headers == {"redis-mode": "stream", "redis-key": "orders"}
+
+
+async def test_stream_fields_become_compact_utf8_json_with_undecodable_bytes_replaced(real_store, redis_server,
+                                                                                    db_path) -> None:  # fmt: skip
+    r = redis_server.client()
+    r.xadd("orders", {"name": "Zoë", b"\xffkey": b"v\xfe"})
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
+    assert stored_body(db_path) == '{"name":"Zoë","\ufffdkey":"v\ufffd"}'.encode()
+
+
+async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(real_store, redis_server, db_path,
+                                                                              monkeypatch) -> None:  # fmt: skip
+    monkeypatch.setenv("ORDERS_REDIS_URL", redis_server.url)
+    adapter = await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL")
+    redis_server.client().lpush("jobs", b'{"n": 1}')
+    running = Running(real_store, adapter)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
+
+
+async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_store, redis_server, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    r = redis_server.client()
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    reads = calls(r, "xreadgroup")
+    await running.until(lambda: calls(r, "xreadgroup") >= reads + 3, True)  # reads that waited on an empty stream
+    await running.finish()
+    assert caplog.messages == []
+
+
+async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, redis_server, db_path, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    r = redis_server.client()
+    r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
+    for i in range(3):
+        r.xadd("orders", {"payload": f'{{"n": {i}}}'})
+    r.xreadgroup("switchboard", "dead", {"orders": ">"})  # read by a consumer that then died
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", claim_idle=1))
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
+    await running.finish()
+    assert caplog.messages == []
