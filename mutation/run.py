@@ -409,6 +409,14 @@ def _sql_line(mutant: sql.Mutant) -> int:
 # ---- report ----
 
 
+def kept_survivors() -> dict[str, str]:
+    """equivalent.toml's [[kept]]: survivors that do change behaviour, left without a
+    test for the reason given. They count as survived; the report shows the reason."""
+    if not EQUIVALENT.exists():
+        return {}
+    return {entry["mutant"]: entry["reason"] for entry in tomllib.loads(EQUIVALENT.read_text("utf-8")).get("kept", [])}
+
+
 def equivalents() -> tuple[dict[str, str], list[dict[str, str]]]:
     """equivalent.toml: reasons by mutant key, and the case-insensitive rules."""
     if not EQUIVALENT.exists():
@@ -457,12 +465,14 @@ def _rest_estimate(area: str, left: int) -> str:
 
 def report(results: list[AreaResult]) -> str:
     known, rules = equivalents()
+    kept, used_kept = kept_survivors(), set()
     used: set[str] = set()
     out = ["# Mutation testing report", "",
            "Made by `python mutation/run.py` (see the README's Development section and mutation/run.py's docstring).",
-           "Killed includes timeouts (tests running five times longer than unmutated: a hung consumer or loop).",
+           "Killed includes timeouts (a test hung for a minute, or tests running five times longer than unmutated).",
            "Score = killed / (mutants run − equivalent); equivalent mutants and their reasons are in",
-           "mutation/equivalent.toml. Not run: the run was stopped before reaching them.", "",
+           "mutation/equivalent.toml. A survivor marked \"kept\" changes behaviour but has no test, for the reason",
+           "given there ([[kept]]); it counts as survived. Not run: the run was stopped before reaching them.", "",
            "Each mutant runs the tests that reached its function (Python) or executed its statement (SQL) in the",
            "pytest process: a test that reaches code only through a subprocess is not selected for it. A Python",
            "area's tests are those of its test files (run.py's AREA_TESTS): the files that can reach it in-process,",
@@ -504,12 +514,15 @@ def report(results: list[AreaResult]) -> str:
             section += [f"### {group} ({len(members)})", "", "```diff"]
             for outcome in members:
                 label = "no test reaches it" if outcome.status == "no tests" else outcome.status
+                if outcome.key in kept:
+                    label += f", kept: {kept[outcome.key]}"
+                    used_kept.add(outcome.key)
                 about = f" {outcome.label}" if outcome.label else ""
                 section.append(f"# {outcome.where}{about} ({label})")
                 section += [line for line in outcome.diff.splitlines()[2:] if line[:1] in "-+"]
             section += ["```", ""]
         sections.append("\n".join(section))
-    stale = sorted(set(known) - used)
+    stale = sorted((set(known) - used) | (set(kept) - used_kept))
     out.append("")
     if stale:
         out += ["Entries of equivalent.toml that matched no surviving mutant (stale, or their area was not run):", ""]

@@ -3,6 +3,7 @@ URL taken from the environment, and reads and take-overs that log nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -78,3 +79,23 @@ async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, red
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert caplog.messages == []
+
+
+async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_keeps_retrying(
+    real_store, redis_server, monkeypatch
+) -> None:
+    from switchboard_local import adapters
+
+    monkeypatch.delenv("ORDERS_REDIS_URL", raising=False)
+    running = Running(real_store, await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL"))
+
+    async def last_error() -> str | None:
+        return (await adapters.get(real_store, "orders")).last_error
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while await last_error() is None:
+        assert asyncio.get_running_loop().time() < deadline and not running.task.done()
+        await asyncio.sleep(0.05)
+    assert await last_error() == "RedisError: environment variable ORDERS_REDIS_URL is not set"
+    assert not running.task.done()  # it backs off and tries again; serve goes on
+    await running.finish()
