@@ -38,6 +38,6 @@ async def test_an_unexpected_error_is_logged_with_its_type_and_place_and_retried
     source = redis_adapters.__file__
     reading_the_group = lines_holding('group, consumer, batch = self.config["group"]', source)  # in _stream
     for message in caplog.messages:
-        found = re.search(r"adapter orders: unexpected KeyError at (.+):(\d+);", message)
+        found = re.fullmatch(r"adapter orders: unexpected KeyError at (.+):(\d+); retrying", message)
         assert found and found[1] == source and int(found[2]) in reading_the_group, message
     assert "hunter2" not in caplog.text

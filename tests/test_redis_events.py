@@ -99,3 +99,54 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
     assert await last_error() == "RedisError: environment variable ORDERS_REDIS_URL is not set"
     assert not running.task.done()  # it backs off and tries again; serve goes on
     await running.finish()
+
+
+async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_retries(real_store, caplog) -> None:
+    from redis_server import free_port
+
+    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    running = Running(real_store, await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs"))
+    await running.until(lambda: len(caplog.records) >= 1, True)
+    await running.finish()
+    first = caplog.records[0]
+    assert first.levelno == logging.WARNING
+    assert first.getMessage().startswith("adapter orders: ConnectionError: ")
+    assert first.getMessage().endswith("; retrying in up to 1 s")
+
+
+async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, redis_server,
+                                                                                         db_path) -> None:  # fmt: skip
+    from switchboard_local import adapters
+
+    r = redis_server.client()
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM adapters WHERE last_poll_at IS NOT NULL"), 1)
+    r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')  # within the second after that record, most likely
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.finish()
+    assert (await adapters.get(real_store, "orders")).messages_stored == 3
+
+
+async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, redis_server, db_path,
+                                                                                    monkeypatch, caplog) -> None:  # fmt: skip
+    from switchboard_local import adapters
+    from switchboard_local.errors import Unavailable
+
+    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    real_record = adapters.record_health
+    failed = []
+
+    async def fails_once_with_a_count(store, name, *, error=None, stored=0):  # noqa: ANN001, ANN202  (a fault hook)
+        if stored and not failed:
+            failed.append(stored)
+            raise Unavailable("the disk is full")
+        await real_record(store, name, error=error, stored=stored)
+
+    monkeypatch.setattr(adapters, "record_health", fails_once_with_a_count)
+    redis_server.client().lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
+    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: bool(failed), True)
+    await running.finish()
+    assert caplog.messages == ["adapter orders: cannot record health: unavailable: the disk is full"]
+    assert (await adapters.get(real_store, "orders")).messages_stored == 3
