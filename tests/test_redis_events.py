@@ -115,13 +115,14 @@ async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_ret
 
 
 async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, redis_server,
-                                                                                         db_path) -> None:  # fmt: skip
-    from switchboard_local import adapters
+                                                                                         db_path, monkeypatch) -> None:  # fmt: skip
+    from switchboard_local import adapters, redis_adapters
 
+    monkeypatch.setattr(redis_adapters, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM adapters WHERE last_poll_at IS NOT NULL"), 1)
-    r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')  # within the second after that record, most likely
+    r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.finish()
     assert (await adapters.get(real_store, "orders")).messages_stored == 3
