@@ -385,3 +385,12 @@ async def test_the_event_loop_never_waits_for_another_processs_lock(db_path, mon
         holder.close()
     finally:
         await store.close()
+
+
+async def test_a_write_that_raises_what_a_future_cannot_carry_is_answered_with_a_runtime_error_naming_it(store) -> None:
+    def exits(tx):  # noqa: ANN001, ANN202
+        raise SystemExit(3)
+
+    with pytest.raises(RuntimeError, match=r"^the store's thread failed: SystemExit\(3\)$"):
+        await store.write(exits)
+    assert (await todos.create(store, NewTodo(queue="q", title="after")))[1] is True
