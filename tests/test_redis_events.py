@@ -9,10 +9,12 @@ import logging
 import sqlite3
 
 import pytest
+from redis_server import free_port
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 from test_redis_streams import calls
 
-from switchboard_local import events
+from switchboard_local import adapters, events, redis_adapters
+from switchboard_local.errors import Unavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -84,8 +86,6 @@ async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, red
 async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_keeps_retrying(
     real_store, redis_server, monkeypatch
 ) -> None:
-    from switchboard_local import adapters
-
     monkeypatch.delenv("ORDERS_REDIS_URL", raising=False)
     running = Running(real_store, await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL"))
 
@@ -102,8 +102,6 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
 
 
 async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_retries(real_store, caplog) -> None:
-    from redis_server import free_port
-
     caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
     running = Running(real_store, await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs"))
     await running.until(lambda: len(caplog.records) >= 1, True)
@@ -116,8 +114,6 @@ async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_ret
 
 async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, redis_server,
                                                                                          db_path, monkeypatch) -> None:  # fmt: skip
-    from switchboard_local import adapters, redis_adapters
-
     monkeypatch.setattr(redis_adapters, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
@@ -130,9 +126,6 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
 
 async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, redis_server, db_path,
                                                                                     monkeypatch, caplog) -> None:  # fmt: skip
-    from switchboard_local import adapters
-    from switchboard_local.errors import Unavailable
-
     caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
     real_record = adapters.record_health
     failed = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local import adapters, routing, rules, todos, webhooks
+from switchboard_local import adapters, routing, rules, settings, todos, webhooks
 from switchboard_local.cli import main
 from switchboard_local.errors import InvalidArgument, NotFound
 from switchboard_local.events import NewEvent
@@ -412,8 +412,6 @@ async def test_a_batch_of_queue_messages_names_each_todo_for_its_message(store) 
 
 
 async def test_the_payload_cap_setting_decides_when_a_routed_todo_omits_its_body(store) -> None:
-    from switchboard_local import settings
-
     await add_source(store)
     await settings.set_value(store, "limits.max_payload", "64KiB")
     big = {"text": "x" * 70_000}
@@ -426,8 +424,6 @@ async def test_the_payload_cap_setting_decides_when_a_routed_todo_omits_its_body
 
 
 async def test_a_payload_exactly_at_the_cap_keeps_its_body(store) -> None:
-    from switchboard_local import settings
-
     await add_source(store)
     await settings.set_value(store, "limits.max_payload", "64KiB")
     (probe,) = await routing.dry_run(store, source="gh", payload={"text": ""})
