@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from switchboard_local import todos  # noqa: E402
-from switchboard_local.store import Store  # noqa: E402
+from switchboard_local.core import todos  # noqa: E402
+from switchboard_local.core.store import Store  # noqa: E402
 
 WORKER = ROOT / "tests" / "drain_worker.py"
 

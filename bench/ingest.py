@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # PYTHONPATH (another checkout) comes first
 
-from switchboard_local import adapters, routing, rules, webhooks  # noqa: E402
-from switchboard_local.events import NewEvent  # noqa: E402
-from switchboard_local.store import Store  # noqa: E402
+from switchboard_local.core import sources as adapters, routing, rules
+from switchboard_local.http import verifiers as webhooks  # noqa: E402
+from switchboard_local.core.events import NewEvent  # noqa: E402
+from switchboard_local.core.store import Store  # noqa: E402
 
 BODY = {"action": "opened", "number": 0, "pull_request": {"title": "x" * 200, "body": "y" * 3500}}
 

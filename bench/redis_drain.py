@@ -28,9 +28,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402
-from switchboard_local import adapters, redis_config  # noqa: E402
-from switchboard_local.redis_adapters import RedisAdapter  # noqa: E402
-from switchboard_local.store import Store  # noqa: E402
+from switchboard_local.core import sources as adapters
+from switchboard_local.core import redis_config  # noqa: E402
+from switchboard_local.redis.consumer import RedisAdapter  # noqa: E402
+from switchboard_local.core.store import Store  # noqa: E402
 
 
 def fill(server: RedisServer, key: str, n: int) -> None:

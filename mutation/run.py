@@ -344,7 +344,7 @@ def _changed(diff: str, sign: str) -> list[str]:
 
 
 def _function_name(name: str) -> str:
-    """switchboard_local.store.xǁStoreǁ_flush__mutmut_3 -> store.Store._flush"""
+    """switchboard_local.core.store.xǁStoreǁ_flush__mutmut_3 -> store.Store._flush"""
     module, _, function = name.partition("__mutmut_")[0].removeprefix(PACKAGE + ".").rpartition(".")
     return f"{module}.{function.removeprefix('x_').replace('xǁ', '').replace('ǁ', '.')}"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from switchboard_local import store
-from switchboard_local.queries import Q
+from switchboard_local.core import store
+from switchboard_local.core.queries import Q
 
 _names = {text: name for name, text in vars(Q).items()}
 _current: str | None = None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.clock import ManualClock
-from switchboard_local.store import Store
+from switchboard_local.core.clock import ManualClock
+from switchboard_local.core.store import Store
 
 
 @pytest.fixture

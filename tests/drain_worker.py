@@ -17,8 +17,8 @@ import os
 import sys
 import time
 
-from switchboard_local import todos
-from switchboard_local.store import Store
+from switchboard_local.core import todos
+from switchboard_local.core.store import Store
 
 
 async def main() -> int:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from switchboard_local import todos
-from switchboard_local.clock import ManualClock
-from switchboard_local.todos import QueueStats
+from switchboard_local.core import todos
+from switchboard_local.core.clock import ManualClock
+from switchboard_local.core.todos import QueueStats
 
 BACKOFF_BASE_MS = round(todos.BACKOFF_BASE_SECONDS * 1000)
 BACKOFF_CAP_MS = round(todos.BACKOFF_CAP_SECONDS * 1000)

@@ -19,10 +19,10 @@ from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
-from switchboard_local import todos
-from switchboard_local.agents import Agent
-from switchboard_local.mcp_server import build_server
-from switchboard_local.store import Store
+from switchboard_local.core import todos
+from switchboard_local.core.agents import Agent
+from switchboard_local.mcp.server import build_server
+from switchboard_local.core.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

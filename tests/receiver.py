@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from switchboard_local import adapters, web, webhooks
-from switchboard_local.adapters import Adapter
-from switchboard_local.store import Store
+from switchboard_local.core import sources as adapters
+from switchboard_local.http import app as web, verifiers as webhooks
+from switchboard_local.core.sources import Adapter
+from switchboard_local.core.store import Store
 
 
 @dataclass(frozen=True)

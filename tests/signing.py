@@ -1,6 +1,6 @@
 """Sign a delivery the way each provider does (notes/providers.md), for the tests.
 
-Written from the providers' descriptions, not from switchboard_local.webhooks:
+Written from the providers' descriptions, not from switchboard_local.http.verifiers:
 a scheme both sides got wrong the same way would otherwise pass unnoticed.
 Each scheme's function returns the signature headers a provider would send
 for ``body``; ``delivery`` builds a whole delivery (body, naming headers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from switchboard_local.store import Store
+from switchboard_local.core.store import Store
 
 
 async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local import agents
-from switchboard_local.agents import TOOL_NAMES
-from switchboard_local.cli import main
-from switchboard_local.errors import Conflict, InvalidArgument, NotFound
+from switchboard_local.core import agents
+from switchboard_local.core.agents import TOOL_NAMES
+from switchboard_local.cli.main import main
+from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +103,7 @@ def test_agent_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from switchboard_local.cli import main\n"
+        "from switchboard_local.cli.main import main\n"
         f"r = CliRunner().invoke(main, ['agent', 'add', 'a', '--queue', 'q', '--db', {str(db_path)!r}])\n"
         "assert r.exit_code == 0, r.output\n"
         f"r = CliRunner().invoke(main, ['agent', 'list', '--db', {str(db_path)!r}])\n"

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from switchboard_local import todos
-from switchboard_local.errors import Conflict, Forbidden
-from switchboard_local.store import Store
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict, Forbidden
+from switchboard_local.core.store import Store
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local.cli import main
+from switchboard_local.cli.main import main
 
 TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
@@ -201,7 +201,7 @@ def test_cli_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from switchboard_local.cli import main\n"
+        "from switchboard_local.cli.main import main\n"
         f"r = CliRunner().invoke(main, ['todo', 'create', '--queue', 'q', '--title', 't', '--db', {str(db_path)!r}])\n"
         "assert r.exit_code == 0, r.output\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
@@ -276,7 +276,7 @@ def test_a_payload_from_a_device_or_a_directory_is_refused_before_reading(db_pat
 
 
 def test_a_payload_over_the_read_ceiling_is_refused_from_a_file_and_from_stdin(db_path: Path, tmp_path: Path) -> None:
-    from switchboard_local.cli_common import MAX_READ
+    from switchboard_local.cli.common import MAX_READ
 
     huge = tmp_path / "huge.json"
     with huge.open("wb") as f:

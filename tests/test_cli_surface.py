@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local import routing
-from switchboard_local.adapters import masked_url
-from switchboard_local.cli import main
-from switchboard_local.events import NewEvent
-from switchboard_local.store import Store
+from switchboard_local.core import routing
+from switchboard_local.core.sources import masked_url
+from switchboard_local.cli.main import main
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.store import Store
 
 BODY = b'{"action": "opened",\n  "number": 42, "note": "\xc3\xa9t\xc3\xa9"}  '  # exact bytes, odd spacing
 

@@ -7,10 +7,11 @@ import sqlite3
 
 import pytest
 
-from switchboard_local import adapters, retention, routing, todos, webhooks
-from switchboard_local.errors import InvalidArgument
-from switchboard_local.events import NewEvent
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import sources as adapters, retention, routing, todos
+from switchboard_local.http import verifiers as webhooks
+from switchboard_local.core.errors import InvalidArgument
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard_local import todos
-from switchboard_local.errors import Conflict, NotFound
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict, NotFound
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -26,11 +26,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzz_support import fuzz_settings
-from switchboard_local import routing
-from switchboard_local.cli import main
-from switchboard_local.cli_common import JsonValue
-from switchboard_local.events import NewEvent
-from switchboard_local.store import Store
+from switchboard_local.core import routing
+from switchboard_local.cli.main import main
+from switchboard_local.cli.common import JsonValue
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.store import Store
 
 pytestmark = pytest.mark.fuzz
 

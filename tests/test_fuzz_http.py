@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from receiver import Receiver, ServeProcess, serve_process
 from signing import github, secret_for
 
-from switchboard_local.cli import main
+from switchboard_local.cli.main import main
 
 pytestmark = pytest.mark.fuzz
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from receiver import Receiver, add_source, counts, serve_process, serving
 from signing import github, secret_for
 
-from switchboard_local import web
-from switchboard_local.cli import main
+from switchboard_local.http import app as web
+from switchboard_local.cli.main import main
 
 pytestmark = pytest.mark.anyio
 

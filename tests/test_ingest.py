@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
-from switchboard_local import events, todos
-from switchboard_local.errors import Conflict, InvalidArgument, NotFound
-from switchboard_local.events import NewEvent
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import events, todos
+from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ import sqlite3
 
 import pytest
 
-from switchboard_local import todos
-from switchboard_local.errors import Conflict
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -40,11 +40,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
 from store_support import hold_the_thread
 
-from switchboard_local import todos
-from switchboard_local.clock import ManualClock
-from switchboard_local.errors import Conflict, Forbidden, NotFound, SwitchboardError
-from switchboard_local.store import Store
-from switchboard_local.todos import NewTodo, NextClaim, QueueStats, Todo
+from switchboard_local.core import todos
+from switchboard_local.core.clock import ManualClock
+from switchboard_local.core.errors import Conflict, Forbidden, NotFound, SwitchboardError
+from switchboard_local.core.store import Store
+from switchboard_local.core.todos import NewTodo, NextClaim, QueueStats, Todo
 
 QUEUES = ("a", "b", "c")
 NOT_A_TOKEN = "not-a-token"

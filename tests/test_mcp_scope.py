@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from mcp_support import Rings, call, claim_attempts, connect, refused
 
-from switchboard_local import agents, routing, todos
-from switchboard_local.events import NewEvent
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import agents, routing, todos
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 
@@ -233,7 +233,8 @@ async def test_without_an_agent_create_for_may_create_on_any_queue(store) -> Non
 
 
 async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store) -> None:
-    from switchboard_local import adapters, webhooks
+    from switchboard_local.core import sources as adapters
+    from switchboard_local.http import verifiers as webhooks
 
     await adapters.add(store, "gh", family="webhook", kind="open", trust_mode="open",
                        config=webhooks.source_config("open", {}))  # fmt: skip
@@ -250,7 +251,8 @@ async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store
 
 
 async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
-    from switchboard_local import adapters, rules, webhooks
+    from switchboard_local.core import sources as adapters, rules
+    from switchboard_local.http import verifiers as webhooks
 
     await adapters.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
                        config=webhooks.source_config("open", {}))  # fmt: skip

@@ -18,17 +18,17 @@ import pytest
 from mcp import Client
 from mcp_support import Rings, call, child_env, claim_attempts, connect, stdio_params
 
-from switchboard_local import agents, todos
-from switchboard_local.mcp_server import INSTRUCTIONS
-from switchboard_local.store import Store
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import agents, todos
+from switchboard_local.mcp.server import INSTRUCTIONS
+from switchboard_local.core.store import Store
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 
 INSERT_AND_TIME = """
 import asyncio, sys, time
-from switchboard_local import todos
-from switchboard_local.store import Store
+from switchboard_local.core import todos
+from switchboard_local.core.store import Store
 async def main():
     async with await Store.open(sys.argv[1]) as store:
         before = time.time()
@@ -188,7 +188,7 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 
 STRAY_OUTPUT = """
 import asyncio, os, sys
-from switchboard_local.mcp_stdio import stdio_wire
+from switchboard_local.mcp.stdio import stdio_wire
 async def main():
     async with stdio_wire() as (lines, out):
         print("stray print", flush=True)

@@ -9,11 +9,12 @@ import anyio
 import pytest
 from mcp_support import call, claim_attempts, connect, refused
 
-from switchboard_local import mcp_tools, routing, todos
-from switchboard_local.agents import TOOL_NAMES
-from switchboard_local.events import NewEvent
-from switchboard_local.mcp_server import INSTRUCTIONS
-from switchboard_local.todos import NewTodo
+from switchboard_local.mcp import tools as mcp_tools
+from switchboard_local.core import routing, todos
+from switchboard_local.core.agents import TOOL_NAMES
+from switchboard_local.core.events import NewEvent
+from switchboard_local.mcp.server import INSTRUCTIONS
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 
@@ -285,7 +286,7 @@ async def test_create_for_hands_work_to_a_queue_once_per_idempotency_key(store) 
 
 
 async def test_create_for_an_assignee_lands_on_its_first_queue_and_only_it_may_claim(store) -> None:
-    from switchboard_local import agents
+    from switchboard_local.core import agents
 
     reviewer = await agents.add(store, "reviewer", queues=["review", "triage"])
     async with connect(store) as anyone:
@@ -325,7 +326,7 @@ async def test_get_event_shows_redacted_headers_and_the_body_as_text_or_base64(s
 
 
 async def test_get_event_leaves_out_a_body_larger_than_the_payload_cap(store) -> None:
-    from switchboard_local import settings
+    from switchboard_local.core import settings
 
     await settings.set_value(store, "limits.max_payload", "1KiB")
     big = await webhook(store, external_id="big", body=b"x" * 1025)

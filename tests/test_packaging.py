@@ -20,8 +20,8 @@ def test_the_wheel_ships_the_schema_and_runs_from_another_directory(tmp_path: Pa
     )  # fmt: skip
     (wheel,) = wheels.glob("switchboard_local-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        shipped = zf.read("switchboard_local/schema.sql").decode()
-        assert "switchboard_local/queries.sql" in zf.namelist()
+        shipped = zf.read("switchboard_local/core/schema.sql").decode()
+        assert "switchboard_local/core/queries.sql" in zf.namelist()
     assert shipped == (ROOT / "schema.sql").read_text()
 
     target = tmp_path / "installed"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local import todos
-from switchboard_local.clock import ManualClock
-from switchboard_local.errors import Conflict
-from switchboard_local.store import Store
+from switchboard_local.core import todos
+from switchboard_local.core.clock import ManualClock
+from switchboard_local.core.errors import Conflict
+from switchboard_local.core.store import Store
 
 pytestmark = pytest.mark.anyio
 

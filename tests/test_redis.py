@@ -15,10 +15,10 @@ import pytest
 
 from redis_server import RedisServer, free_port
 from waits import STALL, until_async
-from switchboard_local import adapters, redis_config, rules, todos
-from switchboard_local.events import body_hash
-from switchboard_local.redis_adapters import RedisAdapter, Supervisor, url_password
-from switchboard_local.store import Store
+from switchboard_local.core import sources as adapters, redis_config, rules, todos
+from switchboard_local.core.events import body_hash
+from switchboard_local.redis.consumer import RedisAdapter, Supervisor, url_password
+from switchboard_local.core.store import Store
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ import pytest
 from store_support import hold_the_thread
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local import routing
+from switchboard_local.core import routing
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,8 @@ import pytest
 from redis_server import free_port
 from test_redis import Running, real_store  # noqa: F401  (fixtures)
 
-from switchboard_local import adapters, redis_adapters
+from switchboard_local.core import sources as adapters
+from switchboard_local.redis import consumer as redis_adapters
 
 pytestmark = pytest.mark.anyio
 

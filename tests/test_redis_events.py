@@ -13,8 +13,9 @@ from redis_server import free_port
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 from test_redis_streams import calls
 
-from switchboard_local import adapters, events, redis_adapters
-from switchboard_local.errors import Unavailable
+from switchboard_local.core import sources as adapters, events
+from switchboard_local.redis import consumer as redis_adapters
+from switchboard_local.core.errors import Unavailable
 
 pytestmark = pytest.mark.anyio
 

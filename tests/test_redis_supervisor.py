@@ -15,8 +15,10 @@ import sqlite3
 import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local import adapters, redis_adapters, webhooks
-from switchboard_local.redis_adapters import RedisAdapter, Supervisor
+from switchboard_local.core import sources as adapters
+from switchboard_local.redis import consumer as redis_adapters
+from switchboard_local.http import verifiers as webhooks
+from switchboard_local.redis.consumer import RedisAdapter, Supervisor
 
 pytestmark = pytest.mark.anyio
 

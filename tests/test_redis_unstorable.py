@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local import adapters
+from switchboard_local.core import sources as adapters
 
 pytestmark = pytest.mark.anyio
 

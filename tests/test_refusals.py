@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard_local import events, todos
-from switchboard_local.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import events, todos
+from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 
@@ -278,7 +278,7 @@ async def test_a_title_keeps_ordinary_unicode_and_folds_its_whitespace(store) ->
 
 
 async def test_a_payload_at_the_cap_is_accepted_and_a_raised_cap_takes_more(store) -> None:
-    from switchboard_local import settings
+    from switchboard_local.core import settings
 
     at_cap = "x" * (1024 * 1024 - 2)  # its JSON: two quotes more
     assert (await new(store, payload=at_cap)).payload == at_cap

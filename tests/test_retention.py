@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local import retention, todos
-from switchboard_local.errors import InvalidArgument
-from switchboard_local.events import NewEvent, ingest
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import retention, todos
+from switchboard_local.core.errors import InvalidArgument
+from switchboard_local.core.events import NewEvent, ingest
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 DAY = 86_400

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local import adapters, routing, rules, settings, todos, webhooks
-from switchboard_local.cli import main
-from switchboard_local.errors import InvalidArgument, NotFound
-from switchboard_local.events import NewEvent
-from switchboard_local.rules import Condition
+from switchboard_local.core import sources as adapters, routing, rules, settings, todos
+from switchboard_local.http import verifiers as webhooks
+from switchboard_local.cli.main import main
+from switchboard_local.core.errors import InvalidArgument, NotFound
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.rules import Condition
 
 pytestmark = pytest.mark.anyio
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from store_support import hold_the_thread
 
-from switchboard_local import store as store_module
-from switchboard_local import todos
-from switchboard_local.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
-from switchboard_local.store import Store
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import store as store_module
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
+from switchboard_local.core.store import Store
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local import todos
-from switchboard_local.cli import main
-from switchboard_local.errors import Conflict
-from switchboard_local.store import Store
-from switchboard_local.todos import NewTodo, NextClaim
+from switchboard_local.core import todos
+from switchboard_local.cli.main import main
+from switchboard_local.core.errors import Conflict
+from switchboard_local.core.store import Store
+from switchboard_local.core.todos import NewTodo, NextClaim
 
 pytestmark = pytest.mark.anyio
 

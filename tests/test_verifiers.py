@@ -12,11 +12,11 @@ import pytest
 import signing
 from signing import KIND_OPTIONS, delivery, secret_for
 
-from switchboard_local import webhooks
-from switchboard_local.adapters import Adapter
-from switchboard_local.errors import InvalidArgument
-from switchboard_local.events import body_hash
-from switchboard_local.webhooks import SecretUnavailable, Unverified, Verified
+from switchboard_local.http import verifiers as webhooks
+from switchboard_local.core.sources import Adapter
+from switchboard_local.core.errors import InvalidArgument
+from switchboard_local.core.events import body_hash
+from switchboard_local.http.verifiers import SecretUnavailable, Unverified, Verified
 
 NOW = 1_767_225_600  # seconds
 

@@ -7,8 +7,8 @@ import sqlite3
 import anyio
 import pytest
 
-from switchboard_local import todos, watch
-from switchboard_local.todos import NewTodo
+from switchboard_local.core import todos, watch
+from switchboard_local.core.todos import NewTodo
 
 pytestmark = pytest.mark.anyio
 

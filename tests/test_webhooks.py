@@ -16,7 +16,7 @@ import signing
 from receiver import add_source, counts, rows, serving
 from signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
 
-from switchboard_local import adapters
+from switchboard_local.core import sources as adapters
 
 pytestmark = pytest.mark.anyio
 

@@ -26,10 +26,11 @@ from click.testing import CliRunner
 from receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
 from signing import github, secret_for, slack
 
-from switchboard_local import adapters, rules, webhooks
-from switchboard_local.cli import main
-from switchboard_local.cli_common import EXIT_CANNOT_LISTEN
-from switchboard_local.text import SafeFormatter
+from switchboard_local.core import sources as adapters, rules
+from switchboard_local.http import verifiers as webhooks
+from switchboard_local.cli.main import main
+from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
+from switchboard_local.core.text import SafeFormatter
 
 pytestmark = pytest.mark.anyio
 
@@ -509,7 +510,7 @@ def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_t
 
 
 async def test_healthz_answers_503_when_the_disk_is_nearly_full(receiver, monkeypatch):
-    from switchboard_local import store as store_module
+    from switchboard_local.core import store as store_module
 
     monkeypatch.setattr(store_module, "MIN_FREE_BYTES", 2**62)  # no disk has that much free
     answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")

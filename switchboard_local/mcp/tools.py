@@ -17,11 +17,11 @@ import anyio
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from . import agents, events, routing, settings, todos, watch
-from .agents import Agent
-from .errors import Forbidden, InvalidArgument, NotFound
-from .mcp_channel import Doorbell
-from .mcp_models import (
+from ..core import agents, events, routing, settings, todos, watch
+from ..core.agents import Agent
+from ..core.errors import Forbidden, InvalidArgument, NotFound
+from .channel import Doorbell
+from .models import (
     ClaimNextResult,
     CreatedTodo,
     EventFull,
@@ -35,8 +35,8 @@ from .mcp_models import (
     TodoPage,
     TodoRow,
 )
-from .store import Store
-from .todos import NewTodo
+from ..core.store import Store
+from ..core.todos import NewTodo
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
 MAX_PAGE = 200

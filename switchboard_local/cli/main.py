@@ -14,12 +14,13 @@ from typing import Any
 
 import click
 
-from . import __version__, todos
-from .cli_common import ID, Commands, JsonValue, Out, common, table, when
-from .clock import rfc3339
-from .errors import SwitchboardError
-from .store import default_path
-from .todos import STATES, NewTodo, Todo
+from .. import __version__
+from ..core import todos
+from .common import ID, Commands, JsonValue, Out, common, table, when
+from ..core.clock import rfc3339
+from ..core.errors import SwitchboardError
+from ..core.store import default_path
+from ..core.todos import STATES, NewTodo, Todo
 
 
 # ---------------------------------------------------------------- text for people
@@ -325,7 +326,7 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
 
 
 def _register_edges() -> None:
-    from . import cli_adapters, cli_agents, cli_config, cli_events, cli_sources
+    from . import adapters as cli_adapters, agents as cli_agents, config as cli_config, events as cli_events, sources as cli_sources
 
     cli_sources.register(main)
     cli_config.register(main)

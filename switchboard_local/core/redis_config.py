@@ -14,7 +14,7 @@ import socket
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .adapters import require_queue
+from .sources import require_queue
 from .errors import InvalidArgument
 from .text import first_control
 

@@ -24,11 +24,11 @@ from typing import Any, TypeVar
 
 import click
 
-from .clock import rfc3339
-from .errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
-from .store import DB_ENV, Store
-from .text import NON_C0_CONTROLS, escape_controls
-from .todo_model import dump_json
+from ..core.clock import rfc3339
+from ..core.errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from ..core.store import DB_ENV, Store
+from ..core.text import NON_C0_CONTROLS, escape_controls
+from ..core.todo_model import dump_json
 
 T = TypeVar("T")
 

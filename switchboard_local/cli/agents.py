@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from . import agents
-from .agents import TOOL_NAMES, Agent
-from .cli_common import Out, common, exit_status, printable, table, when
-from .errors import SwitchboardError
-from .store import DB_ENV
+from ..core import agents
+from ..core.agents import TOOL_NAMES, Agent
+from .common import Out, common, exit_status, printable, table, when
+from ..core.errors import SwitchboardError
+from ..core.store import DB_ENV
 
 AGENT_ENV = "SWITCHBOARD_AGENT"
 
@@ -45,7 +45,7 @@ def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> 
 
     Nothing but the protocol is written to stdout; logs go to stderr.
     """
-    from .mcp_server import run  # the SDK, imported only here
+    from ..mcp.server import run  # the SDK, imported only here
 
     parent = ctx.find_root().obj or {}
     try:

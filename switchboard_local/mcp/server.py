@@ -21,14 +21,15 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-from . import __version__, agents, watch
-from .agents import Agent
-from .errors import NotFound
-from .mcp_channel import capture_session, map_tool_errors, serve_stdio
-from .mcp_models import doorbell_content, doorbell_meta
-from .mcp_tools import TOOLS, Scope, Session
-from .store import Store
-from .text import SafeFormatter
+from .. import __version__
+from ..core import agents, watch
+from ..core.agents import Agent
+from ..core.errors import NotFound
+from .channel import capture_session, map_tool_errors, serve_stdio
+from .models import doorbell_content, doorbell_meta
+from .tools import TOOLS, Scope, Session
+from ..core.store import Store
+from ..core.text import SafeFormatter
 
 logger = logging.getLogger("switchboard_local.mcp")
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .adapters import Adapter
-from .errors import InvalidArgument
-from .events import body_hash
+from ..core.sources import Adapter
+from ..core.errors import InvalidArgument
+from ..core.events import body_hash
 
 KINDS = ("github", "gitea", "stripe", "slack", "standard", "gitlab", "hmac", "token", "open")
 ALGORITHMS = ("sha1", "sha256", "sha512")

@@ -9,11 +9,12 @@ from typing import Any
 
 import click
 
-from . import adapters, routing, rules, webhooks
-from .adapters import Adapter
-from .cli_common import ID, Duration, JsonValue, Out, common, table, warn, when
-from .errors import SwitchboardError
-from .todos import DEFAULT_MAX_ATTEMPTS
+from ..core import sources as adapters, routing, rules
+from ..http import verifiers as webhooks
+from ..core.sources import Adapter
+from .common import ID, Duration, JsonValue, Out, common, table, warn, when
+from ..core.errors import SwitchboardError
+from ..core.todos import DEFAULT_MAX_ATTEMPTS
 
 
 def _secret_options(fn: Any) -> Any:

@@ -27,9 +27,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from .errors import SwitchboardError
-from .mcp_stdio import Lines, Overlong, stdio_wire
-from .mcp_wire import INVALID_REQUEST, Answer, Verdict, judge, judge_notification, transport_reason
+from ..core.errors import SwitchboardError
+from .stdio import Lines, Overlong, stdio_wire
+from .wire import INVALID_REQUEST, Answer, Verdict, judge, judge_notification, transport_reason
 
 logger = logging.getLogger("switchboard_local.mcp")
 

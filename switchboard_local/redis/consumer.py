@@ -24,11 +24,11 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from . import adapters, routing
-from .adapters import Adapter
-from .errors import StoreFault
-from .events import NewEvent, body_hash, ingest
-from .store import Store
+from ..core import sources as adapters, routing
+from ..core.sources import Adapter
+from ..core.errors import StoreFault
+from ..core.events import NewEvent, body_hash, ingest
+from ..core.store import Store
 
 log = logging.getLogger("switchboard_local.redis")
 

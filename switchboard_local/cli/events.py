@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from . import adapters, events, retention, routing
-from .cli_common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
-from .text import SafeFormatter, escape_controls
+from ..core import sources as adapters, events, retention, routing
+from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
+from ..core.text import SafeFormatter, escape_controls
 
 
 class SinceValue(click.ParamType):
@@ -153,7 +153,7 @@ def serve_command(
     body_timeout: float,
 ) -> None:
     """Run the webhook receiver (POST /hooks/NAME, GET /healthz) until stopped."""
-    from . import web  # starlette and uvicorn only for this command
+    from ..http import app as web  # starlette and uvicorn only for this command
 
     out = Out(db, as_json)
     out.run(adapters.list_adapters)  # a database that cannot be used stops us here, with its exit code

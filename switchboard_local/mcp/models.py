@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .events import Event
-from .todos import QueueStats, Todo
-from .watch import Arrival
+from ..core.events import Event
+from ..core.todos import QueueStats, Todo
+from ..core.watch import Arrival
 
 
 def _untitled(schema: dict[str, Any]) -> None:

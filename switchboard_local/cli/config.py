@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from . import settings
-from .cli_common import Out, common, table
+from ..core import settings
+from .common import Out, common, table
 
 
 def register(main: click.Group) -> None:

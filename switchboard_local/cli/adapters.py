@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from . import adapters, redis_config
-from .adapters import Adapter
-from .cli_common import Out, common, table, warn, when
-from .errors import SwitchboardError
+from ..core import sources as adapters, redis_config
+from ..core.sources import Adapter
+from .common import Out, common, table, warn, when
+from ..core.errors import SwitchboardError
 
 
 def register(main: click.Group) -> None:

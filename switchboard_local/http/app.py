@@ -39,11 +39,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from . import adapters, retention, routing, webhooks
-from .errors import NotFound, StoreFault
-from .events import NewEvent, ingest
-from .redis_adapters import Supervisor
-from .store import Store, busy_timeout_ms
+from ..core import sources as adapters, retention, routing
+from . import verifiers as webhooks
+from ..core.errors import NotFound, StoreFault
+from ..core.events import NewEvent, ingest
+from ..redis.consumer import Supervisor
+from ..core.store import Store, busy_timeout_ms
 
 log = logging.getLogger("switchboard_local.serve")
 

@@ -120,7 +120,7 @@ def schema_sql() -> str:
     packaged = resources.files(__package__).joinpath("schema.sql")
     if packaged.is_file():
         return packaged.read_text("utf-8")
-    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text("utf-8")
+    return (Path(__file__).resolve().parents[2] / "schema.sql").read_text("utf-8")
 
 
 def _statements(script: str) -> list[str]:
