@@ -128,10 +128,11 @@ CREATE TABLE IF NOT EXISTS agents (
     create_queues  TEXT                           -- JSON array: where create_for may put todos; NULL: its queues
 );
 
--- The adapter registry: configured producers. Webhook sources (family
--- 'webhook') and Redis adapters (family 'queue'); an event's source is a
--- name from here. Health fields are written by running adapters.
-CREATE TABLE IF NOT EXISTS adapters (
+-- The sources: configured producers of events. Webhook sources (family
+-- 'webhook') and Redis sources (family 'queue', drained by a broker
+-- consumer); an event's source is a name from here. Health fields are
+-- written by the running consumers.
+CREATE TABLE IF NOT EXISTS sources (
     name                 TEXT    PRIMARY KEY CHECK (name <> ''),
     family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue')),
     kind                 TEXT    NOT NULL,        -- github, stripe, hmac, open, stream, list, ...

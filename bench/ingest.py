@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # PYTHONPATH (another checkout) comes first
 
-from switchboard_local.core import sources as adapters, routing, rules
-from switchboard_local.http import verifiers as webhooks  # noqa: E402
+from switchboard_local.core import sources, routing, rules
 from switchboard_local.core.events import NewEvent  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core import webhook_config
 
 BODY = {"action": "opened", "number": 0, "pull_request": {"title": "x" * 200, "body": "y" * 3500}}
 
@@ -46,8 +46,8 @@ def event(n: int) -> NewEvent:
 async def one_run(folder: Path, n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         async with await Store.open(Path(tmp) / "ingest.db") as store:
-            await adapters.add(store, "gh", family="webhook", kind="github", trust_mode="github",
-                               config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+            await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
+                               config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
             await rules.add(store, source="gh", type="pull_request", where=["action=opened"], queue="review",
                             title="Review PR #{number}")  # fmt: skip
             events = [event(i) for i in range(n)]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 from switchboard_local.core import redis_config  # noqa: E402
 from switchboard_local.redis.consumer import RedisAdapter  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
@@ -61,7 +61,7 @@ def raw(server: RedisServer, key: str, n: int) -> float:
 async def drain(server: RedisServer, key: str, n: int, batch: int, db: Path) -> float:
     async with await Store.open(db) as store:
         config = redis_config.adapter_config({"redis_url": server.url, "mode": "stream", "key": key, "batch": batch})
-        adapter = await adapters.add(store, "bench", family="queue", kind="redis", trust_mode="queue", config=config)
+        adapter = await sources.add(store, "bench", family="queue", kind="redis", trust_mode="queue", config=config)
         stop = asyncio.Event()
         start = time.perf_counter()
         task = asyncio.create_task(RedisAdapter(store, adapter, stop).run())

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from switchboard_local.core import sources as adapters
-from switchboard_local.http import app as web, verifiers as webhooks
-from switchboard_local.core.sources import Adapter
+from switchboard_local.core import sources
+from switchboard_local import process
+from switchboard_local.http import app as web
+from switchboard_local.core.sources import Source
 from switchboard_local.core.store import Store
+from switchboard_local.core import webhook_config
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,13 @@ class Receiver:
 
 @contextlib.contextmanager
 def serving(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Receiver]:
-    """The app of `serve` on a free loopback port (the OS picks it), stopped on exit."""
-    server = web.server(web.create_app(db_path), limits)
-    sock = web.listen("127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    """What `serve` runs (process.Service) on a free loopback port (the OS picks it), stopped on exit."""
+    service = process.Service(db_path, limits=limits)
+    sock = process.listen("127.0.0.1", 0)
+    thread = threading.Thread(target=service.run, args=(sock,), name="serve", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while not server.started:
+    while not service.started:
         if not thread.is_alive():
             raise RuntimeError("the receiver did not start")
         if time.monotonic() > deadline:
@@ -76,7 +78,7 @@ def serving(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Receiv
     try:
         yield Receiver("127.0.0.1", port)
     finally:
-        server.should_exit = True
+        service.stop()
         thread.join(timeout=15)
         assert not thread.is_alive(), "the receiver did not stop"
 
@@ -160,10 +162,10 @@ def counts(db_path: Path) -> tuple[int, int]:
     return events, todos
 
 
-async def add_source(store: Store, name: str, kind: str, secret: str | None = None, **options: Any) -> Adapter:
+async def add_source(store: Store, name: str, kind: str, secret: str | None = None, **options: Any) -> Source:
     """A webhook source as `source add` makes it (a secret value, unless the kind is open)."""
-    secrets = [adapters.secret_ref(value=secret)] if secret is not None else []
-    return await adapters.add(
+    secrets = [sources.secret_ref(value=secret)] if secret is not None else []
+    return await sources.add(
         store, name, family="webhook", kind=kind, trust_mode=kind,
-        config=webhooks.source_config(kind, options), secrets=secrets,
+        config=webhook_config.source_config(kind, options), secrets=secrets,
     )  # fmt: skip

@@ -181,7 +181,7 @@ def test_rows_in_a_bad_shape_are_still_listed_shown_and_removable(cli, db_path: 
     ]
     with sqlite3.connect(db_path) as conn:
         conn.executemany(
-            "INSERT INTO adapters (name, family, kind, trust_mode, config, secrets, created_at, updated_at)"
+            "INSERT INTO sources (name, family, kind, trust_mode, config, secrets, created_at, updated_at)"
             " VALUES (?, ?, ?, 'queue', ?, ?, 0, 0)",
             rows,
         )

@@ -7,11 +7,11 @@ import sqlite3
 
 import pytest
 
-from switchboard_local.core import sources as adapters, retention, routing, todos
-from switchboard_local.http import verifiers as webhooks
+from switchboard_local.core import sources, retention, routing, todos
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todos import NewTodo
+from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
 
@@ -27,8 +27,8 @@ def delivery(external_id: str, *, body: bytes = BODY, type: str = "pull_request"
 
 @pytest.fixture
 async def gh(store):
-    return await adapters.add(store, "gh", family="webhook", kind="github", trust_mode="github",
-                              config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+    return await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
+                              config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
 
 
 def ids(db_path, table: str) -> list[int]:
@@ -83,16 +83,16 @@ async def test_an_unverified_delivery_is_never_taken_for_a_replay(store, gh):
 
 
 def test_schemes_that_do_not_sign_the_delivery_id_have_a_replay_window_by_default():
-    windows = {kind: webhooks.source_config(kind, {"header": "x-sig"} if kind in ("hmac",) else {})["replay_window"]
-               for kind in webhooks.KINDS}  # fmt: skip
+    windows = {kind: webhook_config.source_config(kind, {"header": "x-sig"} if kind in ("hmac",) else {})["replay_window"]
+               for kind in webhook_config.KINDS}  # fmt: skip
     assert {k for k, w in windows.items() if w == DAY} == {"github", "gitea", "gitlab", "hmac", "token"}
     assert {k for k, w in windows.items() if w == 0} == {"stripe", "slack", "standard", "open"}
 
 
 def test_a_replay_window_is_at_most_the_default_dedup_horizon():
-    assert webhooks.source_config("github", {"replay_window": 7 * 86400})["replay_window"] == 7 * 86400
+    assert webhook_config.source_config("github", {"replay_window": 7 * 86400})["replay_window"] == 7 * 86400
     with pytest.raises(InvalidArgument, match="7 days"):
-        webhooks.source_config("github", {"replay_window": 7 * 86400 + 1})
+        webhook_config.source_config("github", {"replay_window": 7 * 86400 + 1})
 
 
 # ---------------------------------------------------------------- the dedup horizon
@@ -191,8 +191,8 @@ def from_source(source: str, external_id: str, body: bytes = BODY) -> NewEvent:
 
 @pytest.fixture
 async def two_sources(store, gh):
-    return await adapters.add(store, "gh2", family="webhook", kind="github", trust_mode="github",
-                              config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+    return await sources.add(store, "gh2", family="webhook", kind="github", trust_mode="github",
+                              config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
 
 
 async def test_a_duplicate_answers_with_its_own_sources_event_when_another_source_used_the_same_id(store, two_sources):

@@ -8,6 +8,7 @@ from mcp_support import Rings, call, claim_attempts, connect, refused
 from switchboard_local.core import agents, routing, todos
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todos import NewTodo
+from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
 
@@ -233,11 +234,10 @@ async def test_without_an_agent_create_for_may_create_on_any_queue(store) -> Non
 
 
 async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store) -> None:
-    from switchboard_local.core import sources as adapters
-    from switchboard_local.http import verifiers as webhooks
+    from switchboard_local.core import sources
 
-    await adapters.add(store, "gh", family="webhook", kind="open", trust_mode="open",
-                       config=webhooks.source_config("open", {}))  # fmt: skip
+    await sources.add(store, "gh", family="webhook", kind="open", trust_mode="open",
+                       config=webhook_config.source_config("open", {}))  # fmt: skip
     squatter = await agents.add(store, "squatter", queues=["mine"], create_queues=["gh"])
     async with connect(store, squatter) as client:
         text = await refused(client, "create_for", queue="gh", title="forged", idempotency_key="event:gh:d-1:default",
@@ -251,11 +251,10 @@ async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store
 
 
 async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
-    from switchboard_local.core import sources as adapters, rules
-    from switchboard_local.http import verifiers as webhooks
+    from switchboard_local.core import sources, rules
 
-    await adapters.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
-                       config=webhooks.source_config("open", {}))  # fmt: skip
+    await sources.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
+                       config=webhook_config.source_config("open", {}))  # fmt: skip
     await rules.add(store, source="hooks", queue="review")
     await rules.add(store, source="hooks", queue="billing")
     reviewer = await agents.add(store, "reviewer", queues=["review"])

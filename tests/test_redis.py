@@ -15,7 +15,7 @@ import pytest
 
 from redis_server import RedisServer, free_port
 from waits import STALL, until_async
-from switchboard_local.core import sources as adapters, redis_config, rules, todos
+from switchboard_local.core import sources, redis_config, rules, todos
 from switchboard_local.core.events import body_hash
 from switchboard_local.redis.consumer import RedisAdapter, Supervisor, url_password
 from switchboard_local.core.store import Store
@@ -37,9 +37,9 @@ async def real_store(db_path: Path) -> AsyncIterator[Store]:
         yield store
 
 
-async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "orders", **options) -> adapters.Adapter:
+async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "orders", **options) -> sources.Source:
     config = redis_config.adapter_config({"redis_url": url, "mode": mode, "key": key, **options})
-    return await adapters.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
+    return await sources.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
 
 
 def count(db_path: Path, sql: str) -> int:
@@ -51,7 +51,7 @@ def health(db_path: Path) -> str:
     """The adapters' health as the file holds it: what explains a wait that failed."""
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         rows = conn.execute(
-            "SELECT name, enabled, consecutive_failures, messages_stored, last_error FROM adapters"
+            "SELECT name, enabled, consecutive_failures, messages_stored, last_error FROM sources"
         ).fetchall()
     return "adapters (name, enabled, failures, stored, last error): " + repr(rows)
 
@@ -72,7 +72,7 @@ def ended(task: asyncio.Task, what: str) -> Callable[[], str | None]:
 class Running:
     """An adapter (or the supervisor) running in this loop, and the waits that watch it."""
 
-    def __init__(self, store: Store, adapter: adapters.Adapter | None = None, *, supervisor: Supervisor | None = None):
+    def __init__(self, store: Store, adapter: sources.Source | None = None, *, supervisor: Supervisor | None = None):
         self.path = store.path
         self.stop = asyncio.Event()
         if supervisor is not None:
@@ -104,7 +104,7 @@ async def test_ten_thousand_stream_entries_become_exactly_ten_thousand_events_an
     assert count(db_path, "SELECT count(*) FROM todos") == 10_000
     assert count(db_path, "SELECT count(DISTINCT external_id) FROM events") == 10_000
     assert r.xpending("orders", "switchboard")["pending"] == 0
-    health = await adapters.get(real_store, "orders")
+    health = await sources.get(real_store, "orders")
     assert health.messages_stored == 10_000 and health.consecutive_failures == 0
 
 
@@ -114,7 +114,7 @@ async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_
     await rules.add(real_store, source="orders", type="orders", where=["priority=high"], queue="urgent", title="Order {id}")
     r.xadd("orders", {"id": "7", "priority": "high"})
     entry = r.xadd("orders", {"payload": '{"id": 8}'})
-    running = Running(real_store, await adapters.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM todos"), 2)
     await running.finish()
 
@@ -160,11 +160,11 @@ async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after
     for i in range(50):
         r.xadd("orders", {"payload": json.dumps({"order": i})})
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
-    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
+    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
 
     assert count(db_path, "SELECT count(*) FROM events") == 0
     assert r.xpending("orders", "switchboard")["pending"] > 0  # read, not acked
-    assert "injected" in (await adapters.get(real_store, "orders")).last_error
+    assert "injected" in (await sources.get(real_store, "orders")).last_error
 
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER boom")
@@ -185,13 +185,13 @@ async def test_a_restarted_redis_server_is_survived_and_drained_without_loss(rea
         running = Running(real_store, await add_adapter(real_store, server.url, "stream", "orders", batch=1))
         await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), lambda n: n >= 200)
         server.stop()  # mid-run
-        await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
+        await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
         server.start()
         await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3000)
         await running.until(lambda: server.client().xpending("orders", "switchboard")["pending"], 0)
         await running.finish()
         assert count(db_path, "SELECT count(*) FROM todos") == 3000
-        assert count(db_path, "SELECT consecutive_failures FROM adapters") == 0
+        assert count(db_path, "SELECT consecutive_failures FROM sources") == 0
     finally:
         server.stop()
 
@@ -204,13 +204,13 @@ async def test_adapters_follow_enable_and_disable_at_runtime(real_store, redis_s
     r.xadd("orders", {"n": "1"})
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
 
-    await adapters.set_enabled(real_store, "orders", False)
+    await sources.set_enabled(real_store, "orders", False)
     await running.until(lambda: sorted(supervisor.running), [])
     r.xadd("orders", {"n": "2"})
     await asyncio.sleep(1.5)  # several polls of the registry: a disabled adapter must not pick it up
     assert count(db_path, "SELECT count(*) FROM events") == 1
 
-    await adapters.set_enabled(real_store, "orders", True)
+    await sources.set_enabled(real_store, "orders", True)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     assert not supervisor.running
@@ -221,9 +221,9 @@ async def test_a_redis_url_password_never_reaches_output_or_health(real_store, r
     adapter = await add_adapter(real_store, dead, "stream", "orders")
     assert "hunter2" not in json.dumps(adapter.to_dict())
     running = Running(real_store, adapter)
-    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
+    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
     await running.finish()
-    assert "hunter2" not in (await adapters.get(real_store, "orders")).last_error
+    assert "hunter2" not in (await sources.get(real_store, "orders")).last_error
 
 
 async def test_entries_left_pending_by_a_dead_consumer_are_taken_over_after_claim_idle(real_store, redis_server, db_path) -> None:
@@ -258,7 +258,7 @@ async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the
         ids = {name: body_hash(m) for name, m in messages.items()}
         r.lpush("orders", *messages.values())
         acked = lambda: r.exists("orders", "orders:processing") == 0  # noqa: E731
-    running = Running(real_store, await adapters.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(acked, True)
     await running.finish()
@@ -273,7 +273,7 @@ async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the
 
 
 def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:
-    adapter = RedisAdapter(None, adapters.Adapter(  # type: ignore[arg-type]
+    adapter = RedisAdapter(None, sources.Source(  # type: ignore[arg-type]
         name="a", family="queue", kind="redis", trust_mode="queue", enabled=True,
         config={"mode": "stream", "key": "k", "redis_url_env": "X"}, secrets=[], created_at=0, updated_at=0,
         last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,

@@ -33,9 +33,9 @@ def batches(monkeypatch) -> list[int]:
     sizes: list[int] = []
     deliver_many = routing.deliver_many
 
-    async def recording(store, events):  # noqa: ANN001, ANN202
+    async def recording(store, events, **options):  # noqa: ANN001, ANN003, ANN202
         sizes.append(len(events))
-        return await deliver_many(store, events)
+        return await deliver_many(store, events, **options)
 
     monkeypatch.setattr(routing, "deliver_many", recording)
     return sizes

@@ -14,7 +14,7 @@ import pytest
 from redis_server import free_port
 from test_redis import Running, real_store  # noqa: F401  (fixtures)
 
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 from switchboard_local.redis import consumer as redis_adapters
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +31,7 @@ async def test_an_unexpected_error_is_logged_with_its_type_and_place_and_retried
     url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # never reached: the bug comes first
     # A row edited by hand: stream mode without its consumer group, which the adapter reads first.
     config = {"redis_url": url, "mode": "stream", "key": "orders", "batch": 8, "consumer": "me", "claim_idle": 60}
-    adapter = await adapters.add(real_store, "orders", family="queue", kind="redis", trust_mode="queue", config=config)
+    adapter = await sources.add(real_store, "orders", family="queue", kind="redis", trust_mode="queue", config=config)
     running = Running(real_store, adapter)
     await running.until(lambda: len(caplog.records), lambda n: n >= 2)  # it keeps retrying
     await running.finish()

@@ -13,7 +13,7 @@ from redis_server import free_port
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 from test_redis_streams import calls
 
-from switchboard_local.core import sources as adapters, events
+from switchboard_local.core import sources, events
 from switchboard_local.redis import consumer as redis_adapters
 from switchboard_local.core.errors import Unavailable
 
@@ -91,7 +91,7 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
     running = Running(real_store, await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL"))
 
     async def last_error() -> str | None:
-        return (await adapters.get(real_store, "orders")).last_error
+        return (await sources.get(real_store, "orders")).last_error
 
     deadline = asyncio.get_running_loop().time() + 30
     while await last_error() is None:
@@ -118,17 +118,17 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
     monkeypatch.setattr(redis_adapters, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM adapters WHERE last_poll_at IS NOT NULL"), 1)
+    await running.until(lambda: count(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)
     r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.finish()
-    assert (await adapters.get(real_store, "orders")).messages_stored == 3
+    assert (await sources.get(real_store, "orders")).messages_stored == 3
 
 
 async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, redis_server, db_path,
                                                                                     monkeypatch, caplog) -> None:  # fmt: skip
     caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
-    real_record = adapters.record_health
+    real_record = sources.record_health
     failed = []
 
     async def fails_once_with_a_count(store, name, *, error=None, stored=0):  # noqa: ANN001, ANN202  (a fault hook)
@@ -137,11 +137,11 @@ async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the
             raise Unavailable("the disk is full")
         await real_record(store, name, error=error, stored=stored)
 
-    monkeypatch.setattr(adapters, "record_health", fails_once_with_a_count)
+    monkeypatch.setattr(sources, "record_health", fails_once_with_a_count)
     redis_server.client().lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: bool(failed), True)
     await running.finish()
     assert caplog.messages == ["adapter orders: cannot record health: unavailable: the disk is full"]
-    assert (await adapters.get(real_store, "orders")).messages_stored == 3
+    assert (await sources.get(real_store, "orders")).messages_stored == 3

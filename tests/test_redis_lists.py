@@ -13,7 +13,7 @@ import sqlite3
 import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,7 @@ async def test_a_batch_whose_commit_failed_is_stored_in_pushed_order_once_the_fa
         conn.execute("CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
     r.lpush("jobs", '"a"', '"b"', '"c"')
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))
-    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM adapters"), lambda n: n >= 1)
+    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
     assert r.llen("jobs:processing") == 3  # moved, not stored, so not removed
 
     with sqlite3.connect(db_path) as conn:
@@ -57,7 +57,7 @@ async def test_a_batch_whose_commit_failed_is_stored_in_pushed_order_once_the_fa
     await running.until(lambda: r.llen("jobs:processing"), 0)
     await running.finish()
     assert bodies_in_order(db_path) == ['"a"', '"b"', '"c"']
-    assert (await adapters.get(real_store, "jobs")).consecutive_failures == 0
+    assert (await sources.get(real_store, "jobs")).consecutive_failures == 0
 
 
 async def test_an_idle_list_adapter_keeps_waiting_on_its_one_connection(real_store, redis_server, db_path) -> None:

@@ -21,7 +21,7 @@ async def test_an_idle_pubsub_adapter_stays_subscribed_on_its_one_connection(rea
     polls: set[int | None] = set()
 
     def polls_seen() -> int:
-        polls.add(count(db_path, "SELECT last_poll_at FROM adapters"))
+        polls.add(count(db_path, "SELECT last_poll_at FROM sources"))
         return len(polls - {None})
 
     await running.until(polls_seen, 2)

@@ -15,10 +15,10 @@ import sqlite3
 import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 from switchboard_local.redis import consumer as redis_adapters
-from switchboard_local.http import verifiers as webhooks
 from switchboard_local.redis.consumer import RedisAdapter, Supervisor
+from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
 
@@ -26,22 +26,22 @@ POLL = 0.05
 
 
 class Registry:
-    """adapters.list_adapters as the supervisor calls it: its reads counted, and failing when a test asks
+    """sources.list_sources as the supervisor calls it: its reads counted, and failing when a test asks
     (reading the registry cannot be made to fail for real while the store keeps working)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reads = 0
         self.failures = 0
-        list_adapters = adapters.list_adapters
+        list_sources = sources.list_sources
 
         async def reading(store, *, family=None):  # noqa: ANN001, ANN202
             self.reads += 1
             if self.failures:
                 self.failures -= 1
                 raise RuntimeError("the registry cannot be read (fault hook)")
-            return await list_adapters(store, family=family)
+            return await list_sources(store, family=family)
 
-        monkeypatch.setattr(adapters, "list_adapters", reading)
+        monkeypatch.setattr(sources, "list_sources", reading)
 
 
 @pytest.fixture
@@ -63,11 +63,11 @@ def about(log: pytest.LogCaptureFixture, name: str) -> list[str]:
 async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_store, redis_server, db_path, registry,
                                                                          log) -> None:  # fmt: skip
     r = redis_server.client()
-    await adapters.add(real_store, "gh", family="webhook", kind="github", trust_mode="github",
-                       config=webhooks.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
+    await sources.add(real_store, "gh", family="webhook", kind="github", trust_mode="github",
+                       config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
     await add_adapter(real_store, redis_server.url, "stream", "orders")
     await add_adapter(real_store, redis_server.url, "list", "paused", name="paused")
-    await adapters.set_enabled(real_store, "paused", False)
+    await sources.set_enabled(real_store, "paused", False)
     supervisor = Supervisor(real_store, poll=POLL)
     running = Running(real_store, supervisor=supervisor)
     r.xadd("orders", {"n": "1"})
@@ -92,7 +92,7 @@ async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(rea
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
 
     with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:  # the row edited by hand: another key
-        conn.execute("UPDATE adapters SET config = json_set(config, '$.key', 'orders-v2'), updated_at = updated_at + 1 "
+        conn.execute("UPDATE sources SET config = json_set(config, '$.key', 'orders-v2'), updated_at = updated_at + 1 "
                      "WHERE name = 'orders'")  # fmt: skip
     r.xadd("orders-v2", {"n": "2"})
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
@@ -109,7 +109,7 @@ async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, red
     supervisor = Supervisor(real_store, poll=POLL)
     running = Running(real_store, supervisor=supervisor)
     await running.until(lambda: sorted(supervisor.running), ["jobs"])
-    await adapters.set_enabled(real_store, "jobs", False)
+    await sources.set_enabled(real_store, "jobs", False)
     await running.until(lambda: sorted(supervisor.running), [])
     assert about(log, "jobs") == ["adapter jobs: started (list jobs)", "adapter jobs: stopped"]
     await running.finish()

@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, r
     await add_adapter(real_store, redis_server.url, "stream", "orders", batch=16)
     refuse_events_of(db_path, POISON)
     ids = {name: r.xadd("orders", {"payload": f'"{name}"'}).decode() for name in ("one", POISON, "three", "four")}
-    running = Running(real_store, await adapters.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 1)
     await running.finish()
@@ -54,7 +54,7 @@ async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_lis
     await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs", batch=16)
     refuse_events_of(db_path, POISON)
     r.lpush("jobs", '"one"', f'"{POISON}"', '"three"', '"four"')
-    running = Running(real_store, await adapters.get(real_store, "jobs"))
+    running = Running(real_store, await sources.get(real_store, "jobs"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.llen("jobs:processing"), 1)
     await running.finish()
@@ -71,12 +71,12 @@ async def test_an_unstorable_entry_is_stored_once_the_cause_is_gone_and_nothing_
     refuse_events_of(db_path, POISON)
     for name in ("one", POISON, "three"):
         r.xadd("orders", {"payload": f'"{name}"'})
-    running = Running(real_store, await adapters.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER unstorable")
-    again = Running(real_store, await adapters.get(real_store, "orders"))  # a restart re-reads its pending entries
+    again = Running(real_store, await sources.get(real_store, "orders"))  # a restart re-reads its pending entries
     await again.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await again.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await again.finish()

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from switchboard_local.core import sources as adapters, routing, rules, settings, todos
+from switchboard_local.core import sources, routing, rules, settings, todos
 from switchboard_local.http import verifiers as webhooks
 from switchboard_local.cli.main import main
 from switchboard_local.core.errors import InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.rules import Condition
+from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
 
@@ -22,9 +23,9 @@ PR = {"action": "opened", "number": 42, "pull_request": {"title": "Fix it", "bas
 
 
 async def add_source(store, name: str = "gh", **options) -> None:
-    await adapters.add(
+    await sources.add(
         store, name, family="webhook", kind="github", trust_mode="github",
-        config=webhooks.source_config("github", options), secrets=[adapters.secret_ref(value="s")],
+        config=webhook_config.source_config("github", options), secrets=[sources.secret_ref(value="s")],
     )  # fmt: skip
 
 
@@ -239,7 +240,7 @@ async def test_removing_a_source_removes_its_rules(store) -> None:
     await add_source(store, "other")
     await rules.add(store, source="gh", queue="q")
     kept = await rules.add(store, source="other", queue="q")
-    await adapters.remove(store, "gh")
+    await sources.remove(store, "gh")
     assert [r.id for r in await rules.list_rules(store)] == [kept.id]
 
 
@@ -253,8 +254,8 @@ def test_a_signed_stripe_delivery_with_unstorable_fields_is_still_named(body: by
     import hmac
     import time
 
-    source = adapters.Adapter(name="st", family="webhook", kind="stripe", trust_mode="stripe", enabled=True,
-                              config=webhooks.source_config("stripe", {}), secrets=[], created_at=0, updated_at=0,
+    source = sources.Source(name="st", family="webhook", kind="stripe", trust_mode="stripe", enabled=True,
+                              config=webhook_config.source_config("stripe", {}), secrets=[], created_at=0, updated_at=0,
                               last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0)  # fmt: skip
     ts = str(int(time.time()))
     signature = hmac.new(b"whsec_x", ts.encode() + b"." + body, hashlib.sha256).hexdigest()

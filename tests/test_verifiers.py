@@ -13,29 +13,30 @@ import signing
 from signing import KIND_OPTIONS, delivery, secret_for
 
 from switchboard_local.http import verifiers as webhooks
-from switchboard_local.core.sources import Adapter
+from switchboard_local.core.sources import Source
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import body_hash
 from switchboard_local.http.verifiers import SecretUnavailable, Unverified, Verified
+from switchboard_local.core import webhook_config
 
 NOW = 1_767_225_600  # seconds
 
 
-def source(kind: str, *, secrets: list[dict[str, str]] | None = None, **options) -> Adapter:
-    config = webhooks.source_config(kind, {**KIND_OPTIONS.get(kind, {}), **options})
+def source(kind: str, *, secrets: list[dict[str, str]] | None = None, **options) -> Source:
+    config = webhook_config.source_config(kind, {**KIND_OPTIONS.get(kind, {}), **options})
     if secrets is None:
         secrets = [] if kind == "open" else [{"value": secret_for(kind)}]
-    return Adapter(name=kind, family="webhook", kind=kind, trust_mode=kind, enabled=True, config=config,
+    return Source(name=kind, family="webhook", kind=kind, trust_mode=kind, enabled=True, config=config,
                    secrets=secrets, created_at=0, updated_at=0, last_poll_at=None, last_error=None,
                    consecutive_failures=0, messages_stored=0)  # fmt: skip
 
 
-def verify(src: Adapter, headers: dict[str, str], body: bytes, *, now: int = NOW) -> Verified:
+def verify(src: Source, headers: dict[str, str], body: bytes, *, now: int = NOW) -> Verified:
     lowered = {k.lower(): v for k, v in headers.items()}
     return webhooks.verify(src, lowered, body, now, webhooks.resolve_secrets(src))
 
 
-def refusal(src: Adapter, headers: dict[str, str], body: bytes, *, now: int = NOW) -> str:
+def refusal(src: Source, headers: dict[str, str], body: bytes, *, now: int = NOW) -> str:
     with pytest.raises(Unverified) as refused:
         verify(src, headers, body, now=now)
     return str(refused.value)
@@ -56,7 +57,7 @@ DETAIL = {
 }
 
 
-@pytest.mark.parametrize("kind", webhooks.KINDS)
+@pytest.mark.parametrize("kind", webhook_config.KINDS)
 def test_each_scheme_names_the_delivery_by_its_type_and_id_and_says_how_it_matched(kind):
     sent = delivery(kind, secret_for(kind), timestamp=NOW)
     got = verify(source(kind), sent.headers, sent.body)
@@ -224,8 +225,8 @@ def test_a_timestamp_that_is_not_a_whole_number_is_refused_saying_so(kind):
 # ---------------------------------------------------------------- generic hmac and token
 
 
-@pytest.mark.parametrize("algorithm", webhooks.ALGORITHMS)
-@pytest.mark.parametrize("encoding", webhooks.ENCODINGS)
+@pytest.mark.parametrize("algorithm", webhook_config.ALGORITHMS)
+@pytest.mark.parametrize("encoding", webhook_config.ENCODINGS)
 def test_generic_hmac_verifies_each_algorithm_and_encoding(algorithm, encoding):
     src = source("hmac", header="X-Sig", algorithm=algorithm, encoding=encoding, prefix="v=", id_header="X-Id")
     body = b'{"n": 1}'
@@ -279,14 +280,14 @@ def test_a_standard_webhooks_secret_without_whsec_is_used_as_its_bytes():
 
 
 def test_source_config_defaults():
-    assert webhooks.source_config("github", {}) == {"tolerance": 300, "max_body": 5 * 1024 * 1024,
+    assert webhook_config.source_config("github", {}) == {"tolerance": 300, "max_body": 5 * 1024 * 1024,
                                                     "replay_window": 86400}  # fmt: skip
-    assert webhooks.source_config("hmac", {"header": "X-Sig"}) == {
+    assert webhook_config.source_config("hmac", {"header": "X-Sig"}) == {
         "tolerance": 300, "max_body": 5 * 1024 * 1024, "replay_window": 86400,
         "header": "x-sig", "algorithm": "sha256", "encoding": "hex", "prefix": "",
     }  # fmt: skip
-    assert webhooks.source_config("token", {})["header"] == "authorization"
-    assert webhooks.source_config("open", {"id_header": "X-Id", "type_header": "X-Type", "queue": "q"}) == {
+    assert webhook_config.source_config("token", {})["header"] == "authorization"
+    assert webhook_config.source_config("open", {"id_header": "X-Id", "type_header": "X-Type", "queue": "q"}) == {
         "tolerance": 300, "max_body": 5 * 1024 * 1024, "replay_window": 0, "id_header": "x-id",
         "type_header": "x-type", "queue": "q",
     }  # fmt: skip
@@ -318,17 +319,17 @@ OWN_ID_AND_TYPE = "kind {} names its own delivery id and type; --id-header and -
 )
 def test_a_bad_source_configuration_is_refused_naming_what_is_wrong(kind, options, message):
     with pytest.raises(InvalidArgument) as refused:
-        webhooks.source_config(kind, options)
+        webhook_config.source_config(kind, options)
     assert refused.value.message == message
 
 
 def test_hmac_and_token_sources_keep_their_header_options_lowercased():
-    config = webhooks.source_config("hmac", {"header": "X-Sig", "algorithm": "sha512", "encoding": "base64",
+    config = webhook_config.source_config("hmac", {"header": "X-Sig", "algorithm": "sha512", "encoding": "base64",
                                              "prefix": "v0=", "id_header": "X-Id", "type_header": "X-Type"})  # fmt: skip
     assert {k: config[k] for k in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header")} == {
         "header": "x-sig", "algorithm": "sha512", "encoding": "base64", "prefix": "v0=", "id_header": "x-id",
         "type_header": "x-type"}  # fmt: skip
-    assert webhooks.source_config("token", {"header": "X-Token"})["header"] == "x-token"
+    assert webhook_config.source_config("token", {"header": "X-Token"})["header"] == "x-token"
 
 
 @pytest.mark.parametrize("kind", ("hmac", "token"))
@@ -379,17 +380,17 @@ def test_slacks_url_verification_says_how_it_matched_and_answers_an_empty_challe
                                                ("max_body", 64 * 1024 * 1024), ("replay_window", 0),
                                                ("replay_window", 7 * 86400)])  # fmt: skip
 def test_source_options_at_their_bounds_are_accepted(option, value):
-    assert webhooks.source_config("github", {option: value})[option] == value
+    assert webhook_config.source_config("github", {option: value})[option] == value
 
 
 def test_a_replay_window_that_is_not_a_whole_number_is_refused():
     for value in (True, 1.5, "60"):
         with pytest.raises(InvalidArgument):
-            webhooks.source_config("github", {"replay_window": value})
+            webhook_config.source_config("github", {"replay_window": value})
 
 
 @pytest.mark.parametrize(("kind", "window"), [("github", 86400), ("stripe", 0), ("open", 0)])
 def test_a_source_stored_before_replay_windows_existed_gets_its_kinds_default(kind, window):
     src = source(kind)
     del src.config["replay_window"]
-    assert webhooks.replay_window(src) == window
+    assert webhook_config.replay_window(src) == window

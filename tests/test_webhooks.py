@@ -16,7 +16,7 @@ import signing
 from receiver import add_source, counts, rows, serving
 from signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
 
-from switchboard_local.core import sources as adapters
+from switchboard_local.core import sources
 
 pytestmark = pytest.mark.anyio
 
@@ -326,12 +326,12 @@ async def test_one_delivery_id_reaching_two_sources_is_two_events(store, receive
 async def test_old_and_new_secret_both_verify_until_the_old_one_is_retired(kind, store, receiver, db_path):
     old, new = secret_for(kind, "old"), secret_for(kind, "new")
     await source(store, kind, secret=old)
-    await adapters.rotate_secret(store, kind, adapters.secret_ref(value=new))
+    await sources.rotate_secret(store, kind, sources.secret_ref(value=new))
 
     accepted(send(receiver, kind, delivery(kind, old, n=1)))
     accepted(send(receiver, kind, delivery(kind, new, n=2)))
 
-    await adapters.retire_secret(store, kind)
+    await sources.retire_secret(store, kind)
 
     refused(send(receiver, kind, delivery(kind, old, n=3)))
     accepted(send(receiver, kind, delivery(kind, new, n=4)))

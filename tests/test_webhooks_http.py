@@ -26,11 +26,11 @@ from click.testing import CliRunner
 from receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
 from signing import github, secret_for, slack
 
-from switchboard_local.core import sources as adapters, rules
-from switchboard_local.http import verifiers as webhooks
+from switchboard_local.core import sources, rules
 from switchboard_local.cli.main import main
 from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
 from switchboard_local.core.text import SafeFormatter
+from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
 
@@ -133,16 +133,16 @@ async def test_an_unknown_source_gets_404(store, receiver, db_path):
 
 
 async def test_a_queue_adapter_is_not_a_webhook_source(store, receiver, db_path):
-    await adapters.add(store, "jobs", family="queue", kind="stream", trust_mode="queue", config={})
+    await sources.add(store, "jobs", family="queue", kind="stream", trust_mode="queue", config={})
     assert push(receiver, "jobs", {"action": "opened"}).status == 404
     assert counts(db_path) == (0, 0)
 
 
 async def test_a_source_whose_secret_cannot_be_read_gets_503_and_stores_nothing(store, receiver, db_path):
     # The provider should retry once the server is given its secret.
-    await adapters.add(
+    await sources.add(
         store, "gh", family="webhook", kind="github", trust_mode="github",
-        config=webhooks.source_config("github", {}), secrets=[adapters.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
+        config=webhook_config.source_config("github", {}), secrets=[sources.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
     )  # fmt: skip
     assert "SWITCHBOARD_TEST_UNSET_SECRET" not in os.environ
     assert push(receiver, "gh", {"action": "opened"}).status == 503
@@ -151,11 +151,11 @@ async def test_a_source_whose_secret_cannot_be_read_gets_503_and_stores_nothing(
 
 async def test_a_disabled_source_gets_404_until_it_is_enabled_again(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
-    await adapters.set_enabled(store, "gh", False)
+    await sources.set_enabled(store, "gh", False)
     assert push(receiver, "gh", {"action": "opened"}).status == 404
     assert counts(db_path) == (0, 0)
 
-    await adapters.set_enabled(store, "gh", True)
+    await sources.set_enabled(store, "gh", True)
     accepted(push(receiver, "gh", {"action": "opened"}))
     assert counts(db_path) == (1, 1)
 
@@ -271,9 +271,9 @@ async def test_healthz_answers_503_when_the_database_file_is_read_only_as_every_
 
 
 async def test_healthz_answers_503_naming_the_enabled_sources_whose_secret_cannot_be_read(store, receiver):
-    await adapters.add(
+    await sources.add(
         store, "gh", family="webhook", kind="github", trust_mode="github",
-        config=webhooks.source_config("github", {}), secrets=[adapters.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
+        config=webhook_config.source_config("github", {}), secrets=[sources.secret_ref(env="SWITCHBOARD_TEST_UNSET_SECRET")],
     )  # fmt: skip
     await add_source(store, "fine", "github", SECRET)
     await add_source(store, "anyone", "open")  # needs no secret
@@ -287,7 +287,7 @@ async def test_healthz_answers_503_naming_the_enabled_sources_whose_secret_canno
     assert got["sources_without_secret"] == ["gh"]
     assert "gh" in got["checks"]["secrets"] and "gh" in got["error"]
 
-    await adapters.set_enabled(store, "gh", False)  # a disabled source gets 404 anyway, not 503
+    await sources.set_enabled(store, "gh", False)  # a disabled source gets 404 anyway, not 503
     assert (await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")).status == 200
 
 

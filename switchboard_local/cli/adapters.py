@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from ..core import sources as adapters, redis_config
-from ..core.sources import Adapter
+from .. import process
+from ..core import redis_config, sources
+from ..core.sources import Source
 from .common import Out, common, table, warn, when
 from ..core.errors import SwitchboardError
 
@@ -18,23 +19,23 @@ def register(main: click.Group) -> None:
     main.add_command(adapter)
 
 
-def _guarantee(a: Adapter) -> str:
+def _guarantee(a: Source) -> str:
     return redis_config.GUARANTEES.get(a.config.get("mode"), "unknown: this adapter's mode is not one serve runs")
 
 
-def _view(a: Adapter) -> dict[str, Any]:
+def _view(a: Source) -> dict[str, Any]:
     view = a.to_dict()  # the URL's password masked
     view["guarantee"] = _guarantee(a)
     return view
 
 
-def _last_error(a: Adapter) -> str:
+def _last_error(a: Source) -> str:
     if a.last_error is None:
         return "-"
     return a.last_error if a.consecutive_failures else f"(recovered since) {a.last_error}"
 
 
-def _text(a: Adapter) -> str:
+def _text(a: Source) -> str:
     c = a.to_dict()["config"]  # read with .get: a row edited by hand may lack any of it
     url = c.get("redis_url") or f"from ${c.get('redis_url_env')}"
     lines = [
@@ -76,11 +77,11 @@ def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any
     """Add a Redis adapter NAME (its events have source NAME and type KEY)."""
     out = Out(db, as_json)
     try:
-        config = redis_config.adapter_config(options)
+        config = process.redis_source_config(options)
     except SwitchboardError as exc:
         out.fail(exc)
     added = out.run(
-        lambda store: adapters.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
+        lambda store: sources.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
     )
     env = config.get("redis_url_env")
     if env and not os.environ.get(env):  # serve may have it: keep the row, but say so
@@ -93,7 +94,7 @@ def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any
 def adapter_list(db: Path | None, as_json: bool | None) -> None:
     """List Redis adapters."""
     out = Out(db, as_json)
-    found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
+    found = out.run(lambda store: sources.list_sources(store, family="queue"))
     rows = [[a.name, a.config.get("mode"), a.config.get("key"), "enabled" if a.enabled else "disabled"] for a in found]
     out.emit([_view(a) for a in found], table(["NAME", "MODE", "KEY", "STATE"], rows) if rows else "no adapters")
 
@@ -103,7 +104,7 @@ def adapter_list(db: Path | None, as_json: bool | None) -> None:
 def adapter_status(db: Path | None, as_json: bool | None) -> None:
     """Health of every adapter: last poll, last error, failures in a row, messages stored."""
     out = Out(db, as_json)
-    found = out.run(lambda store: adapters.list_adapters(store, family="queue"))
+    found = out.run(lambda store: sources.list_sources(store, family="queue"))
     rows = [
         [a.name, "enabled" if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
          a.messages_stored, _last_error(a)]
@@ -119,7 +120,7 @@ def adapter_status(db: Path | None, as_json: bool | None) -> None:
 def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show an adapter, its guarantee and its health (the URL's password masked)."""
     out = Out(db, as_json)
-    found = out.run(lambda store: adapters.get(store, name, family="queue"))
+    found = out.run(lambda store: sources.get(store, name, family="queue"))
     out.emit(_view(found), _text(found))
 
 
@@ -129,7 +130,7 @@ def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove an adapter (its consumer group and pending entries stay in Redis)."""
     out = Out(db, as_json)
-    out.run(lambda store: adapters.remove(store, name, family="queue"))
+    out.run(lambda store: sources.remove(store, name, family="queue"))
     out.emit({"removed": name}, f"removed adapter {name}")
 
 
@@ -138,7 +139,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-        changed = out.run(lambda store: adapters.set_enabled(store, name, enabled, family="queue"))
+        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="queue"))
         out.emit(_view(changed), f"adapter {name} {'enabled' if enabled else 'disabled'} (a running serve follows within seconds)")
 
     return command

@@ -45,11 +45,11 @@ def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> 
 
     Nothing but the protocol is written to stdout; logs go to stderr.
     """
-    from ..mcp.server import run  # the SDK, imported only here
+    from ..process import run_mcp
 
     parent = ctx.find_root().obj or {}
     try:
-        status = run(db if db is not None else parent.get("db"), agent_name or None)
+        status = run_mcp(db if db is not None else parent.get("db"), agent_name or None)
     except SwitchboardError as exc:
         click.echo(f"switchboard-local: {printable(str(exc), one_line=True)}", err=True)
         status = exit_status(exc)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..core import sources as adapters, events, retention, routing
+from ..core import sources, events, retention, routing
 from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
 from ..core.text import SafeFormatter, escape_controls
 
@@ -153,15 +153,15 @@ def serve_command(
     body_timeout: float,
 ) -> None:
     """Run the webhook receiver (POST /hooks/NAME, GET /healthz) until stopped."""
-    from ..http import app as web  # starlette and uvicorn only for this command
+    from .. import process  # starlette, uvicorn and redis only for this command
 
     out = Out(db, as_json)
-    out.run(adapters.list_adapters)  # a database that cannot be used stops us here, with its exit code
+    out.run(sources.list_sources)  # a database that cannot be used stops us here, with its exit code
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
-        sock = web.listen(host, port)
+        sock = process.listen(host, port)
     except OSError as exc:  # taken, not ours to bind, or a name that does not resolve
         why = exc.strerror or str(exc)
         message = f"cannot listen on {host}:{port}: {why[:1].lower()}{why[1:]}"
@@ -169,12 +169,9 @@ def serve_command(
             click.echo(json.dumps({"error": {"code": "cannot_listen", "message": message}}))
         click.echo(f"switchboard-local: cannot_listen: {escape_controls(message)}", err=True)
         sys.exit(EXIT_CANNOT_LISTEN)
-    limits = web.Limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    app = web.create_app(
-        out.db, prune_older_than_days=prune_older_than, prune_max_events=prune_max_events,
-        dedup_horizon_days=dedup_horizon,
-    )  # fmt: skip
-    server = web.server(app, limits)
-    server.run(sockets=[sock])  # logs "serving on …" once bound and started
-    if not server.started:
+    limits = process.http_limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    upkeep = process.Upkeep(older_than_days=prune_older_than, max_events=prune_max_events,
+                            dedup_horizon_days=dedup_horizon)  # fmt: skip
+    # Logs "serving on …" once bound and started; returns at a stop signal.
+    if not process.Service(out.db, upkeep=upkeep, limits=limits).run(sock):
         sys.exit(1)

@@ -9,12 +9,12 @@ from typing import Any
 
 import click
 
-from ..core import sources as adapters, routing, rules
-from ..http import verifiers as webhooks
-from ..core.sources import Adapter
+from ..core import sources, routing, rules
+from ..core.sources import Source
 from .common import ID, Duration, JsonValue, Out, common, table, warn, when
 from ..core.errors import SwitchboardError
 from ..core.todos import DEFAULT_MAX_ATTEMPTS
+from ..core import webhook_config
 
 
 def _secret_options(fn: Any) -> Any:
@@ -26,7 +26,7 @@ def _secret_options(fn: Any) -> Any:
 
 def _ref(out: Out, secret_env: str | None, secret_file: str | None, secret_value: str | None) -> dict[str, str]:
     try:
-        ref = adapters.secret_ref(env=secret_env, file=secret_file, value=secret_value)
+        ref = sources.secret_ref(env=secret_env, file=secret_file, value=secret_value)
     except SwitchboardError as exc:
         out.fail(exc)
     if "file" in ref:
@@ -64,16 +64,16 @@ def _file_problem(path: str) -> str | None:
     return None
 
 
-def _source_text(s: Adapter) -> str:
+def _source_text(s: Source) -> str:
     lines = [
         f"source {s.name}: {s.kind} ({'enabled' if s.enabled else 'disabled'})",
         f"  receives at  POST /hooks/{s.name}",
         f"  queue        {s.config.get('queue') or s.name} (when no rule matches)",
         f"  trust        {s.trust_mode}" + ("  (events are labelled unverified)" if s.kind == "open" else ""),
-        f"  secrets      {', '.join(adapters.mask_secret(r) for r in s.secrets) or '-'}",
+        f"  secrets      {', '.join(sources.mask_secret(r) for r in s.secrets) or '-'}",
         f"  tolerance    {s.config.get('tolerance')} s",
         f"  max body     {s.config.get('max_body')} bytes",
-        f"  replay window {_window(webhooks.replay_window(s))}",
+        f"  replay window {_window(webhook_config.replay_window(s))}",
     ]
     for key in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header"):
         if s.config.get(key):
@@ -103,7 +103,7 @@ def source() -> None:
 
 @source.command("add")
 @click.argument("name")
-@click.option("--kind", required=True, type=click.Choice(webhooks.KINDS), help="Signature scheme.")
+@click.option("--kind", required=True, type=click.Choice(webhook_config.KINDS), help="Signature scheme.")
 @_secret_options
 @click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
 @click.option("--tolerance", type=click.IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
@@ -112,8 +112,8 @@ def source() -> None:
               help="The same verified type and body again within it is a duplicate (default 24h for github, gitea, "
                    "gitlab, hmac and token; 0 turns it off).")  # fmt: skip
 @click.option("--header", default=None, help="hmac: the signature header; token: the token header (default Authorization).")
-@click.option("--algorithm", type=click.Choice(webhooks.ALGORITHMS), default=None, help="hmac: digest (default sha256).")
-@click.option("--encoding", type=click.Choice(webhooks.ENCODINGS), default=None, help="hmac: signature encoding (default hex).")
+@click.option("--algorithm", type=click.Choice(webhook_config.ALGORITHMS), default=None, help="hmac: digest (default sha256).")
+@click.option("--encoding", type=click.Choice(webhook_config.ENCODINGS), default=None, help="hmac: signature encoding (default hex).")
 @click.option("--prefix", default=None, help="hmac: text before the signature, e.g. 'sha256='.")
 @click.option("--id-header", default=None, help="hmac/token/open: header holding the delivery id.")
 @click.option("--type-header", default=None, help="hmac/token/open: header holding the event type.")
@@ -126,9 +126,9 @@ def source_add(
     out = Out(db, as_json)
     try:
         if options.get("queue") is not None:
-            adapters.require_queue("--queue", options["queue"])
-        config = webhooks.source_config(kind, options)
-        if webhooks.needs_secret(kind):
+            sources.require_queue("--queue", options["queue"])
+        config = webhook_config.source_config(kind, options)
+        if webhook_config.needs_secret(kind):
             secrets = [_ref(out, secret_env, secret_file, secret_value)]
         elif secret_env or secret_file or secret_value:
             raise click.UsageError("kind open takes no secret")
@@ -138,7 +138,7 @@ def source_add(
         out.fail(exc)
     trust = kind
     added = out.run(
-        lambda store: adapters.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets)
+        lambda store: sources.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets)
     )
     for ref in secrets:
         _warn_unreadable(name, ref)
@@ -150,7 +150,7 @@ def source_add(
 def source_list(db: Path | None, as_json: bool | None) -> None:
     """List webhook sources."""
     out = Out(db, as_json)
-    found = out.run(lambda store: adapters.list_adapters(store, family="webhook"))
+    found = out.run(lambda store: sources.list_sources(store, family="webhook"))
     rows = [[s.name, s.kind, "enabled" if s.enabled else "disabled", s.config.get("queue") or s.name] for s in found]
     out.emit([s.to_dict() for s in found], table(["NAME", "KIND", "STATE", "QUEUE"], rows) if rows else "no sources")
 
@@ -161,7 +161,7 @@ def source_list(db: Path | None, as_json: bool | None) -> None:
 def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show a source (secrets masked)."""
     out = Out(db, as_json)
-    found = out.run(lambda store: adapters.get(store, name, family="webhook"))
+    found = out.run(lambda store: sources.get(store, name, family="webhook"))
     out.emit(found.to_dict(), _source_text(found))
 
 
@@ -171,7 +171,7 @@ def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove a source and its rules (its stored events stay)."""
     out = Out(db, as_json)
-    out.run(lambda store: adapters.remove(store, name, family="webhook"))
+    out.run(lambda store: sources.remove(store, name, family="webhook"))
     out.emit({"removed": name}, f"removed source {name}")
 
 
@@ -180,7 +180,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-        changed = out.run(lambda store: adapters.set_enabled(store, name, enabled, family="webhook"))
+        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="webhook"))
         out.emit(changed.to_dict(), f"source {name} {'enabled' if enabled else 'disabled'}")
 
     return command
@@ -200,7 +200,7 @@ def source_rotate(
     """Add a second active secret; both verify until `retire-secret`."""
     out = Out(db, as_json)
     ref = _ref(out, secret_env, secret_file, secret_value)
-    changed = out.run(lambda store: adapters.rotate_secret(store, name, ref))
+    changed = out.run(lambda store: sources.rotate_secret(store, name, ref))
     _warn_unreadable(name, ref)
     out.emit(changed.to_dict(), f"source {name} now verifies with {len(changed.secrets)} secrets")
 
@@ -211,7 +211,7 @@ def source_rotate(
 def source_retire(db: Path | None, as_json: bool | None, name: str) -> None:
     """Drop the older secret after a rotation."""
     out = Out(db, as_json)
-    changed = out.run(lambda store: adapters.retire_secret(store, name))
+    changed = out.run(lambda store: sources.retire_secret(store, name))
     out.emit(changed.to_dict(), f"source {name} now verifies with its newest secret only")
 
 

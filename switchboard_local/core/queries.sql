@@ -266,36 +266,36 @@ WHERE (:source IS NULL OR source = :source)
 ORDER BY id DESC
 LIMIT :limit;
 
--- ---- adapters (the registry of webhook sources and Redis adapters) ----
+-- ---- sources (the configured producers: webhook sources and Redis sources) ----
 
--- name: insert_adapter
-INSERT INTO adapters (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at)
+-- name: insert_source
+INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at)
 VALUES (:name, :family, :kind, :trust_mode, 1, :config, :secrets, :now, :now)
 ON CONFLICT (name) DO NOTHING
 RETURNING *;
 
--- name: get_adapter
-SELECT * FROM adapters WHERE name = :name;
+-- name: get_source
+SELECT * FROM sources WHERE name = :name;
 
--- name: list_adapters
-SELECT * FROM adapters WHERE (:family IS NULL OR family = :family) ORDER BY name;
+-- name: list_sources
+SELECT * FROM sources WHERE (:family IS NULL OR family = :family) ORDER BY name;
 
--- name: delete_adapter
-DELETE FROM adapters WHERE name = :name;
+-- name: delete_source
+DELETE FROM sources WHERE name = :name;
 
 -- name: delete_rules_of_source
 -- A removed source takes its rules along: a new source of the same name starts clean.
 DELETE FROM rules WHERE source = :name;
 
--- name: set_adapter_enabled
-UPDATE adapters SET enabled = :enabled, updated_at = :now WHERE name = :name RETURNING *;
+-- name: set_source_enabled
+UPDATE sources SET enabled = :enabled, updated_at = :now WHERE name = :name RETURNING *;
 
--- name: set_adapter_secrets
-UPDATE adapters SET secrets = :secrets, updated_at = :now WHERE name = :name RETURNING *;
+-- name: set_source_secrets
+UPDATE sources SET secrets = :secrets, updated_at = :now WHERE name = :name RETURNING *;
 
--- name: record_adapter_health
+-- name: record_source_health
 -- A running adapter's poll: success resets the failure count, failure bumps it.
-UPDATE adapters
+UPDATE sources
 SET last_poll_at = :now,
     last_error = CASE WHEN :error IS NULL THEN last_error ELSE :error END,
     consecutive_failures = CASE WHEN :error IS NULL THEN 0 ELSE consecutive_failures + 1 END,

@@ -1,9 +1,10 @@
-"""Redis adapter settings: validated at `adapter add`, shown without passwords.
+"""Redis sources' settings: validated at `adapter add`, shown without passwords.
 
-redis_adapters.py runs them. A URL is checked as redis-py will read it, so
-that what is stored can run (or at least fails for a reason outside this
-file: a server that is down); redis-py itself is imported for that only by
-`adapter add`, so the other commands stay quick.
+The broker consumers (``switchboard_local.redis``) run them. A URL is checked
+here as redis-py will read it (scheme, host, port, db, query values); what
+only redis-py itself can tell (an option its connection does not take) is
+checked by the Redis edge's ``config.check_options``, which the process
+module passes in as ``driver_check``, so the core never imports redis-py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -41,13 +43,15 @@ def default_consumer() -> str:
     return socket.gethostname() or "switchboard"
 
 
-def adapter_config(options: dict[str, Any]) -> dict[str, Any]:
+def adapter_config(options: dict[str, Any], *, driver_check: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate `adapter add` options (at add time, not while running)."""
     url, url_env = options.get("redis_url"), options.get("redis_url_env")
     if (url is None) == (url_env is None):
         raise InvalidArgument("give exactly one of --redis-url and --redis-url-env")
     if url is not None:
         check_url(url)
+        if driver_check is not None:
+            driver_check(url)
     if url_env is not None and not ENV_NAME.match(url_env):
         raise InvalidArgument("--redis-url-env must name an environment variable (letters, digits and '_')")
     mode = options.get("mode")
@@ -104,27 +108,6 @@ def check_url(url: str) -> None:
             raise InvalidArgument("--redis-url: the path must be a database number (redis://host:6379/0)")
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         _check_query(key, value)
-    _check_options(url)
-
-
-def _check_options(url: str) -> None:
-    """Refuse what redis-py would refuse at every connect: an option its
-    connection does not take, or a value it rejects (protocol=9)."""
-    import redis.asyncio as redis
-
-    try:
-        pool = redis.ConnectionPool.from_url(url)
-        pool.connection_class(**pool.connection_kwargs)  # builds, never connects
-    except TypeError as exc:
-        unknown = re.search(r"keyword argument '([A-Za-z0-9_]{1,40})'", str(exc))
-        what = f"{unknown.group(1)}= is" if unknown else "an option is"
-        raise InvalidArgument(f"--redis-url: {what} not an option redis takes for this scheme") from None
-    except (ValueError, redis.RedisError) as exc:
-        secrets = [v for k, v in parse_qsl(urlsplit(url).query) if k == "password"] + [urlsplit(url).password or ""]
-        reason = str(exc)
-        if any(secret and secret in reason for secret in secrets) or first_control(reason) is not None:
-            reason = "an option holds a value redis refuses"
-        raise InvalidArgument(f"--redis-url: {reason[:200].rstrip('.')}") from None
 
 
 def _check_query(key: str, value: str) -> None:

@@ -24,10 +24,11 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from . import settings
-from .errors import InvalidArgument, NotFound
-from .events import Event, Ingested, NewEvent, get_event, ingest_many
+from .errors import InvalidArgument, NotFound, StoreFault
+from .events import Event, Ingested, NewEvent, get_event, ingest, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
+from .sources import Source
 from .store import Store, Transaction
 from .text import has_controls, replace_controls
 from .todo_model import DERIVED_KEY_PREFIX, MAX_TITLE_LENGTH, NewTodo, dump_json
@@ -168,9 +169,13 @@ def _default_title(delivery: Delivery) -> str:
 
 
 def _default_queue(tx: Transaction, source: str) -> str:
-    row = tx.one(Q.get_adapter, {"name": source})
-    config = json.loads(row["config"]) if row is not None else {}
-    return config.get("queue") or source
+    row = tx.one(Q.get_source, {"name": source})
+    return default_queue_of(Source.from_row(row)) if row is not None else source
+
+
+def default_queue_of(source: Source) -> str:
+    """Where a source's deliveries go when no rule routes them: its ``queue``, else its name."""
+    return source.config.get("queue") or source.name
 
 
 def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> list[NewTodo]:
@@ -189,18 +194,25 @@ async def deliver(store: Store, event: NewEvent) -> Ingested:
     return result
 
 
-async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingested]:
-    """``deliver`` for a batch, in one transaction; rules are read once per source."""
+async def deliver_many(store: Store, events: Sequence[NewEvent], *, source: Source | None = None) -> list[Ingested]:
+    """``deliver`` for a batch, in one transaction: all of it, or none.
+
+    ``source`` is the row the producer already holds (every event is then of
+    it): its default queue is taken from there instead of being read again.
+    Rules are read once per source and transaction.
+    """
     payloads = [parse_payload(e.body, e.content_type) for e in events]
-    # Rules read once per source and transaction: a rerun of the write (group
-    # commit) or a later transaction reads them afresh.
+    # Read once per transaction: a rerun of the write (group commit) or a
+    # later transaction reads them afresh.
     routes: dict[tuple[Transaction, str], tuple[list[Rule], str]] = {}
 
     def derive_for(payload: Any):  # noqa: ANN202
         def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
             key = (tx, new.source)
             if key not in routes:
-                routes[key] = (rules_of(tx, new.source), _default_queue(tx, new.source))
+                held = source is not None and source.name == new.source
+                default_queue = default_queue_of(source) if held else _default_queue(tx, new.source)
+                routes[key] = (rules_of(tx, new.source), default_queue)
             rules, default_queue = routes[key]
             delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
             return plan(rules, delivery, default_queue, max_payload=settings.value_in(tx, settings.MAX_PAYLOAD))
@@ -208,6 +220,47 @@ async def deliver_many(store: Store, events: Sequence[NewEvent]) -> list[Ingeste
         return derive
 
     return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)])
+
+
+async def accept(store: Store, source: Source, events: Sequence[NewEvent]) -> list[Ingested | Exception]:
+    """The back half every producer ends in: route each delivery, or keep it.
+
+    The batch is delivered in one transaction. Should routing refuse it (a
+    rule that cannot render, a payload that cannot be a todo), each delivery
+    is tried on its own, and one that still cannot be routed is kept as a
+    bare event without todos (``unroutable`` says why; replay it once the
+    cause is fixed), so that a delivery which will never route cannot block
+    the ones behind it or make its producer retry forever. A delivery that
+    cannot be stored even so comes back as its exception, in its place: the
+    producer must not acknowledge it. A fault of the database itself
+    (``StoreFault``) is raised: nothing was stored, the producer retries.
+    """
+    try:
+        return list(await deliver_many(store, events, source=source))
+    except StoreFault:
+        raise
+    except Exception as exc:
+        batch_error = exc
+    answers: list[Ingested | Exception] = []
+    for event in events:
+        reason = batch_error
+        if len(events) > 1:
+            try:
+                answers.append((await deliver_many(store, [event], source=source))[0])
+                continue
+            except StoreFault:
+                raise
+            except Exception as exc:
+                reason = exc
+        try:
+            kept = await ingest(store, event, [])
+        except StoreFault:
+            raise
+        except Exception as exc:
+            answers.append(exc)
+            continue
+        answers.append(Ingested(kept.event_id, kept.duplicate, kept.todo_ids, f"{type(reason).__name__}: {reason}"))
+    return answers
 
 
 async def replay(store: Store, event_id: int, *, queues: Sequence[str] | None = None) -> list[int]:
@@ -259,7 +312,7 @@ async def dry_run(
         raise InvalidArgument("give an event id, or a source and a payload")
 
     def body(tx: Transaction) -> list[NewTodo]:
-        if tx.one(Q.get_adapter, {"name": delivery.source}) is None and event_id is None:
+        if tx.one(Q.get_source, {"name": delivery.source}) is None and event_id is None:
             raise NotFound(f"no source named {delivery.source!r}")
         return _route_in(tx, delivery)
 

@@ -236,7 +236,7 @@ async def add(
     }
 
     def body(tx: Transaction) -> Rule:
-        if tx.one(Q.get_adapter, {"name": source}) is None:
+        if tx.one(Q.get_source, {"name": source}) is None:
             raise InvalidArgument(f"no source named {source!r}; add it first")
         return Rule.from_row(tx.one(Q.insert_rule, {**params, "now": store.clock.now_ms()}))
 

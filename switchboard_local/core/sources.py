@@ -1,7 +1,8 @@
-"""The adapter registry: configured producers and their health.
+"""Sources: the configured producers of events, and their health.
 
-Webhook sources (family ``webhook``) and Redis adapters (family ``queue``)
-are rows of one table; an event's ``source`` is an adapter's name. Secrets are
+Webhook sources (family ``webhook``) and Redis sources (family ``queue``,
+each drained by a broker consumer) are rows of one table; an event's
+``source`` is a source's name. Secrets are
 kept as references (an environment variable, a file) or, when the user gives
 a value, in this owner-only database; they are never shown back.
 
@@ -26,12 +27,13 @@ from .todo_model import require_name
 FAMILIES = ("webhook", "queue")
 MAX_ACTIVE_SECRETS = 2
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# What people call a row of each family (the CLI's nouns: `source`, `adapter`).
+# What people call a source of each family: the CLI's nouns (`source` for
+# webhooks; `adapter` for a Redis source, after the consumer that drains it).
 NOUNS = {"webhook": "webhook source", "queue": "adapter"}
 
 
 @dataclass(frozen=True)
-class Adapter:
+class Source:
     name: str
     family: str
     kind: str
@@ -47,7 +49,7 @@ class Adapter:
     messages_stored: int
 
     @classmethod
-    def from_row(cls, row: Any) -> Adapter:
+    def from_row(cls, row: Any) -> Source:
         return cls(
             name=row["name"],
             family=row["family"],
@@ -151,13 +153,13 @@ def a_noun(family: str) -> str:
 
 
 def require_queue(option: str, value: str) -> None:
-    """A source's or adapter's default queue: a queue name todos can be created on."""
+    """A source's default queue: a queue name todos can be created on."""
     require_name(option, value)
     if (found := first_control(value)) is not None:  # the name is shown in lists and logs
         raise InvalidArgument(f"{option} holds a control character ({found})")
 
 
-# Keys derived from a Redis adapter's messages start 'event:redis:{adapter}:':
+# Keys derived from a Redis source's messages start 'event:redis:{adapter}:':
 # a source of that name would derive keys of the same form.
 RESERVED_NAMES = frozenset({"redis"})
 
@@ -180,7 +182,7 @@ async def add(
     trust_mode: str,
     config: dict[str, Any],
     secrets: list[dict[str, str]] = (),  # type: ignore[assignment]
-) -> Adapter:
+) -> Source:
     _require_name(name)
     if family not in FAMILIES:
         raise InvalidArgument(f"family must be one of {', '.join(FAMILIES)}")
@@ -193,60 +195,60 @@ async def add(
         "secrets": json.dumps(list(secrets)),
     }
 
-    def body(tx: Transaction) -> Adapter:
-        row = tx.one(Q.insert_adapter, {**params, "now": store.clock.now_ms()})
+    def body(tx: Transaction) -> Source:
+        row = tx.one(Q.insert_source, {**params, "now": store.clock.now_ms()})
         if row is None:
-            taken = tx.one(Q.get_adapter, {"name": name})["family"]
+            taken = tx.one(Q.get_source, {"name": name})["family"]
             if taken == family:
                 raise Conflict(f"{a_noun(family)} named {name!r} exists already")
             raise Conflict(f"the name {name!r} is taken by {a_noun(taken)}")
-        return Adapter.from_row(row)
+        return Source.from_row(row)
 
     return await store.write(body)
 
 
-def _found(row: Any, name: str, family: str | None) -> Adapter:
-    """The row as an adapter of that family; anything else is not found."""
+def _found(row: Any, name: str, family: str | None) -> Source:
+    """The row as a source of that family; anything else is not found."""
     wanted = "source or adapter" if family is None else noun(family)
     if row is None:
         raise NotFound(f"no {wanted} named {name!r}")
     if family is not None and row["family"] != family:
         raise NotFound(f"no {wanted} named {name!r} ({name!r} is {a_noun(row['family'])})")
-    return Adapter.from_row(row)
+    return Source.from_row(row)
 
 
-async def get(store: Store, name: str, *, family: str | None = None) -> Adapter:
-    """One adapter by name: a point read, on the loop's own connection (every webhook request asks)."""
-    row = await store.peek(lambda tx: tx.one(Q.get_adapter, {"name": name}))
+async def get(store: Store, name: str, *, family: str | None = None) -> Source:
+    """One source by name: a point read, on the loop's own connection (every webhook request asks)."""
+    row = await store.peek(lambda tx: tx.one(Q.get_source, {"name": name}))
     return _found(row, name, family)
 
 
-async def list_adapters(store: Store, *, family: str | None = None) -> list[Adapter]:
-    rows = await store.read(lambda tx: tx.all(Q.list_adapters, {"family": family}))
-    return [Adapter.from_row(r) for r in rows]
+async def list_sources(store: Store, *, family: str | None = None) -> list[Source]:
+    rows = await store.read(lambda tx: tx.all(Q.list_sources, {"family": family}))
+    return [Source.from_row(r) for r in rows]
 
 
 async def remove(store: Store, name: str, *, family: str | None = None) -> None:
-    """Remove an adapter and its rules (its stored events stay)."""
+    """Remove a source and its rules (its stored events stay)."""
 
     def body(tx: Transaction) -> None:
-        _found(tx.one(Q.get_adapter, {"name": name}), name, family)
-        tx.run(Q.delete_adapter, {"name": name})
+        _found(tx.one(Q.get_source, {"name": name}), name, family)
+        tx.run(Q.delete_source, {"name": name})
         tx.run(Q.delete_rules_of_source, {"name": name})
 
     await store.write(body)
 
 
-async def set_enabled(store: Store, name: str, enabled: bool, *, family: str | None = None) -> Adapter:
-    def body(tx: Transaction) -> Adapter:
-        _found(tx.one(Q.get_adapter, {"name": name}), name, family)
-        row = tx.one(Q.set_adapter_enabled, {"name": name, "enabled": int(enabled), "now": store.clock.now_ms()})
-        return Adapter.from_row(row)
+async def set_enabled(store: Store, name: str, enabled: bool, *, family: str | None = None) -> Source:
+    def body(tx: Transaction) -> Source:
+        _found(tx.one(Q.get_source, {"name": name}), name, family)
+        row = tx.one(Q.set_source_enabled, {"name": name, "enabled": int(enabled), "now": store.clock.now_ms()})
+        return Source.from_row(row)
 
     return await store.write(body)
 
 
-async def rotate_secret(store: Store, name: str, ref: dict[str, str]) -> Adapter:
+async def rotate_secret(store: Store, name: str, ref: dict[str, str]) -> Source:
     """Add a second active secret; both verify until the older one is retired."""
 
     def change(secrets: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -257,7 +259,7 @@ async def rotate_secret(store: Store, name: str, ref: dict[str, str]) -> Adapter
     return await _change_secrets(store, name, change)
 
 
-async def retire_secret(store: Store, name: str) -> Adapter:
+async def retire_secret(store: Store, name: str) -> Source:
     """Drop the oldest active secret (the one a rotation replaced)."""
 
     def change(secrets: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -268,22 +270,22 @@ async def retire_secret(store: Store, name: str) -> Adapter:
     return await _change_secrets(store, name, change)
 
 
-async def _change_secrets(store: Store, name: str, change: Any) -> Adapter:
-    def body(tx: Transaction) -> Adapter:
-        row = tx.one(Q.get_adapter, {"name": name})
+async def _change_secrets(store: Store, name: str, change: Any) -> Source:
+    def body(tx: Transaction) -> Source:
+        row = tx.one(Q.get_source, {"name": name})
         if row is None:
             raise NotFound(f"no {noun('webhook')} named {name!r}")
         if row["family"] != "webhook":
             raise Conflict(f"{name!r} is {a_noun(row['family'])}; only webhook sources have secrets")
-        secrets = change(Adapter.from_row(row).secrets)
-        updated = tx.one(Q.set_adapter_secrets, {"name": name, "secrets": json.dumps(secrets), "now": store.clock.now_ms()})
-        return Adapter.from_row(updated)
+        secrets = change(Source.from_row(row).secrets)
+        updated = tx.one(Q.set_source_secrets, {"name": name, "secrets": json.dumps(secrets), "now": store.clock.now_ms()})
+        return Source.from_row(updated)
 
     return await store.write(body)
 
 
 async def record_health(store: Store, name: str, *, error: str | None = None, stored: int = 0) -> None:
-    """A running adapter's poll result (for `adapter status` and the dashboard)."""
+    """A running consumer's poll result (for `adapter status` and the dashboard)."""
     await store.write(
-        lambda tx: tx.run(Q.record_adapter_health, {"name": name, "error": error, "stored": stored, "now": store.clock.now_ms()})
+        lambda tx: tx.run(Q.record_source_health, {"name": name, "error": error, "stored": stored, "now": store.clock.now_ms()})
     )

@@ -35,7 +35,7 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for anoth
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)
 UPDATE OR IGNORE todos SET idempotency_key = 'event:' || idempotency_key
 WHERE event_id IS NOT NULL AND idempotency_key IS NOT NULL AND idempotency_key NOT LIKE 'event:%';
 PRAGMA application_id = 1396853841;
+""",
+    3: """
+ALTER TABLE adapters RENAME TO sources;
 """,
 }
 

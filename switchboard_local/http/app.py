@@ -28,7 +28,6 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -39,59 +38,36 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..core import sources as adapters, retention, routing
+from ..core import sources, routing
 from . import verifiers as webhooks
 from ..core.errors import NotFound, StoreFault
-from ..core.events import NewEvent, ingest
-from ..redis.consumer import Supervisor
+from ..core.events import NewEvent
 from ..core.store import Store, busy_timeout_ms
+from ..core import webhook_config
 
 log = logging.getLogger("switchboard_local.serve")
 
-PRUNE_EVERY_SECONDS = 3600
 LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read (and ignored)
 STOP_GRACE_SECONDS = 5.0  # at a stop signal, how much longer a body still arriving may take
 
 
-def create_app(
-    db: Path | None,
-    *,
-    prune_older_than_days: float = retention.DEFAULT_OLDER_THAN_DAYS,
-    prune_max_events: int = retention.DEFAULT_MAX_EVENTS,
-    dedup_horizon_days: float = retention.DEFAULT_DEDUP_HORIZON_DAYS,
-    store_options: dict | None = None,
-) -> Starlette:
-    state: dict[str, Store] = {}
+def create_app(store: Store) -> Starlette:
+    """The receiver's routes, on a store the process opened (and will close)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = await Store.open(db, **(store_options or {}))
-        state["store"] = store
         for source in await sources_without_secret(store):
             # Said now, not at the first delivery's 503 (which may be days away).
-            refs = ", ".join(adapters.mask_secret(ref) for ref in source.secrets) or "none configured"
+            refs = ", ".join(sources.mask_secret(ref) for ref in source.secrets) or "none configured"
             log.warning("source %s: no secret can be read (%s); its deliveries will be answered 503",
                         shown(source.name), refs)  # fmt: skip
-        pruner = asyncio.create_task(_prune_forever(store, prune_older_than_days, prune_max_events, dedup_horizon_days))
-        stop_adapters = asyncio.Event()
-        supervisor = asyncio.create_task(Supervisor(store).run(stop_adapters))
-        try:
-            yield
-        finally:
-            # In-flight requests have finished; adapters finish their batch
-            # (commit, then ack) and leave everything else un-acked.
-            stop_adapters.set()
-            await supervisor
-            pruner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pruner
-            await store.close()
+        yield
 
     async def hook(request: Request) -> Response:
-        return await receive(state["store"], request)
+        return await receive(store, request)
 
     async def healthz(request: Request) -> Response:
-        return await health(state["store"])
+        return await health(store)
 
     return Starlette(
         routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
@@ -124,13 +100,13 @@ async def health(store: Store) -> JSONResponse:
     return JSONResponse(body, status_code=503 if failed else 200)
 
 
-async def sources_without_secret(store: Store) -> list[adapters.Adapter]:
+async def sources_without_secret(store: Store) -> list[sources.Source]:
     """Enabled webhook sources none of whose secrets can be read: each delivery to them gets 503."""
-    found = await adapters.list_adapters(store, family="webhook")
+    found = await sources.list_sources(store, family="webhook")
     return [source for source in found if source.enabled and not _secret_readable(source)]
 
 
-def _secret_readable(source: adapters.Adapter) -> bool:
+def _secret_readable(source: sources.Source) -> bool:
     try:
         webhooks.resolve_secrets(source)
     except webhooks.SecretUnavailable:
@@ -159,7 +135,7 @@ async def receive(store: Store, request: Request) -> Response:
     name = request.path_params["name"]
     who = shown(name)
     try:
-        source = await adapters.get(store, name, family="webhook")
+        source = await sources.get(store, name, family="webhook")
     except NotFound:
         source = None
     except StoreFault as exc:
@@ -169,7 +145,7 @@ async def receive(store: Store, request: Request) -> Response:
         log.info("delivery source=%s outcome=unknown-source", who)
         return _problem(404, f"no enabled webhook source named {name!r}")
 
-    cap = source.config.get("max_body", webhooks.DEFAULT_MAX_BODY)
+    cap = source.config.get("max_body", webhook_config.DEFAULT_MAX_BODY)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         log.info("delivery source=%s outcome=too-large bytes=%s", who, shown(declared))
@@ -209,29 +185,24 @@ async def receive(store: Store, request: Request) -> Response:
         type=verified.type,
         external_id=verified.external_id,
         trust_mode=source.kind,
-        verified=webhooks.needs_secret(source.kind),
+        verified=webhook_config.needs_secret(source.kind),
         verify_detail=verified.detail,
         content_type=headers.get("content-type"),
         headers=webhooks.redact(headers, source),
         body=raw,
-        replay_window=webhooks.replay_window(source),
+        replay_window=webhook_config.replay_window(source),
     )
     try:
-        try:
-            result = await routing.deliver(store, event)
-        except StoreFault:
-            raise
-        except Exception as exc:
-            # Routing could not make todos of it: keep the verified delivery as a
-            # bare event (replay it once the cause is fixed) rather than have the
-            # provider retry a delivery that will never route.
-            result = await ingest(store, event, [])
-            log.error("delivery source=%s type=%s event=%d kept without todos: %s: %s", who, kind,
-                      result.event_id, type(exc).__name__, shown(str(exc)))  # fmt: skip
-    except Exception as exc:  # nothing was stored: the provider should retry
+        (result,) = await routing.accept(store, source, [event])
+    except StoreFault as exc:
+        result = exc
+    if isinstance(result, Exception):  # nothing was stored: the provider should retry
         log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", who, kind,
-                  type(exc).__name__, shown(str(exc)))  # fmt: skip
+                  type(result).__name__, shown(str(result)))  # fmt: skip
         return _problem(503, "the event could not be stored; retry later")
+    if result.unroutable is not None:
+        log.error("delivery source=%s type=%s event=%d kept without todos: %s", who, kind,
+                  result.event_id, shown(result.unroutable))  # fmt: skip
     log.info(
         "delivery source=%s type=%s event=%d outcome=%s todos=%s",
         who,
@@ -244,19 +215,6 @@ async def receive(store: Store, request: Request) -> Response:
         {"event_id": result.event_id, "duplicate": result.duplicate, "todos": list(result.todo_ids)},
         status_code=202,
     )
-
-
-async def _prune_forever(store: Store, older_than_days: float, max_events: int, dedup_horizon_days: float) -> None:
-    while True:
-        try:
-            pruned = await retention.prune(
-                store, older_than_days=older_than_days, max_events=max_events, dedup_horizon_days=dedup_horizon_days
-            )
-            if pruned.events or pruned.todos:
-                log.info("prune events=%d todos=%d", pruned.events, pruned.todos)
-        except StoreFault as exc:
-            log.error("prune failed: %s", exc)
-        await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -449,27 +407,8 @@ class _Server(uvicorn.Server):
             self.should_exit = True
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """Bind the listen address (the first the host resolves to); raise OSError if it cannot be.
-
-    Bound before the server starts, so that a taken port is reported as such,
-    and ``port`` 0 yields the port the system picked.
-    """
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart over TIME_WAIT
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 def server(app: Starlette, limits: Limits = Limits()) -> uvicorn.Server:
-    """Run with ``server.run(sockets=[listen(host, port)])``."""
+    """The receiver's uvicorn server: serve it with ``await server.serve(sockets=[sock])``."""
     config = uvicorn.Config(
         app,
         http=guarded_protocol(limits),

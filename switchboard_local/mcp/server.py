@@ -2,7 +2,7 @@
 
 ``build_server(store, agent)`` makes an MCPServer offering the agent's tools
 (every tool without an agent) that see only the agent's queues; ``run`` serves
-it on stdio for Claude Code. Each tool is a thin call of one core verb; core
+it on stdio for Claude Code (the process module runs it). Each tool is a thin call of one core verb; core
 errors become tool errors in mcp_channel, once. A background doorbell tells
 the client about new todos in scope; the queue stays the ledger, so a client
 that ignores it loses nothing.
@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import logging
 import secrets
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 from .. import __version__
-from ..core import agents, watch
+from ..core import watch
 from ..core.agents import Agent
-from ..core.errors import NotFound
-from .channel import capture_session, map_tool_errors, serve_stdio
+from .channel import capture_session, map_tool_errors
 from .models import doorbell_content, doorbell_meta
 from .tools import TOOLS, Scope, Session
 from ..core.store import Store
-from ..core.text import SafeFormatter
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -152,45 +148,8 @@ async def _ring_for_arrivals(session: Session, after_id: int) -> None:
 # ---------------------------------------------------------------- the command
 
 
-def run(db: Path | None, agent_name: str | None) -> int:
-    """Serve on stdio until the client closes stdin; the exit status.
-
-    Nothing but protocol may reach stdout: logs go to stderr. A core error
-    before serving (an unknown agent, a database that cannot be used) is
-    raised for the command to report.
-    """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("switchboard-local mcp: %(levelname)s %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.getLogger("switchboard_local").setLevel(logging.INFO)
-
-    async def main() -> None:
-        async with await Store.open(db) as store:
-            agent = None
-            if agent_name:
-                try:
-                    agent = await agents.get(store, agent_name)
-                except NotFound:
-                    raise NotFound(
-                        f"agent {agent_name!r} does not exist in {store.path}; "
-                        f"create it with: switchboard-local agent add {agent_name} --queue QUEUE"
-                    ) from None
-            server = build_server(store, agent)
-            await serve_stdio(server)
-
-    try:
-        anyio.run(main)
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as exc:
-        if not _client_gone(exc):
-            raise
-        print("switchboard-local: the client closed the connection", file=sys.stderr)
-    return 0
-
-
-def _client_gone(exc: BaseException) -> bool:
+def client_gone(exc: BaseException) -> bool:
     """Whether every failure in ``exc`` (a task group's, maybe) is the client hanging up."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(_client_gone(inner) for inner in exc.exceptions)
+        return all(client_gone(inner) for inner in exc.exceptions)
     return isinstance(exc, ConnectionError | anyio.BrokenResourceError | anyio.ClosedResourceError)

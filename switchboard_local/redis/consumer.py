@@ -14,6 +14,7 @@ resume; they never crash ``serve`` and never ack what did not commit.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import json
 import logging
 import os
@@ -24,10 +25,10 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from ..core import sources as adapters, routing
-from ..core.sources import Adapter
+from ..core import sources, routing
+from ..core.sources import Source
 from ..core.errors import StoreFault
-from ..core.events import NewEvent, body_hash, ingest
+from ..core.events import NewEvent, body_hash
 from ..core.store import Store
 
 log = logging.getLogger("switchboard_local.redis")
@@ -35,10 +36,16 @@ log = logging.getLogger("switchboard_local.redis")
 BLOCK_MS = 1000  # how long one read may block: also how soon a stop is noticed
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
 HEALTH_EVERY = 1.0
-FAULT_ENV = "SWITCHBOARD_FAULT"  # test hook: "pause-after-commit" holds the un-acked window open
 
 
-def _url(adapter: Adapter) -> str:
+@dataclass(frozen=True)
+class Faults:
+    """Test hooks, passed in by whoever starts the consumers (never read from the environment here)."""
+
+    pause_after_commit: bool = False  # hold the un-acked window open: a test kills the process there
+
+
+def _url(adapter: Source) -> str:
     if "redis_url" in adapter.config:
         return adapter.config["redis_url"]
     value = os.environ.get(adapter.config["redis_url_env"])
@@ -50,8 +57,9 @@ def _url(adapter: Adapter) -> str:
 class RedisAdapter:
     """One adapter's consuming loop; ``run`` returns once ``stop`` is set."""
 
-    def __init__(self, store: Store, adapter: Adapter, stop: asyncio.Event) -> None:
+    def __init__(self, store: Store, adapter: Source, stop: asyncio.Event, faults: Faults = Faults()) -> None:
         self.store = store
+        self.faults = faults
         self.adapter = adapter
         self.config = adapter.config
         self.key: str = adapter.config["key"]
@@ -220,46 +228,27 @@ class RedisAdapter:
         )
 
     async def _commit(self, events: list[NewEvent]) -> list[bool]:
-        """Store a batch in one transaction; answer which messages are stored (may be acked)."""
+        """Store a batch in one transaction; answer which messages are stored (may be acked).
+
+        A message that cannot be routed is kept as a bare event (the back half
+        does that), so it cannot block the ones behind it; one that cannot even
+        be kept stays un-acked, and if nothing could be stored the batch backs
+        off. A fault of the database raises: back off, retry it all.
+        """
         stored = [True] * len(events)
         if events:
-            try:
-                await routing.deliver_many(self.store, events)
-            except StoreFault:
-                raise  # the database itself (full, read-only, locked): back off, retry it all
-            except Exception as exc:
-                stored = await self._isolate(events, exc)
-        if os.environ.get(FAULT_ENV) == "pause-after-commit":
+            answers = await routing.accept(self.store, self.adapter, events)
+            stored = [not isinstance(a, Exception) for a in answers]
+            for event, answer in zip(events, answers):
+                if not isinstance(answer, Exception) and answer.unroutable is not None:
+                    log.error("adapter %s: message %s kept without todos: %s", self.adapter.name, event.external_id,
+                              answer.unroutable)  # fmt: skip
+            if not any(stored):
+                raise next(a for a in answers if isinstance(a, Exception))
+        if self.faults.pause_after_commit:
             log.warning("fault hook: committed %d messages, pausing before the ack", len(events))
             await asyncio.Event().wait()  # the test kills the process here
         self._stored_since_health += sum(stored)
-        return stored
-
-    async def _isolate(self, events: list[NewEvent], batch_error: Exception) -> list[bool]:
-        """A message spoiled the batch: store each on its own. One that still fails
-        is kept as a bare event (no todos; replay it once the cause is fixed), so
-        it cannot block the messages behind it; one that cannot even be kept
-        stays un-acked, and if nothing could be stored the batch backs off."""
-        stored = []
-        for event in events:
-            try:
-                await routing.deliver(self.store, event)
-                stored.append(True)
-                continue
-            except StoreFault:
-                raise
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-            try:
-                await ingest(self.store, event, [])
-                log.error("adapter %s: message %s kept without todos: %s", self.adapter.name, event.external_id, reason)
-                stored.append(True)
-            except StoreFault:
-                raise
-            except Exception:
-                stored.append(False)
-        if not any(stored):
-            raise batch_error
         return stored
 
     async def _ok(self) -> None:
@@ -275,7 +264,7 @@ class RedisAdapter:
         self._health_at = now
         stored, self._stored_since_health = self._stored_since_health, 0
         try:
-            await adapters.record_health(self.store, self.adapter.name, error=error, stored=stored)
+            await sources.record_health(self.store, self.adapter.name, error=error, stored=stored)
         except StoreFault as exc:
             self._stored_since_health += stored
             log.warning("adapter %s: cannot record health: %s", self.adapter.name, exc)
@@ -306,16 +295,17 @@ def _where(exc: BaseException) -> str:
 class Supervisor:
     """Runs every enabled queue adapter; follows enable/disable within a second or two."""
 
-    def __init__(self, store: Store, poll: float = 1.0) -> None:
+    def __init__(self, store: Store, poll: float = 1.0, faults: Faults = Faults()) -> None:
         self.store = store
         self.poll = poll
+        self.faults = faults
         self.running: dict[str, tuple[asyncio.Task[None], asyncio.Event, int]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
                 try:
-                    wanted = {a.name: a for a in await adapters.list_adapters(self.store, family="queue") if a.enabled}
+                    wanted = {a.name: a for a in await sources.list_sources(self.store, family="queue") if a.enabled}
                     await self._reconcile(wanted)
                 except Exception:  # keep supervising whatever happened; say what it was
                     log.exception("adapter supervisor: cannot follow the registry this time")
@@ -326,14 +316,14 @@ class Supervisor:
         finally:
             await self._stop_all()
 
-    async def _reconcile(self, wanted: dict[str, Adapter]) -> None:
+    async def _reconcile(self, wanted: dict[str, Source]) -> None:
         for name, (task, _, version) in list(self.running.items()):
             if name not in wanted or wanted[name].updated_at != version or task.done():
                 await self._stop(name)
         for name, adapter in wanted.items():
             if name not in self.running:
                 stop = asyncio.Event()
-                task = asyncio.create_task(RedisAdapter(self.store, adapter, stop).run(), name=f"adapter:{name}")
+                task = asyncio.create_task(RedisAdapter(self.store, adapter, stop, self.faults).run(), name=f"adapter:{name}")
                 self.running[name] = (task, stop, adapter.updated_at)
                 log.info("adapter %s: started (%s %s)", name, adapter.config["mode"], adapter.config["key"])
 

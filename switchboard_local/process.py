@@ -1,0 +1,213 @@
+"""A running process: what `serve` and `mcp` are, wired from the core and the edges.
+
+The one place that starts things: it opens the store, runs the pruner and the
+broker consumers beside the HTTP receiver (``Service``), or serves an agent
+over MCP stdio (``run_mcp``), and stops them in order. The edges never start
+one another; the CLI calls this module, and this module imports each edge
+only when the command needs it (the MCP SDK is not loaded for `serve`).
+
+Stop signals: uvicorn catches SIGINT and SIGTERM while the receiver serves;
+the HTTP edge makes either a graceful stop. In-flight requests finish first,
+then the consumers finish their batch (commit, then ack) and leave the rest
+un-acked, then the pruner stops and the store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .core import agents, retention
+from .core.errors import NotFound, StoreFault
+from .core.store import Store
+from .core.text import SafeFormatter
+
+log = logging.getLogger("switchboard_local.serve")
+
+PRUNE_EVERY_SECONDS = 3600
+# A test hook, read once at start: "pause-after-commit" holds a consumer's
+# un-acked window open (commit done, ack not sent) so a test can kill -9 there.
+FAULT_ENV = "SWITCHBOARD_FAULT"
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """What the pruner keeps (see `switchboard-local prune`)."""
+
+    older_than_days: float = retention.DEFAULT_OLDER_THAN_DAYS
+    max_events: int = retention.DEFAULT_MAX_EVENTS
+    dedup_horizon_days: float = retention.DEFAULT_DEDUP_HORIZON_DAYS
+
+
+@contextlib.asynccontextmanager
+async def producers(store: Store, upkeep: Upkeep = Upkeep()) -> AsyncIterator[None]:
+    """The pruner and the broker consumers, running while the block runs."""
+    from .redis.consumer import Faults, Supervisor
+
+    pruner = asyncio.create_task(_prune_forever(store, upkeep))
+    stop_consumers = asyncio.Event()
+    faults = Faults(pause_after_commit=os.environ.get(FAULT_ENV) == "pause-after-commit")
+    supervisor = asyncio.create_task(Supervisor(store, faults=faults).run(stop_consumers))
+    try:
+        yield
+    finally:
+        # Consumers finish their batch (commit, then ack) and leave everything else un-acked.
+        stop_consumers.set()
+        await supervisor
+        pruner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pruner
+
+
+async def _prune_forever(store: Store, upkeep: Upkeep) -> None:
+    while True:
+        try:
+            pruned = await retention.prune(
+                store,
+                older_than_days=upkeep.older_than_days,
+                max_events=upkeep.max_events,
+                dedup_horizon_days=upkeep.dedup_horizon_days,
+            )
+            if pruned.events or pruned.todos:
+                log.info("prune events=%d todos=%d", pruned.events, pruned.todos)
+        except StoreFault as exc:
+            log.error("prune failed: %s", exc)
+        await asyncio.sleep(PRUNE_EVERY_SECONDS)
+
+
+class Service:
+    """`serve`: the webhook receiver, the broker consumers and the pruner, on one store.
+
+    ``run(sock)`` blocks until a stop signal (or ``stop()`` from another
+    thread) and answers whether the receiver started.
+    """
+
+    def __init__(
+        self,
+        db: Path | None,
+        *,
+        upkeep: Upkeep = Upkeep(),
+        limits: Any = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.db = db
+        self.upkeep = upkeep
+        self.limits = limits
+        self.store_options = store_options or {}
+        self._server: Any = None
+        self._stopping = False
+
+    @property
+    def started(self) -> bool:
+        return self._server is not None and bool(self._server.started)
+
+    def run(self, sock: socket.socket) -> bool:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(self.serve(sock))
+
+    async def serve(self, sock: socket.socket) -> bool:
+        from .http import app as web
+
+        async with await Store.open(self.db, **self.store_options) as store:
+            async with producers(store, self.upkeep):
+                self._server = web.server(web.create_app(store), self.limits or web.Limits())
+                self._server.should_exit = self._stopping
+                await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
+                return bool(self._server.started)
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the listen address (the first the host resolves to); raise OSError if it cannot be.
+
+    Bound before the server starts, so that a taken port is reported as such,
+    and ``port`` 0 yields the port the system picked.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart over TIME_WAIT
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def http_limits(**limits: float) -> Any:
+    """The receiver's limits (``head_timeout``, ``body_timeout``, ``max_connections``)."""
+    from .http.app import Limits
+
+    return Limits(**limits)
+
+
+def redis_source_config(options: dict[str, Any]) -> dict[str, Any]:
+    """`adapter add`'s options validated, redis-py's own refusals included."""
+    from .core.redis_config import adapter_config
+    from .redis.config import check_options
+
+    return adapter_config(options, driver_check=check_options)
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed (as uvicorn would pick it), else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_mcp(db: Path | None, agent_name: str | None) -> int:
+    """`mcp`: serve an agent on stdio until the client closes stdin; the exit status.
+
+    Nothing but protocol may reach stdout: logs go to stderr. A core error
+    before serving (an unknown agent, a database that cannot be used) is
+    raised for the command to report.
+    """
+    import anyio
+
+    from .mcp.channel import serve_stdio
+    from .mcp.server import build_server, client_gone
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("switchboard-local mcp: %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("switchboard_local").setLevel(logging.INFO)
+
+    async def main() -> None:
+        async with await Store.open(db) as store:
+            agent = None
+            if agent_name:
+                try:
+                    agent = await agents.get(store, agent_name)
+                except NotFound:
+                    raise NotFound(
+                        f"agent {agent_name!r} does not exist in {store.path}; "
+                        f"create it with: switchboard-local agent add {agent_name} --queue QUEUE"
+                    ) from None
+            await serve_stdio(build_server(store, agent))
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        if not client_gone(exc):
+            raise
+        print("switchboard-local: the client closed the connection", file=sys.stderr)
+    return 0
