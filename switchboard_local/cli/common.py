@@ -44,15 +44,18 @@ EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 MAX_READ = 64 * 1024 * 1024
 
 
+# The one table from the core's errors to exit statuses (every command, `mcp`
+# included); any other refusal (not_found, conflict, forbidden) exits 1.
+EXIT_STATUS: tuple[tuple[type[SwitchboardError], int], ...] = (
+    (InvalidArgument, EXIT_USAGE),
+    (StoreUnusable, EXIT_UNUSABLE),
+    (Unavailable, EXIT_UNUSABLE),
+    (Busy, EXIT_BUSY),
+)
+
+
 def exit_status(exc: SwitchboardError) -> int:
-    """The one table from the core's errors to exit statuses (the CLI and `mcp`)."""
-    if isinstance(exc, InvalidArgument):
-        return EXIT_USAGE
-    if isinstance(exc, (StoreUnusable, Unavailable)):
-        return EXIT_UNUSABLE
-    if isinstance(exc, Busy):
-        return EXIT_BUSY
-    return EXIT_REFUSED
+    return next((status for kind, status in EXIT_STATUS if isinstance(exc, kind)), EXIT_REFUSED)
 
 
 # ---------------------------------------------------------------- text safe to print

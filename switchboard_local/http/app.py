@@ -40,7 +40,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..core import sources, routing
 from . import verifiers as webhooks
-from ..core.errors import NotFound, StoreFault
+from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from ..core.events import NewEvent
 from ..core.store import Store, busy_timeout_ms
 from ..core import webhook_config
@@ -127,6 +127,22 @@ def shown(value: str) -> str:
     return json.dumps(cut) + ("..." if len(value) > _SHOWN_MAX else "")
 
 
+# The one table from the core's errors to HTTP statuses: a fault of the store
+# is the server's (503: the sender retries), the others are the request's.
+STATUS: tuple[tuple[type[SwitchboardError], int], ...] = (
+    (NotFound, 404),
+    (Forbidden, 403),
+    (Conflict, 409),
+    (InvalidArgument, 400),
+    (StoreFault, 503),
+)
+
+
+def status_of(exc: Exception) -> int:
+    """The status answering ``exc``; 500 for anything the core did not raise on purpose."""
+    return next((status for kind, status in STATUS if isinstance(exc, kind)), 500)
+
+
 def _problem(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -140,7 +156,7 @@ async def receive(store: Store, request: Request) -> Response:
         source = None
     except StoreFault as exc:
         log.error("delivery source=%s outcome=store-failed error=%s", who, shown(str(exc)))
-        return _problem(503, "the store cannot be read; retry later")
+        return _problem(status_of(exc), "the store cannot be read; retry later")
     if source is None or not source.enabled:
         log.info("delivery source=%s outcome=unknown-source", who)
         return _problem(404, f"no enabled webhook source named {name!r}")
