@@ -26,7 +26,8 @@ from .clock import rfc3339
 from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
-from .todos import NewTodo, insert_id
+from .todo_model import MAX_LIST_LIMIT, NewTodo
+from .todos import insert_id
 
 FAMILIES = ("webhook", "queue", "operator")
 
@@ -215,9 +216,6 @@ async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None
     if row is None:
         raise NotFound(f"event {event_id} does not exist")
     return Event.from_row(row)
-
-
-MAX_LIST_LIMIT = 1000
 
 
 async def list_events(
