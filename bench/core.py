@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from switchboard_local.core import todos  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.todo_model import NewTodo  # noqa: E402
+from switchboard_local.core.todos import Lease  # noqa: E402
 
 WORKER = ROOT / "tests" / "drain_worker.py"
 
@@ -33,7 +35,7 @@ async def create(db: Path, n: int) -> float:
     async with await Store.open(db) as store:
         start = time.perf_counter()
         for i in range(n):
-            await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}"))
+            await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
         return n / (time.perf_counter() - start)
 
 
@@ -42,7 +44,7 @@ async def drain(db: Path, n: int) -> float:
         start = time.perf_counter()
         done = 0
         while (todo := await todos.claim_next(store, owner="bench", queues=["bench"])) is not None:
-            await todos.complete(store, todo.id, todo.lease_token)
+            await todos.complete(store, Lease.of(todo))
             done += 1
         assert done == n, (done, n)
         return n / (time.perf_counter() - start)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from switchboard_local.core import agents
 from switchboard_local.core import todos  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -109,7 +110,7 @@ async def prepare(db: Path, n: int) -> None:
     async with await Store.open(db) as store:
         await agents.add(store, "drainer", queues=["bench"], tools=["claim_next", "complete"])
         for i in range(n):
-            await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}", payload={"n": i}))
+            await todos.create(store, NewTodo(queue="bench", title=f"job {i}", payload={"n": i}))
 
 
 def one_run(n: int) -> dict[str, float]:

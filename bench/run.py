@@ -14,7 +14,7 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
      and link rows of this schema, 64 messages per transaction, executemany);
      fdatasync latency of this directory
   b  core: todos created/s; claim+complete/s (two commits per job); the drain
-     loop with complete_then_claim (one commit per job); 4 processes draining
+     loop with complete(then=…) (one commit per job); 4 processes draining
      one file; 8 concurrent consumers in one process (group commit)
   c  peers: litequeue put, pop+done; persist-queue SQLiteAckQueue put, get+ack
   d  webhook ingest over loopback HTTP, 1 and 32 senders (bench/webhooks.py)
@@ -49,6 +49,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.core import todos  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.todo_model import NewTodo  # noqa: E402
+from switchboard_local.core.todos import Lease, NextClaim  # noqa: E402
 
 N = 2000
 
@@ -164,18 +166,18 @@ def fdatasync_ms(tmp: Path) -> float:
 async def _filled(path: Path, n: int = N) -> Store:
     store = await Store.open(path)
     for i in range(n):
-        await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}"))
+        await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
     return store
 
 
 async def core_drain_one_commit(path: Path) -> float:
     store = await _filled(path)
     try:
-        then = todos.NextClaim("bench", ["bench"])
+        then = NextClaim("bench", ["bench"])
         start = time.perf_counter()
         todo, done = await todos.claim_next(store, owner="bench", queues=["bench"]), 0
         while todo is not None:
-            _, todo = await todos.complete_then_claim(store, todo.id, todo.lease_token, then)
+            todo = (await todos.complete(store, Lease.of(todo), then=then)).next
             done += 1
         assert done == N
         return N / (time.perf_counter() - start)
@@ -188,10 +190,10 @@ async def core_eight_consumers(path: Path) -> float:
     try:
 
         async def consumer(k: int) -> int:
-            then, done = todos.NextClaim(f"c{k}", ["bench"]), 0
+            then, done = NextClaim(f"c{k}", ["bench"]), 0
             todo = await todos.claim_next(store, owner=f"c{k}", queues=["bench"])
             while todo is not None:
-                _, todo = await todos.complete_then_claim(store, todo.id, todo.lease_token, then)
+                todo = (await todos.complete(store, Lease.of(todo), then=then)).next
                 done += 1
             return done
 
@@ -265,13 +267,13 @@ async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
     store = await Store.open(path)
     try:
         for i in range(1000):
-            await todos.create(store, todos.NewTodo(queue="bench", title=f"job {i}"))
+            await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
         times = []
         for _ in range(500):
             start = time.perf_counter()
             todo = await todos.claim_next(store, owner="bench", queues=["bench"])
             times.append(time.perf_counter() - start)
-            await todos.complete(store, todo.id, todo.lease_token)
+            await todos.complete(store, Lease.of(todo))
     finally:
         await store.close()
     size = path.stat().st_size + sum(p.stat().st_size for p in path.parent.glob(path.name + "-*"))

@@ -19,6 +19,7 @@ import time
 
 from switchboard_local.core import todos
 from switchboard_local.core.store import Store
+from switchboard_local.core.todos import Lease
 
 
 async def main() -> int:
@@ -43,7 +44,7 @@ async def main() -> int:
                 claimed = {"claimed": todo.id, "token": todo.lease_token, "lease_expires_at": todo.lease_expires_at}
                 print(json.dumps(claimed), flush=True)
                 time.sleep(3600)
-            done = await todos.complete(store, todo.id, todo.lease_token, result={"by": args.owner})
+            done = (await todos.complete(store, Lease.of(todo), result={"by": args.owner})).todo
             print(json.dumps({"completed": done.id, "attempt": done.attempt}), flush=True)
 
 

@@ -17,13 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
-from switchboard_local.core.todos import QueueStats
+from switchboard_local.core.todo_model import (
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    LEASE_CAP_SECONDS,
+    QueueStats,
+)
 
-BACKOFF_BASE_MS = round(todos.BACKOFF_BASE_SECONDS * 1000)
-BACKOFF_CAP_MS = round(todos.BACKOFF_CAP_SECONDS * 1000)
-LEASE_CAP_MS = round(todos.LEASE_CAP_SECONDS * 1000)
+BACKOFF_BASE_MS = round(BACKOFF_BASE_SECONDS * 1000)
+BACKOFF_CAP_MS = round(BACKOFF_CAP_SECONDS * 1000)
+LEASE_CAP_MS = round(LEASE_CAP_SECONDS * 1000)
 
 
 def ms(seconds: float) -> int:
@@ -116,7 +121,7 @@ class Model:
 
     def claim(self, t: Modeled, owner: str, lease: float | None, token: str) -> None:
         t.state, t.attempt, t.owner, t.visible_at, t.token = "claimed", t.attempt + 1, owner, None, token
-        t.lease_end, t.claimed_at = self.now + ms(lease or todos.DEFAULT_LEASE_SECONDS), self.now
+        t.lease_end, t.claimed_at = self.now + ms(lease or DEFAULT_LEASE_SECONDS), self.now
         t.history.append([t.attempt, owner, None])
 
     def heartbeat(self, t: Modeled, lease: float) -> None:

@@ -9,7 +9,8 @@ import pytest
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Conflict, Forbidden
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +81,7 @@ async def test_every_claim_statement_leaves_a_delayed_or_backing_off_todo_until_
     delayed = await new(store, queue="q1", title="delayed", delay=60)
     retrying = await new(store, queue="q2" if queues != ["q1"] else "q1", title="retrying", priority=5)
     first = await todos.claim(store, retrying.id, owner="w")
-    failed = await todos.fail(store, retrying.id, first.lease_token, error="flaky")
+    failed = (await todos.fail(store, Lease(retrying.id, first.lease_token), error="flaky")).todo
     assert failed.visible_at > clock.now_ms() and failed.visible_at - clock.now_ms() < 60_000
     assert await todos.claim_next(store, owner="w", queues=queues) is None
     clock.advance((failed.visible_at - clock.now_ms()) / 1000)

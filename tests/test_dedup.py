@@ -10,7 +10,8 @@ import pytest
 from switchboard_local.core import sources, retention, routing, todos
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -101,7 +102,7 @@ def test_a_replay_window_is_at_most_the_default_dedup_horizon():
 async def test_a_redelivery_after_its_event_was_pruned_by_the_cap_is_still_a_duplicate(store, gh, clock, db_path):
     first = await routing.deliver(store, delivery("d-1", window=0))
     done = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, done.id, done.lease_token)
+    await todos.complete(store, Lease.of(done))
     pruned = await retention.prune(store, max_events=0)
     assert pruned.events == 1 and ids(db_path, "events") == []
     clock.advance(3 * DAY)
@@ -113,7 +114,7 @@ async def test_a_redelivery_after_its_event_was_pruned_by_the_cap_is_still_a_dup
 async def test_a_redelivery_after_the_dedup_horizon_is_a_new_delivery(store, gh, clock, db_path):
     first = await routing.deliver(store, delivery("d-1", window=0))
     done = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, done.id, done.lease_token)
+    await todos.complete(store, Lease.of(done))
     await retention.prune(store, max_events=0)
     clock.advance(7 * DAY + 1)
     forgotten = await retention.prune(store, max_events=0)
@@ -126,7 +127,7 @@ async def test_an_event_pruned_past_the_horizon_leaves_no_key_behind(store, gh, 
     await routing.deliver(store, delivery("d-1", window=0))
     (todo_id,) = ids(db_path, "todos")
     done = await todos.claim(store, todo_id, owner="w")
-    await todos.complete(store, todo_id, done.lease_token)
+    await todos.complete(store, Lease(todo_id, done.lease_token))
     clock.advance(31 * DAY)
     await retention.prune(store)
     with sqlite3.connect(db_path) as conn:
@@ -164,7 +165,7 @@ async def test_the_same_body_exactly_at_the_end_of_the_replay_window_is_still_a_
 async def test_a_pruned_delivery_key_is_kept_until_exactly_the_dedup_horizon(store, gh, clock, db_path):
     first = await routing.deliver(store, delivery("d-1", window=0))
     done = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, done.id, done.lease_token)
+    await todos.complete(store, Lease.of(done))
     await retention.prune(store, max_events=0)
     clock.advance(7 * DAY)
     assert (await retention.prune(store, max_events=0)).delivery_keys == 0
@@ -206,7 +207,7 @@ async def test_a_duplicate_answers_with_its_own_sources_event_when_another_sourc
 async def test_a_pruned_or_replayed_delivery_of_one_source_is_no_duplicate_for_another(store, two_sources, clock):
     first = await routing.deliver(store, from_source("gh", "d-1"))
     done = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, done.id, done.lease_token)
+    await todos.complete(store, Lease.of(done))
     await retention.prune(store, max_events=0)  # gh's d-1 is kept as a key only, and its body as a replay key
     other = await routing.deliver(store, from_source("gh2", "d-1"))
     assert other.duplicate is False
@@ -217,7 +218,7 @@ async def test_a_duplicate_of_a_pruned_delivery_answers_with_that_deliverys_even
     for n in range(3):
         result = await routing.deliver(store, from_source("gh", f"d-{n}", f'{{"n": {n}}}'.encode()))
         done = await todos.claim(store, result.todo_ids[0], owner="w")
-        await todos.complete(store, done.id, done.lease_token)
+        await todos.complete(store, Lease.of(done))
         events.append(result.event_id)
     await retention.prune(store, max_events=0)
     clock.advance(DAY + 1)  # the bodies are past their replay window; the ids are kept to the horizon
@@ -241,7 +242,7 @@ async def test_a_redelivery_of_a_pruned_delivery_answers_with_its_own_event_not_
     assert later.duplicate is False
     for result in (first, later):
         done = await todos.claim(store, result.todo_ids[0], owner="w")
-        await todos.complete(store, done.id, done.lease_token)
+        await todos.complete(store, Lease.of(done))
     await retention.prune(store, max_events=0)
     again = await routing.deliver(store, from_source("gh", "d-1"))
     assert (again.duplicate, again.event_id) == (True, first.event_id)
@@ -252,7 +253,7 @@ async def test_each_source_keeps_its_own_pruned_delivery_ids(store, two_sources)
     for source in ("gh", "gh2"):
         results[source] = await routing.deliver(store, from_source(source, "d-1", source.encode()))
         done = await todos.claim(store, results[source].todo_ids[0], owner="w")
-        await todos.complete(store, done.id, done.lease_token)
+        await todos.complete(store, Lease.of(done))
     await retention.prune(store, max_events=0)
     again = await routing.deliver(store, from_source("gh2", "d-1", b"gh2"))
     assert (again.duplicate, again.event_id) == (True, results["gh2"].event_id)

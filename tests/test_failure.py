@@ -6,7 +6,8 @@ import pytest
 
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Conflict, NotFound
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo, QueueStats
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +24,7 @@ async def fail_until_attempt(store, clock, todo_id, attempt):
     """Claim and fail ``attempt - 1`` times, waiting out each backoff; claim once more."""
     for _ in range(attempt - 1):
         claimed = await todos.claim(store, todo_id, owner="w")
-        failed = await todos.fail(store, todo_id, claimed.lease_token, error="again")
+        failed = (await todos.fail(store, Lease(todo_id, claimed.lease_token), error="again")).todo
         clock.advance((failed.visible_at - clock.now_ms()) / 1000)
     claimed = await todos.claim(store, todo_id, owner="w")
     assert claimed.attempt == attempt
@@ -32,7 +33,7 @@ async def fail_until_attempt(store, clock, todo_id, attempt):
 
 async def make_dead_letter(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    dead = await todos.fail(store, todo.id, claimed.lease_token, error="gave up")
+    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="gave up")).todo
     assert dead.dead_letter
     return dead
 
@@ -43,7 +44,7 @@ async def make_dead_letter(store, todo):
 async def test_failed_todo_is_retried_only_after_its_backoff(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
-    failed = await todos.fail(store, todo.id, claimed.lease_token, error="boom")
+    failed = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="boom")).todo
     assert (failed.state, failed.last_error, failed.dead_letter) == ("failed", "boom", False)
     assert (failed.owner, failed.lease_expires_at) == (None, None)
     assert failed.visible_at > clock.now_ms()
@@ -68,7 +69,7 @@ async def test_backoff_doubles_per_attempt_with_jitter_and_a_cap(store, clock, a
     todo = await new(store, max_attempts=20)
     claimed = await fail_until_attempt(store, clock, todo.id, attempt)
     now = clock.now_ms()
-    failed = await todos.fail(store, todo.id, claimed.lease_token, error="x")
+    failed = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="x")).todo
     assert now + low_s * 1000 <= failed.visible_at <= now + high_s * 1000
 
 
@@ -77,7 +78,7 @@ async def test_jitter_spreads_retries_of_todos_failed_together(store, clock):
     for i in range(6):
         todo = await new(store, title=str(i))
         claimed = await todos.claim(store, todo.id, owner="w")
-        retry_times.add((await todos.fail(store, todo.id, claimed.lease_token)).visible_at)
+        retry_times.add((await todos.fail(store, Lease(todo.id, claimed.lease_token))).todo.visible_at)
     assert len(retry_times) > 1
 
 
@@ -87,7 +88,7 @@ async def test_jitter_spreads_retries_of_todos_failed_together(store, clock):
 async def test_fail_at_max_attempts_makes_a_dead_letter(store, clock):
     todo = await new(store, max_attempts=2)
     claimed = await fail_until_attempt(store, clock, todo.id, 2)
-    dead = await todos.fail(store, todo.id, claimed.lease_token, error="final error")
+    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="final error")).todo
     assert (dead.state, dead.visible_at, dead.dead_letter) == ("failed", None, True)
     assert (dead.attempt, dead.last_error) == (2, "final error")
     clock.advance(DAY)
@@ -149,19 +150,19 @@ async def test_stats_count_a_todo_whose_last_lease_lapsed_as_a_dead_letter(store
 
 
 async def _heartbeat(store, todo_id, token):
-    return await todos.heartbeat(store, todo_id, token)
+    return await todos.heartbeat(store, Lease(todo_id, token))
 
 
 async def _complete(store, todo_id, token):
-    return await todos.complete(store, todo_id, token, result="late")
+    return await todos.complete(store, Lease(todo_id, token), result="late")
 
 
 async def _fail(store, todo_id, token):
-    return await todos.fail(store, todo_id, token, error="late")
+    return await todos.fail(store, Lease(todo_id, token), error="late")
 
 
 async def _release(store, todo_id, token):
-    return await todos.release(store, todo_id, token)
+    return await todos.release(store, Lease(todo_id, token))
 
 
 LEASED_VERBS = pytest.mark.parametrize(
@@ -177,7 +178,7 @@ async def test_lapsed_lease_is_taken_over_by_another_owner(store, clock):
     new_claim = await todos.claim_next(store, owner="b")
     assert (new_claim.id, new_claim.owner, new_claim.attempt) == (todo.id, "b", 2)
     assert new_claim.lease_token != old.lease_token
-    done = await todos.complete(store, todo.id, new_claim.lease_token)
+    done = (await todos.complete(store, Lease(todo.id, new_claim.lease_token))).todo
     assert done.state == "done"
     history = (await todos.get(store, todo.id)).attempts
     assert [(a.owner, a.outcome) for a in history] == [("a", "lease_expired"), ("b", "completed")]
@@ -206,7 +207,7 @@ async def test_stale_lease_token_is_refused_after_takeover(store, clock, verb):
     assert after == before
     assert after.attempts == before.attempts
     assert (after.state, after.owner) == ("claimed", "b")
-    assert (await todos.complete(store, todo.id, current.lease_token)).state == "done"
+    assert (await todos.complete(store, Lease(todo.id, current.lease_token))).todo.state == "done"
 
 
 @LEASED_VERBS
@@ -257,12 +258,12 @@ async def _claimed(store, todo):
 
 async def _done(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.complete(store, todo.id, claimed.lease_token)
+    await todos.complete(store, Lease(todo.id, claimed.lease_token))
 
 
 async def _awaiting_retry(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.fail(store, todo.id, claimed.lease_token, error="e")
+    await todos.fail(store, Lease(todo.id, claimed.lease_token), error="e")
 
 
 @pytest.mark.parametrize(
@@ -295,7 +296,7 @@ async def test_redrive_is_refused_while_a_newer_live_todo_holds_the_key(store):
     assert (await todos.get(store, newer.id)).state == "pending"
     # Once the newer todo is done, the key is free again.
     claimed = await todos.claim(store, newer.id, owner="w")
-    await todos.complete(store, newer.id, claimed.lease_token)
+    await todos.complete(store, Lease(newer.id, claimed.lease_token))
     assert (await todos.redrive(store, old.id)).state == "pending"
 
 
@@ -329,10 +330,10 @@ async def test_a_token_presented_for_another_todo_is_refused_and_changes_neither
     claimed_a = await todos.claim(store, a.id, owner="w")
     claimed_b = await todos.claim(store, b.id, owner="w")
     with pytest.raises(Conflict):
-        await getattr(todos, verb)(store, a.id, claimed_b.lease_token)
+        await getattr(todos, verb)(store, Lease(a.id, claimed_b.lease_token))
     assert (await todos.get(store, a.id)).state == "claimed" and (await todos.get(store, b.id)).state == "claimed"
     assert (await todos.get(store, b.id)).lease_expires_at == claimed_b.lease_expires_at
-    await todos.complete(store, a.id, claimed_a.lease_token)  # each token still works on its own todo
+    await todos.complete(store, Lease(a.id, claimed_a.lease_token))  # each token still works on its own todo
 
 
 @pytest.mark.parametrize("verb", ["heartbeat", "complete", "fail", "release"])
@@ -341,7 +342,7 @@ async def test_a_lease_ends_at_its_expiry_to_the_millisecond(store, clock, verb)
     claimed = await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(60)  # now == lease_expires_at: the lease is over
     with pytest.raises(Conflict, match="expired|stale"):
-        await getattr(todos, verb)(store, todo.id, claimed.lease_token)
+        await getattr(todos, verb)(store, Lease.of(claimed))
 
 
 async def test_a_read_at_the_expiry_shows_the_lapsed_todo_as_the_next_claim_will_find_it(store, clock):
@@ -358,7 +359,7 @@ async def test_a_read_at_the_expiry_shows_the_lapsed_todo_as_the_next_claim_will
 async def test_recovering_a_lapsed_lease_ends_only_the_open_attempt(store, clock):
     todo = await new(store, max_attempts=3)
     first = await todos.claim(store, todo.id, owner="first")
-    failed = await todos.fail(store, todo.id, first.lease_token, error="first failure")
+    failed = (await todos.fail(store, Lease(todo.id, first.lease_token), error="first failure")).todo
     clock.advance((failed.visible_at - clock.now_ms()) / 1000)
     await todos.claim(store, todo.id, owner="second", lease=60)
     clock.advance(61)
@@ -393,7 +394,7 @@ async def test_without_jitter_a_retry_waits_exactly_thirty_seconds_doubling_up_t
     monkeypatch.setattr(store, "rng", NoJitter())
     todo = await new(store, max_attempts=20)
     claimed = await fail_until_attempt(store, clock, todo.id, attempt)
-    failed = await todos.fail(store, todo.id, claimed.lease_token, error="again")
+    failed = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="again")).todo
     assert failed.visible_at - clock.now_ms() == seconds * 1000
 
 
@@ -407,4 +408,4 @@ async def test_stats_of_a_scope_lists_its_empty_queues_with_zero_counts(store) -
     await new(store, queue="busy")
     answer = await todos.stats(store, queues=["idle", "busy"])
     assert [s.queue for s in answer] == ["busy", "idle"]
-    assert answer[1] == todos.QueueStats("idle", 0, 0, 0, 0, 0, None)
+    assert answer[1] == QueueStats("idle", 0, 0, 0, 0, 0, None)

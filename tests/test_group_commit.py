@@ -16,7 +16,8 @@ from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
 from switchboard_local.core.store import GROUP_SECONDS, Store
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
     claimed = await todos.claim_next(store, owner="a")
     gate, held = await hold_the_thread(store)
     before = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="before")))
-    stale = asyncio.create_task(todos.complete(store, first.id, "not-the-token"))
+    stale = asyncio.create_task(todos.complete(store, Lease(first.id, "not-the-token")))
     after = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="after")))
     await asyncio.sleep(0.05)
     gate.set()
@@ -69,7 +70,7 @@ async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
     with pytest.raises(Conflict):
         await stale
     assert (await todos.get(store, first.id)).state == "claimed"
-    assert (await todos.complete(store, first.id, claimed.lease_token)).state == "done"
+    assert (await todos.complete(store, Lease(first.id, claimed.lease_token))).todo.state == "done"
 
 
 async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_commit_once(store, roomy_budget) -> None:
@@ -79,7 +80,7 @@ async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_
     gate, held = await hold_the_thread(store)
     writes = []
     for i in range(5):  # more refusals than the optimistic reruns allow for
-        writes.append(asyncio.create_task(todos.complete(store, held_todo.id, f"stale-{i}")))
+        writes.append(asyncio.create_task(todos.complete(store, Lease(held_todo.id, f"stale-{i}"))))
         writes.append(asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"new {i}"))))
     await asyncio.sleep(0.05)
     gate.set()
@@ -211,7 +212,7 @@ async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_comm
         clock.advance(0.999)  # a's lease has a millisecond left
         gate, held = await hold_the_thread(store)
         clock.readings, clock.step_after = 0, 2  # the first run of the group, then a second later
-        complete = asyncio.create_task(todos.complete(store, todo.id, held_by_a.lease_token))
+        complete = asyncio.create_task(todos.complete(store, Lease(todo.id, held_by_a.lease_token)))
         takeover = asyncio.create_task(todos.claim(store, todo.id, owner="b"))
         await asyncio.sleep(0.05)
         gate.set()

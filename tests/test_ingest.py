@@ -9,7 +9,8 @@ import pytest
 from switchboard_local.core import events, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +87,7 @@ async def test_redelivery_is_a_duplicate_and_adds_nothing(store, clock, row_coun
 async def test_redelivery_after_the_todos_are_done_adds_nothing(store, row_count):
     first = await events.ingest(store, push(), work("only"))
     claimed = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, claimed.id, claimed.lease_token)
+    await todos.complete(store, Lease.of(claimed))
     again = await events.ingest(store, push(), work("only"))
     assert (again.duplicate, again.todo_ids) == (True, first.todo_ids)
     assert (row_count("events"), row_count("todos")) == (1, 1)

@@ -13,7 +13,8 @@ import pytest
 
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Conflict
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +85,7 @@ async def _claimed(store, todo):
 
 async def _failed_awaiting_retry(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    failed = await todos.fail(store, todo.id, claimed.lease_token, error="boom")
+    failed = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="boom")).todo
     assert failed.visible_at is not None
     return failed
 
@@ -110,12 +111,12 @@ async def test_same_key_on_a_live_todo_returns_the_existing_one(store, row_count
 
 async def _done(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.complete(store, todo.id, claimed.lease_token)
+    await todos.complete(store, Lease(todo.id, claimed.lease_token))
 
 
 async def _dead_letter(store, todo):
     claimed = await todos.claim(store, todo.id, owner="w")
-    dead = await todos.fail(store, todo.id, claimed.lease_token, error="boom")
+    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="boom")).todo
     assert dead.dead_letter
 
 
@@ -178,7 +179,7 @@ async def test_claim_without_lease_uses_the_default_of_five_minutes(store, clock
 async def test_every_claim_returns_a_fresh_token(store):
     todo = await new(store)
     first = await todos.claim(store, todo.id, owner="w")
-    await todos.release(store, todo.id, first.lease_token)
+    await todos.release(store, Lease(todo.id, first.lease_token))
     second = await todos.claim(store, todo.id, owner="w")
     assert second.lease_token != first.lease_token
 
@@ -187,10 +188,10 @@ async def test_heartbeat_resets_the_lease_to_now_plus_ttl(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(50)
-    beat = await todos.heartbeat(store, todo.id, claimed.lease_token, lease=60)
+    beat = await todos.heartbeat(store, Lease(todo.id, claimed.lease_token), lease_seconds=60)
     assert beat.lease_expires_at == clock.now_ms() + 60_000  # not the old expiry + 60 s
     clock.advance(10)
-    beat = await todos.heartbeat(store, todo.id, claimed.lease_token)
+    beat = await todos.heartbeat(store, Lease(todo.id, claimed.lease_token))
     assert beat.lease_expires_at == clock.now_ms() + 300_000
 
 
@@ -198,10 +199,10 @@ async def test_heartbeat_keeps_the_todo_past_its_first_lease(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(50)
-    await todos.heartbeat(store, todo.id, claimed.lease_token, lease=60)
+    await todos.heartbeat(store, Lease(todo.id, claimed.lease_token), lease_seconds=60)
     clock.advance(50)  # past the first lease, inside the renewed one
     assert await todos.claim_next(store, owner="other") is None
-    done = await todos.complete(store, todo.id, claimed.lease_token)
+    done = (await todos.complete(store, Lease(todo.id, claimed.lease_token))).todo
     assert done.state == "done"
 
 
@@ -209,18 +210,18 @@ async def test_heartbeat_is_capped_twelve_hours_after_the_claim(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w", lease=12 * HOUR)
     clock.advance(11 * HOUR)
-    beat = await todos.heartbeat(store, todo.id, claimed.lease_token, lease=2 * HOUR)
+    beat = await todos.heartbeat(store, Lease(todo.id, claimed.lease_token), lease_seconds=2 * HOUR)
     assert beat.lease_expires_at == claimed.claimed_at + round(12 * HOUR * 1000)
     clock.advance(1 * HOUR)
     with pytest.raises(Conflict):
-        await todos.heartbeat(store, todo.id, claimed.lease_token, lease=60)
+        await todos.heartbeat(store, Lease(todo.id, claimed.lease_token), lease_seconds=60)
 
 
 async def test_complete_marks_the_todo_done_with_its_result(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     clock.advance(5)
-    done = await todos.complete(store, todo.id, claimed.lease_token, result={"pr": 42})
+    done = (await todos.complete(store, Lease(todo.id, claimed.lease_token), result={"pr": 42})).todo
     assert (done.state, done.result, done.completed_at) == ("done", {"pr": 42}, clock.now_ms())
     assert (done.owner, done.lease_expires_at, done.visible_at, done.dead_letter) == (None, None, None, False)
     history = (await todos.get(store, todo.id)).attempts
@@ -230,7 +231,7 @@ async def test_complete_marks_the_todo_done_with_its_result(store, clock):
 async def test_done_todo_is_never_claimed_again(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w", lease=60)
-    await todos.complete(store, todo.id, claimed.lease_token)
+    await todos.complete(store, Lease(todo.id, claimed.lease_token))
     clock.advance(24 * HOUR)
     assert await todos.claim_next(store, owner="w") is None
 
@@ -242,7 +243,7 @@ async def test_release_returns_the_todo_to_pending_with_the_attempt_refunded(sto
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     clock.advance(3)
-    released = await todos.release(store, todo.id, claimed.lease_token)
+    released = await todos.release(store, Lease(todo.id, claimed.lease_token))
     assert (released.state, released.attempt, released.visible_at) == ("pending", 0, clock.now_ms())
     assert (released.owner, released.lease_expires_at) == (None, None)
     history = (await todos.get(store, todo.id)).attempts
@@ -254,7 +255,7 @@ async def test_release_returns_the_todo_to_pending_with_the_attempt_refunded(sto
 async def test_release_with_delay_hides_the_todo_until_then(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
-    released = await todos.release(store, todo.id, claimed.lease_token, delay=30)
+    released = await todos.release(store, Lease(todo.id, claimed.lease_token), delay=30)
     assert released.visible_at == clock.now_ms() + 30_000
     clock.advance(29)
     assert await todos.claim_next(store, owner="w") is None
@@ -270,7 +271,7 @@ async def test_get_returns_the_attempt_history(store, clock):
     first = await todos.claim(store, todo.id, owner="a")
     t1 = clock.now_ms()
     clock.advance(2)
-    await todos.fail(store, todo.id, first.lease_token, error="flaky")
+    await todos.fail(store, Lease(todo.id, first.lease_token), error="flaky")
     t2 = clock.now_ms()
     clock.advance(30)  # the first backoff is at most 30 s
     await todos.claim(store, todo.id, owner="b")
@@ -298,13 +299,13 @@ async def test_stats_counts_each_queue_by_state(store, clock):
     q1 = [await new(store, queue="q1", title=str(i), max_attempts=2) for i in range(5)]
     await new(store, queue="q2")
     tokens = {t.id: (await todos.claim(store, t.id, owner="w")).lease_token for t in q1[1:]}
-    await todos.complete(store, q1[2].id, tokens[q1[2].id])
-    await todos.fail(store, q1[3].id, tokens[q1[3].id], error="retry me")
+    await todos.complete(store, Lease(q1[2].id, tokens[q1[2].id]))
+    await todos.fail(store, Lease(q1[3].id, tokens[q1[3].id]), error="retry me")
     # q1[4] is failed twice: a dead letter.
-    await todos.fail(store, q1[4].id, tokens[q1[4].id], error="once")
+    await todos.fail(store, Lease(q1[4].id, tokens[q1[4].id]), error="once")
     clock.advance(60)
     again = await todos.claim(store, q1[4].id, owner="w")
-    await todos.fail(store, q1[4].id, again.lease_token, error="twice")
+    await todos.fail(store, Lease(q1[4].id, again.lease_token), error="twice")
     by_queue = {s.queue: s for s in await todos.stats(store)}
     assert sorted(by_queue) == ["q1", "q2"]
     s1 = by_queue["q1"]

@@ -5,8 +5,8 @@ it moves, pinned jitter) beside a model of what the store should hold. Its
 steps: creates on three queues (priorities, delays, assignees, idempotency
 keys); claim_next with no queue, one queue and several (the three statements
 that claim), and claim by id; heartbeat, complete, fail (a backoff, or a dead
-letter at the cap), release (with a delay), complete_then_claim and
-fail_then_claim, each with any token ever handed out; redrive; reads; time
+letter at the cap), release (with a delay), complete and fail that
+claim the next todo too, each with any token ever handed out; redrive; reads; time
 passing leases and backoffs; and groups of these issued at once, which the
 store's group commit runs in one transaction. Every answer is the model's
 prediction: which todo a claim takes, which error a refusal raises, when a
@@ -44,7 +44,8 @@ from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict, Forbidden, NotFound, SwitchboardError
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import NewTodo, NextClaim, QueueStats, Todo
+from switchboard_local.core.todo_model import MAX_LIST_LIMIT, STATES, NewTodo, QueueStats, Todo, hash_token
+from switchboard_local.core.todos import Lease, NextClaim
 
 QUEUES = ("a", "b", "c")
 NOT_A_TOKEN = "not-a-token"
@@ -237,21 +238,24 @@ class Lifecycle(RuleBasedStateMachine):
                 refused(name, outcome, NotFound if t is None else Conflict)  # and nothing claimed either
                 return
             finish(t)
-            if then is None:
-                self.agrees(answer(name, outcome), t)
+            got = answer(name, outcome)
+            if verb in ("heartbeat", "release"):
+                self.agrees(got, t)
                 return
-            finished, claimed = answer(name, outcome)
-            self.agrees(finished, t)
-            self.judge_next(then, claimed)
+            self.agrees(got.todo, t)
+            if then is None:
+                assert got.next is None, f"{name} claimed todo {got.next.id} though no next claim was asked"
+                return
+            self.judge_next(then, got.next)
 
-        if then is not None:
-            both = todos.complete_then_claim if verb.startswith("complete") else todos.fail_then_claim
-            return Op(name, lambda: both(self.store, todo_id, token, then), judge)
+        held = Lease(todo_id, token)
         call = {
-            "heartbeat": lambda: todos.heartbeat(self.store, todo_id, token, lease=lease),
-            "complete": lambda: todos.complete(self.store, todo_id, token),
-            "fail": lambda: todos.fail(self.store, todo_id, token, error="boom"),
-            "release": lambda: todos.release(self.store, todo_id, token, delay=delay),
+            "heartbeat": lambda: todos.heartbeat(self.store, held, lease_seconds=lease),
+            "complete": lambda: todos.complete(self.store, held),
+            "fail": lambda: todos.fail(self.store, held, error="boom"),
+            "release": lambda: todos.release(self.store, held, delay=delay),
+            "complete_then_claim": lambda: todos.complete(self.store, held, then=then),
+            "fail_then_claim": lambda: todos.fail(self.store, held, then=then),
         }[verb]
         return Op(name, call, judge)
 
@@ -338,12 +342,12 @@ class Lifecycle(RuleBasedStateMachine):
         """get and list show a lapsed todo as the next claim would find it."""
         todo_id = data.draw(st.integers(1, len(self.model.todos) + 1))
         queue = data.draw(st.sampled_from([None, *QUEUES]))
-        state = data.draw(st.sampled_from([None, *todos.STATES]))
+        state = data.draw(st.sampled_from([None, *STATES]))
         try:
             got: Todo | None = self.run(todos.get(self.store, todo_id))
         except NotFound:
             got = None
-        listed = self.run(todos.list_todos(self.store, queue=queue, state=state, limit=todos.MAX_LIST_LIMIT))
+        listed = self.run(todos.list_todos(self.store, queue=queue, state=state, limit=MAX_LIST_LIMIT))
         self.model.recover()
         t = self.model.todos.get(todo_id)
         assert (got is None) == (t is None), f"get {todo_id}: {got}, the model holds {t}"
@@ -377,13 +381,13 @@ class Lifecycle(RuleBasedStateMachine):
             history = [[a["attempt"], a["owner"], a["outcome"]] for a in attempts if a["todo_id"] == t.id]
             assert history == t.history, f"todo {t.id}: attempts {history}, the model {t.history}"
             if t.token is not None:
-                assert r["lease_token_hash"] == todos.hash_token(t.token), f"todo {t.id}: not its claimer's token"
+                assert r["lease_token_hash"] == hash_token(t.token), f"todo {t.id}: not its claimer's token"
 
     def states_leases_and_attempts_agree(self, rows: list[sqlite3.Row], attempts: list[sqlite3.Row]) -> None:
         now = self.now
         for r in rows:
             todo_id, state, visible = r["id"], r["state"], r["visible_at"]
-            assert state in todos.STATES
+            assert state in STATES
             assert 0 <= r["attempt"] <= r["max_attempts"], f"todo {todo_id}: attempt {r['attempt']} over the max"
             claimed = state == "claimed"
             lease_fields = (r["lease_expires_at"], r["lease_token_hash"], r["owner"])
@@ -429,7 +433,7 @@ async def test_claim_next_counts_an_attempt_and_takes_no_todo_before_it_is_visib
     first = await todos.claim_next(store, owner="w", queues=queues)
     assert first is not None and (first.id, first.attempt) == (ready.id, 1)
     assert await todos.claim_next(store, owner="w", queues=queues) is None  # the delayed one waits
-    await todos.fail(store, first.id, first.lease_token)
+    await todos.fail(store, Lease.of(first))
     assert await todos.claim_next(store, owner="w", queues=queues) is None  # and the failed one backs off
     clock.advance(60)
     taken = [await todos.claim_next(store, owner="w", queues=queues) for _ in range(2)]

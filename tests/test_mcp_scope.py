@@ -7,7 +7,8 @@ from mcp_support import Rings, call, claim_attempts, connect, refused
 
 from switchboard_local.core import agents, routing, todos
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -261,7 +262,7 @@ async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
     delivered = await webhook(store, "hooks", "e-1")
     for todo_id in delivered.todo_ids:  # finish the originals so a replay makes new todos
         claimed = await todos.claim(store, todo_id, owner="x")
-        await todos.complete(store, todo_id, claimed.lease_token)
+        await todos.complete(store, Lease(todo_id, claimed.lease_token))
     async with connect(store, reviewer) as client:
         replayed = await call(client, "replay_event", id=delivered.event_id)
     made = [await todos.get(store, i) for i in replayed["todo_ids"]]

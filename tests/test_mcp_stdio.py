@@ -21,7 +21,7 @@ from mcp_support import Rings, call, child_env, claim_attempts, connect, stdio_p
 from switchboard_local.core import agents, todos
 from switchboard_local.mcp.server import INSTRUCTIONS
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
 
 pytestmark = pytest.mark.anyio
 
@@ -29,10 +29,11 @@ INSERT_AND_TIME = """
 import asyncio, sys, time
 from switchboard_local.core import todos
 from switchboard_local.core.store import Store
+from switchboard_local.core.todo_model import NewTodo
 async def main():
     async with await Store.open(sys.argv[1]) as store:
         before = time.time()
-        todo, _ = await todos.create(store, todos.NewTodo(queue="q", title="from another process"))
+        todo, _ = await todos.create(store, NewTodo(queue="q", title="from another process"))
         print(todo.id, before, flush=True)
 asyncio.run(main())
 """

@@ -14,7 +14,8 @@ from switchboard_local.core import routing, todos
 from switchboard_local.core.agents import TOOL_NAMES
 from switchboard_local.core.events import NewEvent
 from switchboard_local.mcp.server import INSTRUCTIONS
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +93,7 @@ async def test_list_todos_pages_newest_first_with_a_cursor_and_caps_the_limit_at
 async def test_get_todo_shows_the_payload_and_the_attempt_history(store, clock) -> None:
     todo = await new(store, payload={"pr": 42})
     claimed = await todos.claim(store, todo.id, owner="earlier")
-    await todos.fail(store, todo.id, claimed.lease_token, error="flaky")
+    await todos.fail(store, Lease(todo.id, claimed.lease_token), error="flaky")
     async with connect(store) as client:
         shown = await call(client, "get_todo", id=todo.id)
     assert shown["payload"] == {"pr": 42} and shown["state"] == "failed" and shown["last_error"] == "flaky"
@@ -357,7 +358,7 @@ async def test_queue_stats_counts_each_queue_by_state(store) -> None:
     done = await new(store, "a")
     await new(store, "b")
     claimed = await todos.claim(store, done.id, owner="w")
-    await todos.complete(store, done.id, claimed.lease_token)
+    await todos.complete(store, Lease(done.id, claimed.lease_token))
     async with connect(store) as client:
         stats = await call(client, "queue_stats")
     assert [(q["queue"], q["pending"], q["done"]) for q in stats["queues"]] == [("a", 1, 1), ("b", 1, 0)]

@@ -17,6 +17,8 @@ from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict
 from switchboard_local.core.store import Store
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +38,7 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
     count = 2400
     async with await Store.open(db_path) as store:
         created = [
-            (await todos.create(store, todos.NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
+            (await todos.create(store, NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
         ]
 
     go = db_path.with_name("go")
@@ -72,7 +74,7 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
 
 async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path: Path) -> None:
     async with await Store.open(db_path) as store:
-        todo, _ = await todos.create(store, todos.NewTodo(queue="work", title="fragile"))
+        todo, _ = await todos.create(store, NewTodo(queue="work", title="fragile"))
 
     crashed = start_worker(db_path, "crasher", "work", "--lease", "4", "--hang-on-first")
     assert crashed.stdout is not None
@@ -99,7 +101,7 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     async with await Store.open(db_path) as store:
         final = await todos.get(store, todo.id)
         with pytest.raises(Conflict):
-            await todos.complete(store, todo.id, first["token"])
+            await todos.complete(store, Lease(todo.id, first["token"]))
     assert final.state == "done"
     assert [(a.owner, a.outcome) for a in final.attempts or ()] == [
         ("crasher", "lease_expired"),

@@ -9,7 +9,8 @@ import pytest
 
 from switchboard_local.core import events, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease, NextClaim
 
 pytestmark = pytest.mark.anyio
 
@@ -29,14 +30,14 @@ async def new(store, title="t", **fields):
 async def pending_with_stale_token(store):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.release(store, todo.id, claimed.lease_token)
+    await todos.release(store, Lease(todo.id, claimed.lease_token))
     return todo.id, claimed.lease_token
 
 
 async def done(store):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.complete(store, todo.id, claimed.lease_token)
+    await todos.complete(store, Lease(todo.id, claimed.lease_token))
     return todo.id, claimed.lease_token
 
 
@@ -49,27 +50,27 @@ async def claimed_live(store):
 async def failed(store):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.fail(store, todo.id, claimed.lease_token, error="e")
+    await todos.fail(store, Lease(todo.id, claimed.lease_token), error="e")
     return todo.id, claimed.lease_token
 
 
 async def dead_letter(store):
     todo = await new(store, max_attempts=1)
     claimed = await todos.claim(store, todo.id, owner="w")
-    await todos.fail(store, todo.id, claimed.lease_token, error="e")
+    await todos.fail(store, Lease(todo.id, claimed.lease_token), error="e")
     return todo.id, claimed.lease_token
 
 
 REFUSED = [
-    (pending_with_stale_token, lambda s, i, t: todos.complete(s, i, t), "complete-a-pending-todo",
+    (pending_with_stale_token, lambda s, i, t: todos.complete(s, Lease(i, t)), "complete-a-pending-todo",
      "todo 1 is pending, not claimed; the lease token is stale"),
-    (done, lambda s, i, t: todos.complete(s, i, t), "complete-a-done-todo",
+    (done, lambda s, i, t: todos.complete(s, Lease(i, t)), "complete-a-done-todo",
      "todo 1 is done, not claimed; the lease token is stale"),
-    (done, lambda s, i, t: todos.fail(s, i, t, error="x"), "fail-a-done-todo",
+    (done, lambda s, i, t: todos.fail(s, Lease(i, t), error="x"), "fail-a-done-todo",
      "todo 1 is done, not claimed; the lease token is stale"),
-    (done, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-done-todo",
+    (done, lambda s, i, t: todos.heartbeat(s, Lease(i, t)), "heartbeat-a-done-todo",
      "todo 1 is done, not claimed; the lease token is stale"),
-    (pending_with_stale_token, lambda s, i, t: todos.release(s, i, t), "release-a-pending-todo",
+    (pending_with_stale_token, lambda s, i, t: todos.release(s, Lease(i, t)), "release-a-pending-todo",
      "todo 1 is pending, not claimed; the lease token is stale"),
     (done, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-done-todo",
      "todo 1 is done"),
@@ -77,15 +78,15 @@ REFUSED = [
      "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
     (claimed_live, lambda s, i, t: todos.claim(s, i, owner="w"), "reclaim-own-live-lease",
      "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
-    (failed, lambda s, i, t: todos.heartbeat(s, i, t), "heartbeat-a-failed-todo",
+    (failed, lambda s, i, t: todos.heartbeat(s, Lease(i, t)), "heartbeat-a-failed-todo",
      "todo 1 is failed, not claimed; the lease token is stale"),
-    (failed, lambda s, i, t: todos.complete(s, i, t), "complete-a-failed-todo",
+    (failed, lambda s, i, t: todos.complete(s, Lease(i, t)), "complete-a-failed-todo",
      "todo 1 is failed, not claimed; the lease token is stale"),
-    (failed, lambda s, i, t: todos.release(s, i, t), "release-a-failed-todo",
+    (failed, lambda s, i, t: todos.release(s, Lease(i, t)), "release-a-failed-todo",
      "todo 1 is failed, not claimed; the lease token is stale"),
     (dead_letter, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-dead-letter",
      "todo 1 is a dead letter after 1 attempt; redrive it first"),
-    (dead_letter, lambda s, i, t: todos.fail(s, i, t), "fail-a-dead-letter",
+    (dead_letter, lambda s, i, t: todos.fail(s, Lease(i, t)), "fail-a-dead-letter",
      "todo 1 is failed, not claimed; the lease token is stale"),
 ]
 
@@ -109,13 +110,13 @@ VERBS_ON_AN_ID = [
      "todo 4242 does not exist"),
     (lambda s, i: todos.claim(s, i, owner="w"), "claim",
      "todo 4242 does not exist"),
-    (lambda s, i: todos.heartbeat(s, i, "token"), "heartbeat",
+    (lambda s, i: todos.heartbeat(s, Lease(i, "token")), "heartbeat",
      "todo 4242 does not exist"),
-    (lambda s, i: todos.complete(s, i, "token"), "complete",
+    (lambda s, i: todos.complete(s, Lease(i, "token")), "complete",
      "todo 4242 does not exist"),
-    (lambda s, i: todos.fail(s, i, "token", error="e"), "fail",
+    (lambda s, i: todos.fail(s, Lease(i, "token"), error="e"), "fail",
      "todo 4242 does not exist"),
-    (lambda s, i: todos.release(s, i, "token"), "release",
+    (lambda s, i: todos.release(s, Lease(i, "token")), "release",
      "todo 4242 does not exist"),
     (lambda s, i: todos.redrive(s, i), "redrive",
      "todo 4242 does not exist"),
@@ -190,9 +191,9 @@ INVALID = [
      "idempotency keys starting with 'event:' are reserved for todos made from events"),
     (lambda s, i, t: todos.create(s, NewTodo(queue="q", title="t", payload="x" * 1024 * 1024)), "payload-over-cap",
      "payload is 1048578 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
-    (lambda s, i, t: todos.complete(s, i, t, result=["y" * 1024 * 1024]), "result-over-cap",
+    (lambda s, i, t: todos.complete(s, Lease(i, t), result=["y" * 1024 * 1024]), "result-over-cap",
      "result is 1048580 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
-    (lambda s, i, t: todos.fail(s, i, t, error="z" * (1024 * 1024 + 1)), "error-over-cap",
+    (lambda s, i, t: todos.fail(s, Lease(i, t), error="z" * (1024 * 1024 + 1)), "error-over-cap",
      "error is 1048577 bytes, over the cap of 1 MiB (setting limits.max_payload)"),
     (lambda s, i, t: todos.claim(s, i, owner="w\x1b]0;pwned\x07"), "escape-in-owner",
      "owner holds a control character (\\x1b)"),
@@ -210,23 +211,23 @@ INVALID = [
      "queues must name at least one queue (or be omitted for all)"),
     (lambda s, i, t: todos.claim_next(s, owner="w", queues=[""]), "claim-next-empty-queue",
      "queue must be a non-empty string"),
-    (lambda s, i, t: todos.heartbeat(s, i, t, lease=0), "heartbeat-lease-0",
+    (lambda s, i, t: todos.heartbeat(s, Lease(i, t), lease_seconds=0), "heartbeat-lease-0",
      "lease must be between 1 and 43200 seconds, got 0"),
-    (lambda s, i, t: todos.heartbeat(s, i, t, lease=12 * 3600 + 1), "heartbeat-lease-over-12h",
+    (lambda s, i, t: todos.heartbeat(s, Lease(i, t), lease_seconds=12 * 3600 + 1), "heartbeat-lease-over-12h",
      "lease must be between 1 and 43200 seconds, got 43201"),
-    (lambda s, i, t: todos.complete(s, i, t, result={1}), "complete-set-result",
+    (lambda s, i, t: todos.complete(s, Lease(i, t), result={1}), "complete-set-result",
      "result is not JSON-serialisable: Object of type set is not JSON serializable"),
-    (lambda s, i, t: todos.fail(s, i, t, error=42), "fail-non-string-error",
+    (lambda s, i, t: todos.fail(s, Lease(i, t), error=42), "fail-non-string-error",
      "error must be a string"),
-    (lambda s, i, t: todos.release(s, i, t, delay=-1), "release-negative-delay",
+    (lambda s, i, t: todos.release(s, Lease(i, t), delay=-1), "release-negative-delay",
      "delay must be between 0 and 31536000 seconds, got -1"),
-    (lambda s, i, t: todos.release(s, i, t, delay=float("inf")), "release-infinite-delay",
+    (lambda s, i, t: todos.release(s, Lease(i, t), delay=float("inf")), "release-infinite-delay",
      "delay must be a finite number of seconds"),
     (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state",
      "state must be one of pending, claimed, done, failed, got 'open'"),
     (lambda s, i, t: todos.claim_next(s, owner="w", queues="q"), "claim-next-queues-a-string",
      "queues must be a list of queue names, not a string"),
-    (lambda s, i, t: todos.release(s, i, t, delay=365 * 86400 + 1), "release-delay-over-a-year",
+    (lambda s, i, t: todos.release(s, Lease(i, t), delay=365 * 86400 + 1), "release-delay-over-a-year",
      "delay must be between 0 and 31536000 seconds, got 31536001"),
     (lambda s, i, t: todos.list_todos(s, limit=1001), "list-limit-over-1000",
      "limit must be between 1 and 1000, got 1001"),
@@ -321,7 +322,7 @@ async def test_a_token_that_is_not_a_string_is_refused_as_missing(store) -> None
     todo = await new(store)
     await todos.claim(store, todo.id, owner="w")
     with pytest.raises(Conflict) as refused:
-        await todos.complete(store, todo.id, 12345)
+        await todos.complete(store, Lease(todo.id, 12345))
     assert refused.value.message == f"a lease token is required to change todo {todo.id}"
     assert (await todos.get(store, todo.id)).state == "claimed"
 
@@ -332,7 +333,7 @@ async def test_the_token_of_a_lease_taken_over_is_refused_naming_the_new_holder(
     clock.advance(61)
     await todos.claim(store, todo.id, owner="w2")
     with pytest.raises(Conflict) as refused:
-        await todos.complete(store, todo.id, first.lease_token)
+        await todos.complete(store, Lease(todo.id, first.lease_token))
     assert refused.value.message == f"the lease token does not match the current lease on todo {todo.id} (held by w2)"
 
 
@@ -341,7 +342,7 @@ async def test_the_token_of_a_lapsed_lease_is_refused_saying_when_it_expired(sto
     claimed = await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(61)
     with pytest.raises(Conflict) as refused:
-        await todos.heartbeat(store, todo.id, claimed.lease_token)
+        await todos.heartbeat(store, Lease(todo.id, claimed.lease_token))
     assert refused.value.message == f"the lease on todo {todo.id} expired at 2026-01-01T00:01:00.000Z"
 
 
@@ -369,12 +370,12 @@ async def test_the_assignees_other_session_is_told_the_todo_is_claimed_and_other
     assert not_theirs.value.message == f"todo {todo.id} is assigned to 'alice'"
 
 
-@pytest.mark.parametrize("verb", ["complete_then_claim", "fail_then_claim"])
+@pytest.mark.parametrize("verb", [todos.complete, todos.fail], ids=["complete", "fail"])
 async def test_finishing_a_todo_outside_the_callers_queues_is_not_found_and_changes_nothing(store, verb) -> None:
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     with pytest.raises(NotFound) as refused:
-        await getattr(todos, verb)(store, todo.id, claimed.lease_token, todos.NextClaim(owner="w"), queues=["other"])
+        await verb(store, Lease.of(claimed, queues=["other"]), then=NextClaim(owner="w"))
     assert refused.value.message == f"todo {todo.id} does not exist"
     assert (await todos.get(store, todo.id)).state == "claimed"
 
@@ -388,9 +389,9 @@ async def test_redriving_anything_but_a_dead_letter_says_what_the_todo_is(store,
     if into != "pending":
         claimed = await todos.claim(store, todo.id, owner="w")
         if into == "retrying":
-            await todos.fail(store, todo.id, claimed.lease_token, error="later")
+            await todos.fail(store, Lease(todo.id, claimed.lease_token), error="later")
         elif into == "done":
-            await todos.complete(store, todo.id, claimed.lease_token)
+            await todos.complete(store, Lease(todo.id, claimed.lease_token))
     with pytest.raises(Conflict) as refused:
         await todos.redrive(store, todo.id)
     assert refused.value.message == f"todo {todo.id} is {detail}, not a dead letter; only dead letters can be redriven"
@@ -399,7 +400,7 @@ async def test_redriving_anything_but_a_dead_letter_says_what_the_todo_is(store,
 async def test_redrive_refused_by_a_newer_live_todo_says_it_holds_the_key(store) -> None:
     dead = await new(store, max_attempts=1, idempotency_key="k")
     claimed = await todos.claim(store, dead.id, owner="w")
-    await todos.fail(store, dead.id, claimed.lease_token, error="e")
+    await todos.fail(store, Lease(dead.id, claimed.lease_token), error="e")
     await new(store, idempotency_key="k")
     with pytest.raises(Conflict) as refused:
         await todos.redrive(store, dead.id)
@@ -418,7 +419,7 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
     todo = await new(store, max_attempts=2)
     for _ in range(2):
         claimed = await todos.claim(store, todo.id, owner="w")
-        await todos.fail(store, todo.id, claimed.lease_token, error="e")
+        await todos.fail(store, Lease(todo.id, claimed.lease_token), error="e")
         clock.advance(3600)  # past the backoff
     with pytest.raises(Conflict) as refused:
         await todos.claim(store, todo.id, owner="w")

@@ -10,7 +10,8 @@ import pytest
 from switchboard_local.core import retention, todos
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import NewEvent, ingest
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 DAY = 86_400
@@ -32,10 +33,10 @@ async def test_prune_keeps_live_todos_and_the_events_they_point_to(store, clock,
     claimed_event = await ingest(store, new_event(3), [NewTodo(queue="q2", title="being worked on")])
     dead_event = await ingest(store, new_event(4), [NewTodo(queue="q3", title="dead", max_attempts=1)])
     finished = await todos.claim_next(store, owner="a", queues=["q"])
-    await todos.complete(store, finished.id, finished.lease_token)
+    await todos.complete(store, Lease.of(finished))
     await todos.claim_next(store, owner="a", queues=["q2"], lease=12 * 3600)
     dead = await todos.claim_next(store, owner="a", queues=["q3"])
-    await todos.fail(store, dead.id, dead.lease_token, error="boom")
+    await todos.fail(store, Lease.of(dead), error="boom")
 
     clock.advance(31 * DAY)
     pruned = await retention.prune(store, older_than_days=30)
@@ -49,7 +50,7 @@ async def test_prune_keeps_live_todos_and_the_events_they_point_to(store, clock,
 async def test_prune_keeps_recent_finished_work(store, clock, db_path: Path) -> None:
     await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
     claimed = await todos.claim_next(store, owner="a")
-    await todos.complete(store, claimed.id, claimed.lease_token)
+    await todos.complete(store, Lease.of(claimed))
     clock.advance(29 * DAY)
     assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
     assert len(rows(db_path, "events")) == 1 and len(rows(db_path, "todos")) == 1
@@ -65,7 +66,7 @@ async def test_prune_caps_the_number_of_events_oldest_first(store, db_path: Path
 async def test_a_finished_todo_outlives_its_pruned_event_without_a_dangling_reference(store, clock, db_path: Path) -> None:
     result = await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
     claimed = await todos.claim_next(store, owner="a")
-    await todos.complete(store, claimed.id, claimed.lease_token)
+    await todos.complete(store, Lease.of(claimed))
     pruned = await retention.prune(store, older_than_days=30, max_events=0)
     assert (pruned.events, pruned.todos) == (1, 0)
     assert (await todos.get(store, result.todo_ids[0])).event_id is None
@@ -74,7 +75,7 @@ async def test_a_finished_todo_outlives_its_pruned_event_without_a_dangling_refe
 async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(store, clock, db_path: Path) -> None:
     retrying = await ingest(store, new_event(1), [NewTodo(queue="q", title="retry me", max_attempts=3)])
     claimed = await todos.claim_next(store, owner="a")
-    await todos.fail(store, claimed.id, claimed.lease_token, error="later")
+    await todos.fail(store, Lease.of(claimed), error="later")
     clock.advance(31 * DAY)  # older than the cutoff, and its retry is long due
     pruned = await retention.prune(store, older_than_days=30, max_events=0)
     assert (pruned.events, pruned.todos) == (0, 0)
@@ -85,7 +86,7 @@ async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(
 async def test_prune_keeps_what_is_exactly_as_old_as_the_cutoff_and_takes_what_is_older(store, clock, db_path) -> None:
     await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
     claimed = await todos.claim_next(store, owner="a")
-    await todos.complete(store, claimed.id, claimed.lease_token)  # event received and todo finished at one instant
+    await todos.complete(store, Lease.of(claimed))  # event received and todo finished at one instant
     clock.advance(30 * DAY)
     assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
     clock.advance(0.001)
@@ -121,7 +122,7 @@ async def test_prune_refuses_bad_limits_naming_them(store, arguments, message) -
 async def test_prune_with_zero_days_takes_every_finished_todo_and_keeps_no_key(store, clock, db_path) -> None:
     await ingest(store, new_event(1), [NewTodo(queue="q", title="t")])
     claimed = await todos.claim_next(store, owner="a")
-    await todos.complete(store, claimed.id, claimed.lease_token)
+    await todos.complete(store, Lease.of(claimed))
     clock.advance(0.001)
     pruned = await retention.prune(store, older_than_days=0, dedup_horizon_days=0)
     assert (pruned.events, pruned.todos) == (1, 1)

@@ -15,6 +15,7 @@ from switchboard_local.cli.main import main
 from switchboard_local.core.errors import InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.rules import Condition
+from switchboard_local.core.todos import Lease
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -146,7 +147,7 @@ async def test_replay_routes_the_stored_event_again_without_a_second_event(store
     await add_source(store)
     first = await routing.deliver(store, event(PR))
     original = await todos.claim_next(store, owner="a")
-    await todos.complete(store, original.id, original.lease_token)
+    await todos.complete(store, Lease.of(original))
 
     replayed = await routing.replay(store, first.event_id)
     again = await routing.replay(store, first.event_id)
@@ -470,9 +471,9 @@ async def test_a_replay_finds_its_earlier_replays_todo_while_that_one_is_claimed
     await add_source(store)
     first = await routing.deliver(store, event(PR))
     done = await todos.claim(store, first.todo_ids[0], owner="w")
-    await todos.complete(store, done.id, done.lease_token)
+    await todos.complete(store, Lease.of(done))
     (replayed_id,) = await routing.replay(store, first.event_id)
     claimed = await todos.claim(store, replayed_id, owner="w")
     if holder == "retrying":
-        await todos.fail(store, replayed_id, claimed.lease_token, error="later")
+        await todos.fail(store, Lease(replayed_id, claimed.lease_token), error="later")
     assert await routing.replay(store, first.event_id) == [replayed_id]

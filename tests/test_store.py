@@ -16,7 +16,7 @@ from switchboard_local.core import store as store_module
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
 
 pytestmark = pytest.mark.anyio
 

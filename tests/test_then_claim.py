@@ -11,9 +11,10 @@ from click.testing import CliRunner
 
 from switchboard_local.core import todos
 from switchboard_local.cli.main import main
-from switchboard_local.core.errors import Conflict
+from switchboard_local.core.errors import Conflict, InvalidArgument
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import NewTodo, NextClaim
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease, NextClaim
 
 pytestmark = pytest.mark.anyio
 
@@ -27,22 +28,31 @@ async def test_complete_then_claim_finishes_and_claims_the_next_in_one_commit(st
         await todos.create(store, NewTodo(queue="q", title=title))
     first = await todos.claim_next(store, owner="w", queues=["q"])
     before = await commits(store)
-    done, following = await todos.complete_then_claim(store, first.id, first.lease_token, NextClaim("w", ["q"]),
-                                                      result={"ok": True})  # fmt: skip
+    finished = await todos.complete(store, Lease.of(first), result={"ok": True}, then=NextClaim("w", ["q"]))
     assert await commits(store) - before == 1
-    assert (done.state, done.result) == ("done", {"ok": True})
+    assert (finished.todo.state, finished.todo.result) == ("done", {"ok": True})
+    following = finished.next
     assert following.title == "second" and following.state == "claimed" and following.lease_token
-    last, nothing = await todos.complete_then_claim(store, following.id, following.lease_token, NextClaim("w", ["q"]))
-    assert last.state == "done" and nothing is None
+    last = await todos.complete(store, Lease.of(following), then=NextClaim("w", ["q"]))
+    assert last.todo.state == "done" and last.next is None
+
+
+async def test_finishing_without_then_claims_nothing(store) -> None:
+    for title in ("first", "second"):
+        await todos.create(store, NewTodo(queue="q", title=title))
+    first = await todos.claim_next(store, owner="w", queues=["q"])
+    finished = await todos.complete(store, Lease.of(first))
+    assert finished.todo.state == "done" and finished.next is None
+    assert [t.state for t in await todos.list_todos(store)] == ["pending", "done"]
 
 
 async def test_fail_then_claim_fails_and_claims_the_next(store) -> None:
     for title in ("flaky", "next"):
         await todos.create(store, NewTodo(queue="q", title=title))
     flaky = await todos.claim_next(store, owner="w")
-    failed, following = await todos.fail_then_claim(store, flaky.id, flaky.lease_token, NextClaim("w"), error="boom")
-    assert (failed.state, failed.last_error, failed.dead_letter) == ("failed", "boom", False)
-    assert following.title == "next"  # the failed one waits out its backoff
+    finished = await todos.fail(store, Lease.of(flaky), error="boom", then=NextClaim("w"))
+    assert (finished.todo.state, finished.todo.last_error, finished.todo.dead_letter) == ("failed", "boom", False)
+    assert finished.next.title == "next"  # the failed one waits out its backoff
 
 
 async def test_a_stale_token_claims_nothing_either(store) -> None:
@@ -50,7 +60,7 @@ async def test_a_stale_token_claims_nothing_either(store) -> None:
         await todos.create(store, NewTodo(queue="q", title=title))
     held = await todos.claim_next(store, owner="w")
     with pytest.raises(Conflict):
-        await todos.complete_then_claim(store, held.id, "stale", NextClaim("w"))
+        await todos.complete(store, Lease(held.id, "stale"), then=NextClaim("w"))
     assert [t.state for t in await todos.list_todos(store)] == ["pending", "claimed"]
 
 
@@ -79,8 +89,8 @@ def test_claim_next_validation_happens_before_anything_is_written(db_path: Path)
         async with await Store.open(db_path) as store:
             await todos.create(store, NewTodo(queue="q", title="t"))
             held = await todos.claim_next(store, owner="w")
-            with pytest.raises(todos.InvalidArgument):
-                await todos.complete_then_claim(store, held.id, held.lease_token, NextClaim("w", "q"))
+            with pytest.raises(InvalidArgument):
+                await todos.complete(store, Lease.of(held), then=NextClaim("w", "q"))
             assert (await todos.get(store, held.id)).state == "claimed"
 
     asyncio.run(go())

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from switchboard_local.core import todos, watch
-from switchboard_local.core.todos import NewTodo
+from switchboard_local.core.todo_model import NewTodo
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,7 @@ from ..core.clock import rfc3339
 from ..core.errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
 from ..core.store import DB_ENV, Store
 from ..core.text import NON_C0_CONTROLS, escape_controls
-from ..core.todo_model import dump_json
+from ..core.todo_model import INT64_MAX, dump_json
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def warn(message: str) -> None:
 # ---------------------------------------------------------------- parameters
 
 # An id: what SQLite's INTEGER PRIMARY KEY can hold.
-ID = click.IntRange(1, 2**63 - 1)
+ID = click.IntRange(1, INT64_MAX)
 
 
 class Duration(click.ParamType):

@@ -14,6 +14,7 @@ import click
 from ..core import sources, events, retention, routing
 from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
 from ..core.text import SafeFormatter, escape_controls
+from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT
 
 
 class SinceValue(click.ParamType):
@@ -25,7 +26,7 @@ class SinceValue(click.ParamType):
         if isinstance(value, tuple):
             return value
         if value.isascii() and value.isdigit():
-            if int(value) >= 2**63:
+            if int(value) > INT64_MAX:
                 self.fail(f"{value} is beyond any event id", param, ctx)
             return ("id", int(value))
         try:
@@ -52,7 +53,7 @@ def events_group() -> None:
 @click.option("--source", default=None)
 @click.option("--type", "type_", default=None)
 @click.option("--since", type=SinceValue(), default=None, help="Events after this id, or received since this time.")
-@click.option("--limit", type=click.IntRange(1, events.MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
 @common
 def events_list(db: Path | None, as_json: bool | None, source: str | None, type_: str | None, since: Any, limit: int) -> None:
     """List events, oldest first (without --since: the newest LIMIT)."""
@@ -107,7 +108,7 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 @click.command("prune")
 @click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days.")  # fmt: skip
-@click.option("--max-events", type=click.IntRange(0, 2**63 - 1), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option("--max-events", type=click.IntRange(0, INT64_MAX), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
 @click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept: a redelivery within them is a duplicate.")  # fmt: skip
 @common

@@ -20,7 +20,16 @@ from .common import ID, Commands, JsonValue, Out, common, table, when
 from ..core.clock import rfc3339
 from ..core.errors import SwitchboardError
 from ..core.store import default_path
-from ..core.todos import STATES, NewTodo, Todo
+from ..core.todo_model import (
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_CAP_SECONDS,
+    MAX_ATTEMPTS_CAP,
+    MAX_LIST_LIMIT,
+    STATES,
+    NewTodo,
+    Todo,
+)
+from ..core.todos import Lease, NextClaim
 
 
 # ---------------------------------------------------------------- text for people
@@ -95,7 +104,7 @@ def todo() -> None:
 @click.option("--key", "idempotency_key", default=None, help="Idempotency key: one live todo per (queue, key).")
 @click.option("--assignee", default=None, help="Only this owner may claim it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
-@click.option("--max-attempts", type=click.IntRange(1, 1000), default=todos.DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS_CAP), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
 @common
 def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: Any) -> None:
@@ -113,7 +122,7 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
 @todo.command("list")
 @click.option("--queue", default=None, help="Only this queue.")
 @click.option("--state", type=click.Choice(STATES), default=None, help="Only this state.")
-@click.option("--limit", type=click.IntRange(1, todos.MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
 @common
 def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: str | None, limit: int) -> None:
     """List todos, newest first."""
@@ -138,7 +147,7 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 @click.argument("todo_id", metavar="[ID]", type=ID, required=False)
 @click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
 @click.option("--owner", default=None, help="Who claims (default: your user name).")
-@click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
+@click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
 @common
 def todo_claim(
     db: Path | None, as_json: bool | None, todo_id: int | None, queues: tuple[str, ...], owner: str | None, lease: float | None
@@ -173,18 +182,18 @@ token_option = click.option("--token", "lease_token", required=True, help="The l
 @todo.command("heartbeat")
 @click.argument("todo_id", metavar="ID", type=ID)
 @token_option
-@click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
+@click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
 @common
 def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, lease: float | None) -> None:
     """Reset the lease to now + LEASE (capped at 12 h per attempt)."""
     out = Out(db, as_json)
-    found = out.run(lambda store: todos.heartbeat(store, todo_id, lease_token, lease=lease))
+    found = out.run(lambda store: todos.heartbeat(store, Lease(todo_id, lease_token), lease_seconds=lease))
     out.emit(found.to_dict(), f"lease on todo {found.id} runs until {when(found.lease_expires_at)}")
 
 
 def _next_options(fn: Any) -> Any:
     """--claim-next and where to claim from: finish and take the next todo in one commit."""
-    fn = click.option("--lease", type=click.FloatRange(1, todos.LEASE_CAP_SECONDS), default=None,
+    fn = click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None,
                       help="With --claim-next: lease seconds for the next todo (default 300).")(fn)  # fmt: skip
     fn = click.option("--owner", default=None, help="With --claim-next: who claims (default: your user name).")(fn)
     fn = click.option("--queue", "queues", multiple=True, help="With --claim-next: claim from this queue (repeatable).")(fn)
@@ -193,18 +202,19 @@ def _next_options(fn: Any) -> Any:
 
 
 def _finish(
-    out: Out, finish: Any, then: Any, claim_next: bool, queues: tuple[str, ...], owner: str | None,
-    lease: float | None, text: Any,
+    out: Out, finish: Any, claim_next: bool, queues: tuple[str, ...], owner: str | None, lease: float | None,
+    text: Any,
 ) -> None:  # fmt: skip
-    """Run a finishing verb, or it and the next claim together; print both."""
+    """Run a finishing verb, alone or with the next claim in the same transaction; print both."""
     if not claim_next:
         if queues or owner or lease is not None:
             raise click.UsageError("--queue, --owner and --lease go with --claim-next")
-        found = out.run(finish)
+        found = out.run(lambda store: finish(store, None)).todo
         out.emit(found.to_dict(), text(found))
         return
-    claim = todos.NextClaim(owner=owner or _default_owner(), queues=queues or None, lease=lease)
-    found, following = out.run(lambda store: then(store, claim))
+    then = NextClaim(owner=owner or _default_owner(), queues=queues or None, lease=lease)
+    finished = out.run(lambda store: finish(store, then))
+    found, following = finished.todo, finished.next
     lines = [text(found)]
     if following is None:
         lines.append("nothing more to claim")
@@ -231,8 +241,7 @@ def todo_complete(
     """
     _finish(
         Out(db, as_json),
-        lambda store: todos.complete(store, todo_id, lease_token, result=result),
-        lambda store, claim: todos.complete_then_claim(store, todo_id, lease_token, claim, result=result),
+        lambda store, then: todos.complete(store, Lease(todo_id, lease_token), result=result, then=then),
         claim_next, queues, owner, lease,
         lambda found: f"todo {found.id} done",
     )  # fmt: skip
@@ -257,8 +266,7 @@ def todo_fail(
     """Fail the attempt: retried after backoff, or a dead letter at the cap."""
     _finish(
         Out(db, as_json),
-        lambda store: todos.fail(store, todo_id, lease_token, error=error),
-        lambda store, claim: todos.fail_then_claim(store, todo_id, lease_token, claim, error=error),
+        lambda store, then: todos.fail(store, Lease(todo_id, lease_token), error=error, then=then),
         claim_next, queues, owner, lease,
         _failed_text,
     )  # fmt: skip
@@ -272,7 +280,7 @@ def todo_fail(
 def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, delay: float) -> None:
     """Give a claimed todo back untouched; the attempt is refunded."""
     out = Out(db, as_json)
-    found = out.run(lambda store: todos.release(store, todo_id, lease_token, delay=delay))
+    found = out.run(lambda store: todos.release(store, Lease(todo_id, lease_token), delay=delay))
     out.emit(found.to_dict(), f"todo {found.id} released: pending from {when(found.visible_at)}")
 
 

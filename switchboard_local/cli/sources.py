@@ -13,7 +13,7 @@ from ..core import sources, routing, rules
 from ..core.sources import Source
 from .common import ID, Duration, JsonValue, Out, common, table, warn, when
 from ..core.errors import SwitchboardError
-from ..core.todos import DEFAULT_MAX_ATTEMPTS
+from ..core.todo_model import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_CAP
 from ..core import webhook_config
 
 
@@ -249,7 +249,7 @@ def _rules_text(found: list[rules.Rule]) -> str:
 @click.option("--title", default=None, help="Title template: {dotted.path} from the payload; {@source} {@type} {@id}.")
 @click.option("--assignee", default=None)
 @click.option("--priority", type=int, default=0, show_default=True)
-@click.option("--max-attempts", type=click.IntRange(1, 1000), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS_CAP), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
 @click.option("--stop", is_flag=True, help="When this rule matches, no later rule is tried.")
 @common
 def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tuple[str, ...], **fields: Any) -> None:

@@ -27,7 +27,8 @@ from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
 from .store import Store, Transaction
-from .todos import NewTodo, insert_id
+from .todo_model import MAX_LIST_LIMIT, NewTodo
+from .todos import insert_id
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
 FAMILIES = (*SOURCE_FAMILIES, "operator")
@@ -220,9 +221,6 @@ async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None
     if row is None:
         raise NotFound(f"event {event_id} does not exist")
     return Event.from_row(row)
-
-
-MAX_LIST_LIMIT = 1000
 
 
 async def list_events(

@@ -19,7 +19,7 @@ from typing import Any
 from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
-from .todos import DEFAULT_MAX_ATTEMPTS, NewTodo
+from .todo_model import DEFAULT_MAX_ATTEMPTS, NewTodo
 
 PATH = re.compile(r"^[^.=~?{}\s]+(\.[^.=~?{}\s]+)*$")
 # A path segment that indexes a list: ASCII digits, few enough to be an index

@@ -9,22 +9,25 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .clock import rfc3339
 from .errors import InvalidArgument
 from .text import first_control
 
-STATES = ("pending", "claimed", "done", "failed")
+State = Literal["pending", "claimed", "done", "failed"]
+STATES: tuple[State, ...] = get_args(State)
 
 DEFAULT_MAX_ATTEMPTS = 5
+MAX_ATTEMPTS_CAP = 1000  # the most max_attempts a todo may ask for
 DEFAULT_LEASE_SECONDS = 300.0
 LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats included (as SQS)
 BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_CAP_SECONDS = 15 * 60.0
 MAX_TITLE_LENGTH = 1000
 MAX_DELAY_SECONDS = 365 * 86400.0
-INT64 = (-(2**63), 2**63 - 1)
+# An SQLite integer (ids, priorities): what the column can hold.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_LIST_LIMIT = 1000
 # Idempotency keys of todos derived from events start with this; no direct
 # producer (CLI, agent) may use it, so none can squat a key a delivery will derive.
@@ -175,8 +178,8 @@ class NewTodo:
             value = getattr(self, name)
             if value is not None:
                 require_name(name, value)
-        require_int("priority", self.priority, *INT64)
-        require_int("max_attempts", self.max_attempts, low=1, high=1000)
+        require_int("priority", self.priority, INT64_MIN, INT64_MAX)
+        require_int("max_attempts", self.max_attempts, low=1, high=MAX_ATTEMPTS_CAP)
         require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
         object.__setattr__(self, "payload_json", dump_json("payload", self.payload))
 

@@ -26,16 +26,13 @@ from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
-from .todo_model import (  # noqa: F401  (the nouns, re-exported for callers of the verbs)
+from .todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
-    DEFAULT_LEASE_SECONDS,
-    DEFAULT_MAX_ATTEMPTS,
     DERIVED_KEY_PREFIX,
     LEASE_CAP_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_LIST_LIMIT,
-    MAX_TITLE_LENGTH,
     STATES,
     Attempt,
     NewTodo,
@@ -318,87 +315,54 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
 # ---------------------------------------------------------------- the leased verbs
 
 
-# Each takes ``queues``: a scope the todo must be in (outside it: not found).
+@dataclass(frozen=True)
+class Lease:
+    """What heartbeat, complete, fail and release present: the todo, the token
+    its claim returned, and the caller's scope (``queues``: the todo must be on
+    one of them, else it is answered exactly like an unknown one; None: any)."""
+
+    todo_id: int
+    token: str
+    queues: Sequence[str] | None = None
+
+    @classmethod
+    def of(cls, claimed: Todo, *, queues: Sequence[str] | None = None) -> Lease:
+        """The lease a claim's answer carries (a todo that is not one has no token, and is refused)."""
+        return cls(claimed.id, claimed.lease_token or "", queues)
 
 
-async def heartbeat(
-    store: Store, todo_id: int, lease_token: str, *, lease: float | None = None, queues: Sequence[str] | None = None
-) -> Todo:
-    """Reset the lease to now + lease (default 300 s), within the 12 h cap per attempt."""
-    params = {"lease_ms": lease_millis(lease), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
-    return await store.write(_leased_body(store, Q.heartbeat, todo_id, lease_token, params, queues=queues))
+@dataclass(frozen=True)
+class Finished:
+    """complete's and fail's answer: the finished todo and, when ``then`` was
+    given, the next todo claimed in the same transaction (None when nothing was
+    claimable, and always when ``then`` was not given)."""
+
+    todo: Todo
+    next: Todo | None = None
 
 
-async def complete(
-    store: Store, todo_id: int, lease_token: str, *, result: Any = None, queues: Sequence[str] | None = None
-) -> Todo:
-    """claimed → done, with an optional JSON result."""
-    return await store.write(_complete_body(store, todo_id, lease_token, result, queues))
+async def heartbeat(store: Store, lease: Lease, *, lease_seconds: float | None = None) -> Todo:
+    """Reset the lease to now + lease_seconds (default 300 s), within the 12 h cap per attempt."""
+    params = {"lease_ms": lease_millis(lease_seconds), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
+    return await store.write(_leased_body(store, Q.heartbeat, lease, params))
 
 
-async def complete_then_claim(
-    store: Store,
-    todo_id: int,
-    lease_token: str,
-    then: NextClaim,
-    *,
-    result: Any = None,
-    queues: Sequence[str] | None = None,
-) -> tuple[Todo, Todo | None]:
-    """``complete``, then ``claim_next``, in one transaction: one commit per job."""
-    return await _then_claim(store, _complete_body(store, todo_id, lease_token, result, queues), then)
+async def complete(store: Store, lease: Lease, *, result: Any = None, then: NextClaim | None = None) -> Finished:
+    """claimed → done, with an optional JSON result.
 
-
-async def fail(
-    store: Store, todo_id: int, lease_token: str, *, error: str | None = None, queues: Sequence[str] | None = None
-) -> Todo:
-    """claimed → failed: retried after backoff, or a dead letter at the attempt cap."""
-    return await store.write(_fail_body(store, todo_id, lease_token, error, queues))
-
-
-async def fail_then_claim(
-    store: Store,
-    todo_id: int,
-    lease_token: str,
-    then: NextClaim,
-    *,
-    error: str | None = None,
-    queues: Sequence[str] | None = None,
-) -> tuple[Todo, Todo | None]:
-    """``fail``, then ``claim_next``, in one transaction."""
-    return await _then_claim(store, _fail_body(store, todo_id, lease_token, error, queues), then)
-
-
-async def release(
-    store: Store, todo_id: int, lease_token: str, *, delay: float = 0.0, queues: Sequence[str] | None = None
-) -> Todo:
-    """claimed → pending (after ``delay`` seconds), the attempt refunded."""
-    require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
-    params = {"delay_ms": round(delay * 1000)}
-    return await store.write(
-        _leased_body(store, Q.release, todo_id, lease_token, params, outcome="released", queues=queues)
-    )
-
-
-async def _then_claim(
-    store: Store, finish: Callable[[Transaction], Todo], then: NextClaim
-) -> tuple[Todo, Todo | None]:
-    claim = _claim_next_body(store, then)
-    return await store.write(lambda tx: (finish(tx), claim(tx)))
-
-
-def _complete_body(
-    store: Store, todo_id: int, lease_token: str, result: Any, queues: Sequence[str] | None
-) -> Callable[[Transaction], Todo]:
+    With ``then``, the next todo is claimed in the same transaction: one commit
+    per job. A refused finish claims nothing.
+    """
     params = {"result": dump_json("result", result)}
-    return _leased_body(
-        store, Q.complete, todo_id, lease_token, params, outcome="completed", queues=queues, sized="result"
-    )
+    finish = _leased_body(store, Q.complete, lease, params, outcome="completed", sized="result")
+    return await _finish(store, finish, then)
 
 
-def _fail_body(
-    store: Store, todo_id: int, lease_token: str, error: str | None, queues: Sequence[str] | None
-) -> Callable[[Transaction], Todo]:
+async def fail(store: Store, lease: Lease, *, error: str | None = None, then: NextClaim | None = None) -> Finished:
+    """claimed → failed: retried after backoff, or a dead letter at the attempt cap.
+
+    ``then`` as for ``complete``.
+    """
     if error is not None and not isinstance(error, str):
         raise InvalidArgument("error must be a string")
     params = {
@@ -409,30 +373,44 @@ def _fail_body(
         # of many todos that failed together spread out.
         "jitter": store.rng.uniform(0.5, 1.0),
     }
-    return _leased_body(store, Q.fail, todo_id, lease_token, params, outcome="failed", queues=queues, sized="error")
+    finish = _leased_body(store, Q.fail, lease, params, outcome="failed", sized="error")
+    return await _finish(store, finish, then)
+
+
+async def release(store: Store, lease: Lease, *, delay: float = 0.0) -> Todo:
+    """claimed → pending (after ``delay`` seconds), the attempt refunded."""
+    require_seconds("delay", delay, low=0.0, high=MAX_DELAY_SECONDS)
+    params = {"delay_ms": round(delay * 1000)}
+    return await store.write(_leased_body(store, Q.release, lease, params, outcome="released"))
+
+
+async def _finish(store: Store, finish: Callable[[Transaction], Todo], then: NextClaim | None) -> Finished:
+    # Both verbs' arguments are checked before the transaction. In it the finish
+    # runs first: the claim sees it, and a refused finish leaves nothing claimed.
+    claim = None if then is None else _claim_next_body(store, then)
+    return await store.write(lambda tx: Finished(finish(tx), None if claim is None else claim(tx)))
 
 
 def _leased_body(
     store: Store,
     sql: str,
-    todo_id: int,
-    lease_token: str,
+    lease: Lease,
     params: dict[str, Any],
     *,
     outcome: str | None = None,
-    queues: Sequence[str] | None = None,
     sized: str | None = None,
 ) -> Callable[[Transaction], Todo]:
     """A verb that needs the current lease; a missing or stale token is refused.
 
     ``sized`` names the parameter (result, error) that must fit limits.max_payload.
     """
-    if not lease_token or not isinstance(lease_token, str):
+    todo_id = lease.todo_id
+    if not lease.token or not isinstance(lease.token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
-    token_hash = hash_token(lease_token)
+    token_hash = hash_token(lease.token)
 
     def body(tx: Transaction) -> Todo:
-        _check_scope(tx, todo_id, queues)
+        _check_scope(tx, todo_id, lease.queues)
         if sized is not None:
             settings.require_size(tx, sized, params[sized])
         now = store.clock.now_ms()

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from ..core.events import Event
-from ..core.todos import QueueStats, Todo
+from ..core.todo_model import QueueStats, State, Todo
 from ..core.watch import Arrival
 
 
@@ -36,7 +36,7 @@ class TodoRow(Out):
     queue: str
     title: str
     kind: str | None
-    state: Literal["pending", "claimed", "done", "failed"]
+    state: State
     dead_letter: bool = Field(description="failed for good: no retry coming until an operator redrives it")
     priority: int
     assignee: str | None
@@ -75,7 +75,7 @@ class TodoFull(Out):
     title: str
     kind: str | None
     payload: Any
-    state: Literal["pending", "claimed", "done", "failed"]
+    state: State
     dead_letter: bool
     priority: int
     assignee: str | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -36,12 +36,12 @@ from .models import (
     TodoRow,
 )
 from ..core.store import Store
-from ..core.todos import NewTodo
+from ..core.todo_model import INT64_MAX, INT64_MIN, LEASE_CAP_SECONDS, MAX_DELAY_SECONDS, NewTodo, State
+from ..core.todos import Finished, Lease, NextClaim
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
 MAX_PAGE = 200
 MAX_WAIT_SECONDS = 20.0
-MAX_DELAY_SECONDS = 365 * 24 * 3600.0
 # A long poll re-tries its claim at least this often even when nothing
 # commits: a delayed todo or a retry after backoff becomes claimable by time alone.
 RECHECK_SECONDS = 1.0
@@ -93,6 +93,11 @@ def _session(ctx: Context) -> Session:
     return ctx.request_context.lifespan_context  # type: ignore[no-any-return]
 
 
+def _lease(s: Session, todo_id: int, lease_token: str) -> Lease:
+    """The lease a tool presents: its todo must be in the session's scope."""
+    return Lease(todo_id, lease_token, s.scope.queues)
+
+
 def _cursor(cursor: str | None) -> int | None:
     if cursor is None:
         return None
@@ -101,12 +106,11 @@ def _cursor(cursor: str | None) -> int | None:
     return int(cursor)
 
 
-Id = Annotated[int, Field(ge=1, le=2**63 - 1)]  # an SQLite integer
+Id = Annotated[int, Field(ge=1, le=INT64_MAX)]  # an SQLite integer
 LeaseToken = Annotated[str, Field(min_length=1, description="the lease_token your claim returned")]
-LeaseSeconds = Annotated[float, Field(ge=1, le=todos.LEASE_CAP_SECONDS, description="seconds (default 300)")]
+LeaseSeconds = Annotated[float, Field(ge=1, le=LEASE_CAP_SECONDS, description="seconds (default 300)")]
 Limit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
 Cursor = Annotated[str, Field(description="next_cursor of the previous page")]
-State = Literal["pending", "claimed", "done", "failed"]
 
 
 # ---------------------------------------------------------------- reading
@@ -199,7 +203,7 @@ async def heartbeat(
     run past 12 hours). Call it before lease_expires_at. conflict means the lease already lapsed and the todo may be
     someone else's now: stop working on it."""
     s = _session(ctx)
-    return TodoRow.of(await todos.heartbeat(s.store, id, lease_token, lease=lease_seconds, queues=s.scope.queues))
+    return TodoRow.of(await todos.heartbeat(s.store, _lease(s, id, lease_token), lease_seconds=lease_seconds))
 
 
 ClaimNext = Annotated[
@@ -221,13 +225,10 @@ async def complete(
     the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded. With
     claim_next the next todo is claimed in the same commit and returned as next (null when nothing is claimable)."""
     s = _session(ctx)
+    lease = _lease(s, id, lease_token)
     return await _finish(
-        s, claim_next, queue, lease_seconds,
-        alone=lambda: todos.complete(s.store, id, lease_token, result=result, queues=s.scope.queues),
-        then_claim=lambda then: todos.complete_then_claim(
-            s.store, id, lease_token, then, result=result, queues=s.scope.queues
-        ),
-    )  # fmt: skip
+        s, claim_next, queue, lease_seconds, lambda then: todos.complete(s.store, lease, result=result, then=then)
+    )
 
 
 async def fail(
@@ -243,11 +244,10 @@ async def fail(
     says when) until its attempts run out; then it is a dead letter (dead_letter true) for an operator to look at.
     With claim_next the next todo is claimed in the same commit and returned as next (null when none is)."""
     s = _session(ctx)
+    lease = _lease(s, id, lease_token)
     return await _finish(
-        s, claim_next, queue, lease_seconds,
-        alone=lambda: todos.fail(s.store, id, lease_token, error=error, queues=s.scope.queues),
-        then_claim=lambda then: todos.fail_then_claim(s.store, id, lease_token, then, error=error, queues=s.scope.queues),
-    )  # fmt: skip
+        s, claim_next, queue, lease_seconds, lambda then: todos.fail(s.store, lease, error=error, then=then)
+    )
 
 
 async def _finish(
@@ -255,22 +255,21 @@ async def _finish(
     claim_next: bool,
     queue: str | None,
     lease_seconds: float | None,
-    *,
-    alone: Callable[[], Awaitable[todos.Todo]],
-    then_claim: Callable[[todos.NextClaim], Awaitable[tuple[todos.Todo, todos.Todo | None]]],
+    finish: Callable[[NextClaim | None], Awaitable[Finished]],
 ) -> FinishedRow:
     """complete or fail, alone or with the next claim in the same commit."""
     if not claim_next:
         if queue is not None or lease_seconds is not None:
             raise InvalidArgument("queue and lease_seconds go with claim_next: true")
-        return FinishedRow.of(await alone())
+        return FinishedRow.of((await finish(None)).todo)
     if not s.scope.may_use("claim_next"):
         raise Forbidden("claim_next is not one of this agent's tools; complete or fail without it")
     if queue is not None and not s.scope.has_queue(queue):
-        return FinishedRow.with_next(await alone(), None)  # answered like a queue that exists but is empty
+        # answered like a queue that exists but is empty
+        return FinishedRow.with_next((await finish(None)).todo, None)
     queues = [queue] if queue is not None else s.scope.queues
-    finished, next_todo = await then_claim(todos.NextClaim(s.owner, queues, lease_seconds, s.scope.agent))
-    return FinishedRow.with_next(finished, next_todo)
+    finished = await finish(NextClaim(s.owner, queues, lease_seconds, s.scope.agent))
+    return FinishedRow.with_next(finished.todo, finished.next)
 
 
 async def release(
@@ -282,7 +281,7 @@ async def release(
     """Hand a claimed todo back untouched, e.g. when it is not yours to do: it is pending again (after
     delay_seconds) and the attempt does not count."""
     s = _session(ctx)
-    return TodoRow.of(await todos.release(s.store, id, lease_token, delay=delay_seconds, queues=s.scope.queues))
+    return TodoRow.of(await todos.release(s.store, _lease(s, id, lease_token), delay=delay_seconds))
 
 
 # ---------------------------------------------------------------- handing work on
@@ -295,7 +294,7 @@ async def create_for(
     assignee: str | None = None,
     payload: Any = None,
     kind: str | None = None,
-    priority: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] = 0,
+    priority: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] = 0,
     idempotency_key: str | None = None,
 ) -> CreatedTodo:
     """Hand work to another queue or agent: creates a pending todo with a one-line title and an optional JSON
