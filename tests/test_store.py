@@ -69,7 +69,8 @@ async def test_reopening_a_file_keeps_its_data(db_path, clock):
 
 
 async def pragma(opened: Store, name: str):
-    return await opened.read(lambda tx: tx.one(f"PRAGMA {name}")[0])
+    """A setting of the write connection, the one that commits."""
+    return await opened.write(lambda tx: tx.one(f"PRAGMA {name}")[0])
 
 
 async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(store):

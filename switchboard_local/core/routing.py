@@ -258,9 +258,11 @@ async def dry_run(
     else:
         raise InvalidArgument("give an event id, or a source and a payload")
 
-    def body(tx: Transaction) -> list[NewTodo]:
-        if tx.one(Q.get_adapter, {"name": delivery.source}) is None and event_id is None:
-            raise NotFound(f"no source named {delivery.source!r}")
-        return _route_in(tx, delivery)
-
-    return await store.read(body)
+    # What _route_in reads in a transaction, read one statement at a time.
+    source = await store.read_one(Q.get_adapter, {"name": delivery.source})
+    if source is None and event_id is None:
+        raise NotFound(f"no source named {delivery.source!r}")
+    rules = [Rule.from_row(r) for r in await store.read_all(Q.rules_of_source, {"source": delivery.source})]
+    default_queue = (json.loads(source["config"]) if source is not None else {}).get("queue") or delivery.source
+    max_payload = (await settings.get(store, settings.MAX_PAYLOAD.name)).value
+    return plan(rules, delivery, default_queue, max_payload=max_payload)

@@ -222,7 +222,7 @@ async def get(store: Store, name: str, *, family: str | None = None) -> Adapter:
 
 
 async def list_adapters(store: Store, *, family: str | None = None) -> list[Adapter]:
-    rows = await store.read(lambda tx: tx.all(Q.list_adapters, {"family": family}))
+    rows = await store.read_all(Q.list_adapters, {"family": family})
     return [Adapter.from_row(r) for r in rows]
 
 
