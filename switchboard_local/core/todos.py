@@ -121,9 +121,11 @@ def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | 
 async def _settle_lapsed(store: Store) -> None:
     """Before a read: recover lapsed leases, if any, so that what is shown is what
     the next claim would find (a lapsed todo is pending again, or a dead letter).
-    A cheap indexed check; the write happens only when a lease has lapsed."""
+    A cheap indexed check (todos_leases), so a peek on the caller's own thread:
+    no hop to a reader before the read that follows. The write happens only
+    when a lease has lapsed."""
     now = store.clock.now_ms()
-    if await store.read_one(Q.any_lapsed_lease, {"now": now}) is not None:
+    if await store.peek(lambda tx: tx.one(Q.any_lapsed_lease, {"now": now})) is not None:
         await store.write(lambda tx: _recover_lapsed(tx, store.clock.now_ms()))
 
 
