@@ -7,6 +7,8 @@ import os
 import re
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -370,3 +372,23 @@ async def test_a_closed_store_refuses_reads(db_path) -> None:
     await opened.close()
     with pytest.raises(RuntimeError, match="^the store is closed$"):
         await opened.read_one("SELECT 1")
+
+
+LEFT_OPEN = """
+import asyncio, sys
+from switchboard_local.core.store import Store
+from switchboard_local.core import todos
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    await todos.list_todos(store)  # the readers are open
+    raise SystemExit("left open")
+
+asyncio.run(main())
+"""
+
+
+def test_a_store_left_open_does_not_keep_the_process_from_exiting(db_path) -> None:
+    done = subprocess.run([sys.executable, "-c", LEFT_OPEN, str(db_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    assert (done.returncode, done.stderr.strip()) == (1, "left open")

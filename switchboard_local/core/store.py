@@ -5,7 +5,9 @@ with its contract. ``SQLiteStore`` implements it on one SQLite file: where it
 lives, how it is opened and migrated, its read connections and its error
 translation; the write connection and its group commit are group_commit.py's.
 ``Store.open`` opens the SQLite store (a PostgreSQL one will be chosen there
-by its URL, once it exists).
+by its URL, once it exists). The interface has the name the verbs and edges
+already annotate with, so every one of them depends on the interface, not on
+SQLite, without a change of its own.
 
 Every connection runs in WAL mode with a generous busy timeout; the write
 connection adds foreign keys and ``synchronous=FULL`` (acknowledgements to
@@ -24,6 +26,7 @@ import os
 import random
 import sqlite3
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -540,8 +543,7 @@ class SQLiteStore:
         if self._idle_readers is None:
             self._idle_readers = asyncio.Queue()
         if self._idle_readers.empty() and len(self._readers) < READERS:
-            uri, timeout = _reader_uri(self.path), self._busy_ms / 1000
-            reader = aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=timeout)
+            reader = _new_reader(_reader_uri(self.path), self._busy_ms / 1000)
             self._readers.append(reader)
             try:
                 await reader
@@ -640,6 +642,25 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _new_reader(uri: str, timeout: float) -> aiosqlite.Connection:
+    """``aiosqlite.connect``, called from a daemon thread.
+
+    Its worker thread is made there and inherits that daemon flag: a store
+    left open (a start-up that failed before its ``close``) then never keeps
+    the process from exiting, as the write thread's executor does not either.
+    A reader has nothing to finish. (tests/test_store.py checks it.)
+    """
+    made: list[aiosqlite.Connection] = []
+    maker = threading.Thread(
+        target=lambda: made.append(aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=timeout)),
+        name="switchboard-reader-maker",
+        daemon=True,
+    )
+    maker.start()
+    maker.join()
+    return made[0]
 
 
 def _reader_uri(path: Path) -> str:
