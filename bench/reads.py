@@ -1,6 +1,7 @@
 """Read latency under webhook load: `todos.list_todos(store, limit=50)` in the receiver's own process.
 
-    .venv/bin/python bench/reads.py [--runs R] [--deliveries N] [--senders S] [--seed T] [--tree PATH ...]
+    .venv/bin/python bench/reads.py [--runs R] [--deliveries N] [--senders S] [--seed T] [--every SECONDS]
+                                    [--tree PATH ...]
 
 Each run: a fresh file with a GitHub-style source and T seeded todos, then a
 harness subprocess (this file with --harness) that serves the webhook app with
@@ -10,7 +11,10 @@ phase (no senders), then a loaded one while S sender threads of this process
 (one keep-alive connection each, requests signed before the clock starts) post
 N deliveries. Every answer must be 202 and every delivery stored, or the run
 fails. Reports p50/p99 list latency quiet and loaded, and accepted deliveries/s,
-as medians over R runs per tree. With --tree given more than once, runs
+as medians over R runs per tree. The lister waits 5 ms after each call, so a
+faster list is called more often (more read work beside the deliveries);
+--every paces the calls start to start instead (e.g. 0.025: 40 lists/s in
+every tree), for the same read work in each tree. With --tree given more than once, runs
 alternate between the trees (A, B, A, B, ...); each harness imports the package
 from its tree (PYTHONPATH and cwd). Writes bench/results-reads.json.
 """
@@ -87,7 +91,7 @@ def summary(latencies: list[float]) -> dict[str, float]:
     return {"n": len(s), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": s[-1] * 1000}
 
 
-async def harness(db: Path, seed: int) -> None:
+async def harness(db: Path, seed: int, every: float | None) -> None:
     """Serve the app and time list_todos on its Store; driven by lines on stdin:
     `phase quiet`, `phase load`, `stop`. Writes a `ready` line, then the result line."""
     import switchboard_local
@@ -130,7 +134,7 @@ async def harness(db: Path, seed: int) -> None:
             assert len(found) == 50, len(found)
             if current is not None and current == phase[0]:
                 samples[current].append(elapsed)
-            await asyncio.sleep(LIST_EVERY_SECONDS)
+            await asyncio.sleep(LIST_EVERY_SECONDS if every is None else max(0.0, every - elapsed))
 
     listing = asyncio.create_task(lister())
     print(json.dumps({"ready": sock.getsockname()[1], "package": switchboard_local.__file__}), flush=True)
@@ -204,7 +208,8 @@ def run(tree: Path, args: argparse.Namespace, tmp: Path, n: int) -> dict[str, fl
     requests = [signed(i) for i in range(args.deliveries)]
     errors = (tmp / f"harness-{n}.err").open("w+")
     harness_proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--harness", "--db", str(db), "--seed", str(args.seed)],
+        [sys.executable, str(Path(__file__).resolve()), "--harness", "--db", str(db), "--seed", str(args.seed),
+         *([] if args.every is None else ["--every", str(args.every)])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env, cwd=tree, text=True,
     )  # fmt: skip
     assert harness_proc.stdin is not None and harness_proc.stdout is not None
@@ -250,11 +255,13 @@ def run(tree: Path, args: argparse.Namespace, tmp: Path, n: int) -> dict[str, fl
         "load_p99_ms": result["load"]["p99_ms"],
         "load_max_ms": result["load"]["max_ms"],
         "load_calls": result["load"]["n"],
+        "load_lists_per_s": result["load"]["n"] / elapsed,
         "per_s": args.deliveries / elapsed,
     }
 
 
-KEYS = ("quiet_p50_ms", "quiet_p99_ms", "load_p50_ms", "load_p99_ms", "load_max_ms", "load_calls", "per_s")
+KEYS = ("quiet_p50_ms", "quiet_p99_ms", "load_p50_ms", "load_p99_ms", "load_max_ms", "load_calls", "load_lists_per_s",
+        "per_s")  # fmt: skip
 
 
 def main() -> None:
@@ -264,6 +271,7 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=32)
     parser.add_argument("--seed", type=int, default=2000, help="Todos in the file before the runs start.")
     parser.add_argument("--quiet", type=float, default=2.0, help="Seconds of the quiet phase.")
+    parser.add_argument("--every", type=float, help="Seconds from the start of one list call to the next.")
     parser.add_argument("--tree", type=Path, action="append", help="Import the package from this tree (repeatable).")
     parser.add_argument("--harness", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
@@ -272,7 +280,7 @@ def main() -> None:
         # This file's folder holds bench/mcp.py and others, which must not shadow packages.
         here = Path(__file__).resolve().parent
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-        asyncio.run(harness(args.db, args.seed))
+        asyncio.run(harness(args.db, args.seed, args.every))
         return
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     runs: dict[str, list[dict[str, float]]] = {str(t): [] for t in trees}
@@ -284,10 +292,11 @@ def main() -> None:
         tree: {key: round(statistics.median(r[key] for r in found), 2) for key in KEYS} for tree, found in runs.items()
     }
     print(f"list_todos(limit=50) latency, ms; {args.senders} senders x {args.deliveries} deliveries; median of {args.runs}")
-    print(f"{'tree':<28}{'quiet p50':>10}{'quiet p99':>10}{'load p50':>10}{'load p99':>10}{'load max':>10}{'accepted/s':>12}")
+    print(f"{'tree':<28}{'quiet p50':>10}{'quiet p99':>10}{'load p50':>10}{'load p99':>10}{'load max':>10}"
+          f"{'lists/s':>9}{'accepted/s':>12}")  # fmt: skip
     for tree, r in results.items():
         print(f"{tree[-28:]:<28}{r['quiet_p50_ms']:>10}{r['quiet_p99_ms']:>10}{r['load_p50_ms']:>10}"
-              f"{r['load_p99_ms']:>10}{r['load_max_ms']:>10}{r['per_s']:>12}")  # fmt: skip
+              f"{r['load_p99_ms']:>10}{r['load_max_ms']:>10}{r['load_lists_per_s']:>9}{r['per_s']:>12}")  # fmt: skip
     (ROOT / "bench" / "results-reads.json").write_text(json.dumps(results, indent=2))
 
 

@@ -12,9 +12,8 @@ async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future
     """Keep the store's thread busy (until the gate is set): writes issued meanwhile queue up together.
 
     ``held`` ends True when the gate released it (False: it gave up after 10 s).
-    Straight to the thread, holding the connection: through ``store.read`` a
-    store that has had one writer for a while runs the read inline, on the
-    event loop itself, which would block the loop instead of the thread.
+    Straight to the write thread, holding the write connection, as a long
+    write would (reads run elsewhere, on their own connections).
     """
     gate, entered = threading.Event(), threading.Event()
 
@@ -22,6 +21,6 @@ async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future
         entered.set()
         return gate.wait(10)  # True: released by the gate, not by the timeout
 
-    held = asyncio.wrap_future(store._thread.submit(store._locked, wait))
+    held = asyncio.ensure_future(store._group.run_locked(wait))
     await asyncio.to_thread(entered.wait, 10)
     return gate, held

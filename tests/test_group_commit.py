@@ -4,29 +4,61 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import random
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from store_support import hold_the_thread
 
+from switchboard_local.core import group_commit, todos
 from switchboard_local.core import store as store_module
-from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
-from switchboard_local.core.store import GROUP_SECONDS, Store
+from switchboard_local.core.group_commit import GROUP_SECONDS
+from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
 
-def slow_create(store: Store, title: str):  # noqa: ANN201
+class Budget:
+    """The group commit's monotonic clock: it moves only when a write spends time.
+
+    Left alone, no group ever runs out of time: writes waiting together are
+    exactly one commit, however busy the machine.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def budget() -> Budget:
+    return Budget()
+
+
+@pytest.fixture
+async def store(db_path: Path, clock: ManualClock, budget: Budget):  # noqa: ANN201
+    opened = await Store.open(db_path, clock=clock, rng=random.Random(0), monotonic=budget)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def slow_create(store: Store, budget: Budget, title: str):  # noqa: ANN201
     """A write that takes two thirds of a transaction's time budget."""
 
     def body(tx):  # noqa: ANN001, ANN202
-        time.sleep(2 * GROUP_SECONDS / 3)
+        budget.spend(2 * GROUP_SECONDS / 3)
         return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
 
     return body
@@ -36,13 +68,7 @@ async def commits(store: Store) -> int:
     return (await store.data_version())[1]
 
 
-@pytest.fixture
-def roomy_budget(monkeypatch):
-    """A transaction's time budget no busy machine can exhaust: the group is exactly one commit."""
-    monkeypatch.setattr(store_module, "GROUP_SECONDS", 60.0)
-
-
-async def test_writes_waiting_together_share_one_commit_and_all_land(store, db_path: Path, roomy_budget) -> None:
+async def test_writes_waiting_together_share_one_commit_and_all_land(store, db_path: Path) -> None:
     before = await commits(store)
     gate, held = await hold_the_thread(store)
     writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{i}"))) for i in range(40)]
@@ -73,7 +99,7 @@ async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
     assert (await todos.complete(store, Lease(first.id, claimed.lease_token))).todo.state == "done"
 
 
-async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_commit_once(store, roomy_budget) -> None:
+async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_commit_once(store) -> None:
     held_todo, _ = await todos.create(store, NewTodo(queue="q", title="claimed"))
     await todos.claim_next(store, owner="a")
     before = await commits(store)
@@ -92,15 +118,16 @@ async def test_many_refused_writes_in_a_group_each_get_their_error_and_the_rest_
     assert len(await todos.list_todos(store, state="pending")) == 5
 
 
-async def test_a_group_commits_every_few_milliseconds_of_work_and_keeps_the_order(store, db_path) -> None:
+async def test_a_group_commits_every_few_milliseconds_of_work_and_keeps_the_order(store, budget) -> None:
     before = await commits(store)
     gate, held = await hold_the_thread(store)
-    writes = [asyncio.create_task(store.write(slow_create(store, f"t{i}"))) for i in range(9)]
+    writes = [asyncio.create_task(store.write(slow_create(store, budget, f"t{i}"))) for i in range(9)]
     await asyncio.sleep(0.05)
     gate.set()
     await held
     created = await asyncio.gather(*writes)
-    assert await commits(store) - before >= 3  # not one long transaction
+    # Two writes fit in a budget (the second one starts before it runs out): 2 + 2 + 2 + 2 + 1.
+    assert await commits(store) - before == 5
     assert [t.title for t in sorted(created, key=lambda t: t.id)] == [f"t{i}" for i in range(9)]
 
 
@@ -158,10 +185,10 @@ async def test_a_claim_inside_a_group_takes_over_a_lapsed_lease(store, clock) ->
     assert [a.outcome for a in history] == ["lease_expired", None]
 
 
-async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones(db_path) -> None:
-    store = await Store.open(db_path)
+async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones(db_path, budget) -> None:
+    store = await Store.open(db_path, monotonic=budget)
     gate, held = await hold_the_thread(store)
-    waiting = [asyncio.create_task(store.write(slow_create(store, f"t{i}"))) for i in range(9)]  # several commits
+    waiting = [asyncio.create_task(store.write(slow_create(store, budget, f"t{i}"))) for i in range(9)]  # 5 commits
     await asyncio.sleep(0.05)
     closing = asyncio.create_task(store.close())
     await asyncio.sleep(0.05)
@@ -203,9 +230,9 @@ class SteppingClock(ManualClock):
         return super().now_ms() + (1000 if late else 0)
 
 
-async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_commits(db_path) -> None:
+async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_commits(db_path, budget) -> None:
     clock = SteppingClock()
-    store = await Store.open(db_path, clock=clock)
+    store = await Store.open(db_path, clock=clock, monotonic=budget)
     try:
         todo, _ = await todos.create(store, NewTodo(queue="q", title="x"))
         held_by_a = await todos.claim_next(store, owner="a", lease=1)
@@ -226,6 +253,31 @@ async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_comm
         await store.close()
 
 
+async def test_what_a_write_notes_in_the_memo_is_seen_by_the_next_in_its_group_and_undone_with_it(store) -> None:
+    def notes(key):  # noqa: ANN001, ANN202
+        def body(tx):  # noqa: ANN001, ANN202
+            tx.memo[key] = True
+
+        return body
+
+    def notes_then_raises(tx):  # noqa: ANN001, ANN202
+        tx.memo["undone"] = True
+        raise ValueError("rolled back to its savepoint")
+
+    def reads(tx):  # noqa: ANN001, ANN202
+        return sorted(tx.memo)
+
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(store.write(body)) for body in (notes("kept"), notes_then_raises, reads)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(results[1], ValueError)
+    assert results[2] == ["kept"]
+    assert await store.write(reads) == []  # a memo lives for one transaction
+
+
 async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_path: Path) -> None:
     gate, held = await hold_the_thread(store)
     write = asyncio.create_task(todos.create(store, NewTodo(queue="q", title="fire and forget")))
@@ -235,14 +287,14 @@ async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_pat
     await held
     with pytest.raises(asyncio.CancelledError):
         await write
-    await store.read(lambda tx: None)  # let the thread finish the flush
+    await store.write(lambda tx: None)  # queued behind the flush: answered after it
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 1
 
 
 async def warm_up_the_inline_regime(store: Store) -> None:
     """A lone writer for a while: the store then writes on the caller's thread."""
-    for n in range(store_module.INLINE_AFTER + 1):
+    for n in range(group_commit.INLINE_AFTER + 1):
         await todos.create(store, NewTodo(queue="warm", title=f"warm {n}"))
 
 
@@ -252,8 +304,7 @@ def orphan_attempt(tx) -> None:  # noqa: ANN001
     tx.run("INSERT INTO attempts (todo_id, attempt, owner, claimed_at) VALUES (999999, 1, 'nobody', 0)")
 
 
-async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path,
-                                                                                          roomy_budget) -> None:
+async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path) -> None:
     gate, held = await hold_the_thread(store)
     writes = [
         asyncio.create_task(todos.create(store, NewTodo(queue="q", title="one"))),
@@ -283,7 +334,7 @@ async def test_a_fault_inside_the_group_commit_answers_every_waiting_writer_and_
         raise RuntimeError("injected fault in the commit machinery")
 
     gate, held = await hold_the_thread(store)
-    monkeypatch.setattr(store, "_commit_group", broken)
+    monkeypatch.setattr(store._group, "_commit_group", broken)
     writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{n}"))) for n in range(3)]
     await asyncio.sleep(0.05)
     gate.set()

@@ -7,6 +7,8 @@ import os
 import re
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,7 +71,8 @@ async def test_reopening_a_file_keeps_its_data(db_path, clock):
 
 
 async def pragma(opened: Store, name: str):
-    return await opened.read(lambda tx: tx.one(f"PRAGMA {name}")[0])
+    """A setting of the write connection, the one that commits."""
+    return await opened.write(lambda tx: tx.one(f"PRAGMA {name}")[0])
 
 
 async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(store):
@@ -330,3 +333,62 @@ async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store
 async def test_peek_cannot_write(store) -> None:
     with pytest.raises(Unavailable, match="readonly"):
         await store.peek(lambda tx: tx.run("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)"))
+
+
+# ---------------------------------------------------------------- reads
+
+
+async def test_reads_answer_while_a_write_holds_the_thread_and_see_every_commit(store, db_path) -> None:
+    mine, _ = await todos.create(store, NewTodo(queue="q", title="mine"))
+    gate, held = await hold_the_thread(store)  # a long write of this process, its commit still to come
+    try:
+        sql(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
+        agents = await asyncio.wait_for(store.read_all("SELECT name FROM agents"), timeout=5)
+        todo = await asyncio.wait_for(store.read_one("SELECT title FROM todos WHERE id = ?", (mine.id,)), timeout=5)
+    finally:
+        gate.set()
+        await held
+    assert [a["name"] for a in agents] == ["other"]
+    assert todo["title"] == "mine"
+    assert await store.read_one("SELECT title FROM todos WHERE id = ?", (mine.id + 1,)) is None
+
+
+async def test_reads_cannot_write(store) -> None:
+    with pytest.raises(Unavailable, match="readonly"):
+        await store.read_all("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)")
+    assert await store.read_all("SELECT * FROM agents") == []
+
+
+async def test_many_reads_at_once_share_the_few_read_connections(store) -> None:
+    await todos.create(store, NewTodo(queue="q", title="t"))
+    counts = await asyncio.gather(*(store.read_one("SELECT count(*) AS n FROM todos") for _ in range(20)))
+    assert [c["n"] for c in counts] == [1] * 20
+    assert len(store._readers) == store_module.READERS
+
+
+async def test_a_closed_store_refuses_reads(db_path) -> None:
+    opened = await Store.open(db_path)
+    await opened.read_all("SELECT 1")
+    await opened.close()
+    with pytest.raises(RuntimeError, match="^the store is closed$"):
+        await opened.read_one("SELECT 1")
+
+
+LEFT_OPEN = """
+import asyncio, sys
+from switchboard_local.core.store import Store
+from switchboard_local.core import todos
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    await todos.list_todos(store)  # the readers are open
+    raise SystemExit("left open")
+
+asyncio.run(main())
+"""
+
+
+def test_a_store_left_open_does_not_keep_the_process_from_exiting(db_path) -> None:
+    done = subprocess.run([sys.executable, "-c", LEFT_OPEN, str(db_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    assert (done.returncode, done.stderr.strip()) == (1, "left open")

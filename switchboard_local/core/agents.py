@@ -147,14 +147,14 @@ async def add(
 
 
 async def get(store: Store, name: str) -> Agent:
-    row = await store.read(lambda tx: tx.one(Q.get_agent, {"name": name}))
+    row = await store.read_one(Q.get_agent, {"name": name})
     if row is None:
         raise NotFound(f"agent {name!r} does not exist")
     return Agent.from_row(row)
 
 
 async def list_agents(store: Store) -> list[Agent]:
-    rows = await store.read(lambda tx: tx.all(Q.list_agents, {}))
+    rows = await store.read_all(Q.list_agents, {})
     return [Agent.from_row(r) for r in rows]
 
 

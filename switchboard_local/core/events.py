@@ -212,12 +212,10 @@ async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None
     """One event; with ``queues`` (an agent's scope), only one a todo in them came from."""
     scope = None if queues is None else json.dumps(list(queues))
 
-    def body(tx: Transaction) -> Any:
-        if scope is not None and tx.one(Q.event_in_queues, {"event_id": event_id, "queues": scope}) is None:
-            return None  # out of scope: answered exactly like an unknown id
-        return tx.one(Q.get_event, {"id": event_id})
-
-    row = await store.read(body)
+    if scope is not None and await store.read_one(Q.event_in_queues, {"event_id": event_id, "queues": scope}) is None:
+        row = None  # out of scope: answered exactly like an unknown id
+    else:
+        row = await store.read_one(Q.get_event, {"id": event_id})
     if row is None:
         raise NotFound(f"event {event_id} does not exist")
     return Event.from_row(row)
@@ -250,7 +248,7 @@ async def list_events(
         "limit": limit,
         "queues": None if queues is None else json.dumps(list(queues)),
     }
-    rows = await store.read(lambda tx: tx.all(Q.list_events, params))
+    rows = await store.read_all(Q.list_events, params)
     return [Event.from_row(r) for r in rows]
 
 
@@ -259,5 +257,5 @@ async def recent_events(store: Store, *, source: str | None = None, type: str | 
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit!r}")
     params = {"source": source, "type": type, "limit": limit}
-    rows = await store.read(lambda tx: tx.all(Q.recent_events, params))
+    rows = await store.read_all(Q.recent_events, params)
     return [Event.from_row(r) for r in reversed(rows)]

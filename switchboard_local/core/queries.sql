@@ -294,7 +294,7 @@ UPDATE sources SET enabled = :enabled, updated_at = :now WHERE name = :name RETU
 UPDATE sources SET secrets = :secrets, updated_at = :now WHERE name = :name RETURNING *;
 
 -- name: record_source_health
--- A running adapter's poll: success resets the failure count, failure bumps it.
+-- A running consumer's poll: success resets the failure count, failure bumps it.
 UPDATE sources
 SET last_poll_at = :now,
     last_error = CASE WHEN :error IS NULL THEN last_error ELSE :error END,

@@ -311,9 +311,11 @@ async def dry_run(
     else:
         raise InvalidArgument("give an event id, or a source and a payload")
 
-    def body(tx: Transaction) -> list[NewTodo]:
-        if tx.one(Q.get_source, {"name": delivery.source}) is None and event_id is None:
-            raise NotFound(f"no source named {delivery.source!r}")
-        return _route_in(tx, delivery)
-
-    return await store.read(body)
+    # What _route_in reads in a transaction, read one statement at a time.
+    row = await store.read_one(Q.get_source, {"name": delivery.source})
+    if row is None and event_id is None:
+        raise NotFound(f"no source named {delivery.source!r}")
+    rules = [Rule.from_row(r) for r in await store.read_all(Q.rules_of_source, {"source": delivery.source})]
+    default_queue = default_queue_of(Source.from_row(row)) if row is not None else delivery.source
+    max_payload = (await settings.get(store, settings.MAX_PAYLOAD.name)).value
+    return plan(rules, delivery, default_queue, max_payload=max_payload)

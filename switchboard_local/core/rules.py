@@ -244,7 +244,7 @@ async def add(
 
 
 async def list_rules(store: Store, *, source: str | None = None) -> list[Rule]:
-    rows = await store.read(lambda tx: tx.all(Q.list_rules, {"source": source}))
+    rows = await store.read_all(Q.list_rules, {"source": source})
     return [Rule.from_row(r) for r in rows]
 
 

@@ -103,14 +103,11 @@ class Value:
 
 
 async def get_all(store: Store) -> list[Value]:
-    def body(tx: Transaction) -> list[Value]:
-        stored = {r["name"]: r["value"] for r in tx.all(Q.list_settings)}
-        return [
-            Value(s, s.default, True) if s.name not in stored else Value(s, s.parse(stored[s.name]), False)
-            for s in SETTINGS.values()
-        ]
-
-    return await store.read(body)
+    stored = {r["name"]: r["value"] for r in await store.read_all(Q.list_settings)}
+    return [
+        Value(s, s.default, True) if s.name not in stored else Value(s, s.parse(stored[s.name]), False)
+        for s in SETTINGS.values()
+    ]
 
 
 async def get(store: Store, name: str) -> Value:

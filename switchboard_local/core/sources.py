@@ -224,7 +224,7 @@ async def get(store: Store, name: str, *, family: str | None = None) -> Source:
 
 
 async def list_sources(store: Store, *, family: str | None = None) -> list[Source]:
-    rows = await store.read(lambda tx: tx.all(Q.list_sources, {"family": family}))
+    rows = await store.read_all(Q.list_sources, {"family": family})
     return [Source.from_row(r) for r in rows]
 
 

@@ -1,11 +1,21 @@
-"""The one SQLite file: where it lives, how it is opened, and its transactions.
+"""The store: the interface the verbs depend on, and its SQLite implementation.
 
-Every connection runs in WAL mode with foreign keys on, a generous busy
-timeout and ``synchronous=FULL`` (acknowledgements to producers depend on the
-commit being on disk). Every write transaction starts with ``BEGIN IMMEDIATE``
-so that a read-then-write can never fail with "database is locked" half-way;
-reads run in autocommit mode, so no read transaction is ever left open to pin
-the WAL.
+``Store`` is the interface (a Protocol): what a verb may ask of a database,
+with its contract. ``SQLiteStore`` implements it on one SQLite file: where it
+lives, how it is opened and migrated, its read connections and its error
+translation; the write connection and its group commit are group_commit.py's.
+``Store.open`` opens the SQLite store (a PostgreSQL one will be chosen there
+by its URL, once it exists). The interface has the name the verbs and edges
+already annotate with, so every one of them depends on the interface, not on
+SQLite, without a change of its own.
+
+Every connection runs in WAL mode with a generous busy timeout; the write
+connection adds foreign keys and ``synchronous=FULL`` (acknowledgements to
+producers depend on the commit being on disk). Every write transaction starts
+with ``BEGIN IMMEDIATE`` so that a read-then-write can never fail with
+"database is locked" half-way; reads run in autocommit mode on read-only
+connections, so no read transaction is ever left open to pin the WAL and no
+read waits behind a commit.
 """
 
 from __future__ import annotations
@@ -17,17 +27,20 @@ import random
 import sqlite3
 import stat
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
+
+import aiosqlite
 
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from .group_commit import GroupCommit, Monotonic, Params, Transaction, is_busy
 from .queries import Q
+
+__all__ = ["Row", "SQLiteStore", "Store", "Transaction", "driver_errors", "translate"]
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
@@ -67,18 +80,10 @@ ALTER TABLE adapters RENAME TO sources;
 }
 
 BUSY_TIMEOUT_MS = 30_000  # the default; $SWITCHBOARD_BUSY_TIMEOUT (seconds) overrides it
-MAX_GROUP = 256  # writes that may share one transaction
-OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
-GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
-# A lone writer skips the hop to the store's thread (about 140 us here) once
-# this many flushes in a row had nobody to share with; every PROBE_EVERY-th
-# write then still goes through the thread, so company is noticed again.
-INLINE_AFTER = 8
-PROBE_EVERY = 32
+READERS = 2  # read-only connections for read_one / read_all, opened as needed
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 T = TypeVar("T")
-Params = Mapping[str, Any] | Sequence[Any]
 
 
 def busy_timeout_ms() -> int:
@@ -273,7 +278,7 @@ def translate(exc: sqlite3.Error, path: Path) -> SwitchboardError | None:
     """The core's error for a driver error, or None for a bug (misused API, bad SQL)."""
     name = (getattr(exc, "sqlite_errorname", None) or "").split("_")
     primary = "_".join(name[:2])  # SQLITE_IOERR_WRITE -> SQLITE_IOERR
-    if primary in _BUSY or (not primary and _is_busy(exc)):
+    if primary in _BUSY or (not primary and is_busy(exc)):
         return Busy(f"{path} is locked by another process for longer than the busy timeout; try again later")
     if primary in _UNUSABLE:
         return StoreUnusable(f"{path} cannot be used: {exc}")
@@ -309,16 +314,123 @@ def driver_errors(path: Path) -> Iterator[None]:
         raise Unavailable(f"{where}: {exc.strerror or exc}") from exc
 
 
-class Store:
-    """An open database: one connection, owned by one thread.
+class Row(Protocol):
+    """A row a read answers: its columns by name (``row["id"]``) or by position."""
 
-    Each call to ``write`` or ``read`` runs a whole transaction in that thread
-    in one hop from the event loop, so a transaction is never interleaved with
-    another of this process, and a cancelled caller never leaves one half-run:
-    it finishes (commits or rolls back) in the thread either way. Open with
-    ``await Store.open(path)``; use as an async context manager or call
-    ``close()``. The clock and the random source are injected so that tests
-    can move time and pin jitter.
+    def __getitem__(self, key: str | int, /) -> Any: ...
+
+    def keys(self) -> list[str]: ...
+
+
+class Store(Protocol):
+    """What the verbs ask of a database. SQLite (``SQLiteStore``) implements it
+    today; a PostgreSQL store will implement the same, and the verbs will not
+    know which they hold.
+
+    The contract:
+
+    - **Writes.** ``write(body)`` runs ``body`` in one transaction (SQLite:
+      ``BEGIN IMMEDIATE`` … ``COMMIT``; ROLLBACK if it raises) and answers
+      only once that transaction is committed and durable: store, then ack.
+      Writes of one process may share a transaction (group commit), each
+      isolated so that one that raises is rolled back alone, the others
+      commit, and each caller gets its own result or error. A body may
+      therefore run more than once; it reads and writes only through its
+      transaction, and keeps what it must remember within that transaction
+      in ``tx.memo`` (undone with the body's rows when the body is rolled
+      back). A cancelled caller's write still finishes, committed or not.
+    - **Reads.** ``read_one`` and ``read_all`` run one statement in
+      autocommit and see every commit answered before they were called (this
+      process's and others'). Several reads are several snapshots. They never
+      wait behind a write's commit. ``peek`` is a point read (a few rows by
+      index) for hot paths, answered on the caller's own thread.
+    - **Changes.** ``data_version()`` is a value that changes whenever
+      anything that changed rows was committed, by any process.
+    - **Errors.** What the database did leaves a store only as the project's
+      errors (core/errors.py: Busy, Unavailable, StoreUnusable, a refused
+      constraint as Conflict), never as a driver's; only a statement the
+      database cannot run at all (bad SQL, a bug) is raised as it is. An
+      error a body raises reaches its caller as it was (one a future cannot
+      carry, as a RuntimeError naming it). After ``close()`` every call
+      raises RuntimeError.
+    """
+
+    path: Path
+    clock: Clock
+    rng: random.Random
+    # What verbs may keep between transactions (settings, briefly); see Transaction.cache.
+    cache: dict[Any, Any]
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        synchronous: str = "FULL",
+        monotonic: Monotonic | None = None,
+    ) -> Store:
+        """Open the store at ``path`` (default: $SWITCHBOARD_DB, else the user data dir).
+
+        ``clock`` is the verbs' time, ``rng`` their jitter, ``monotonic`` the
+        group commit's time budget (all injected so that tests move them).
+        """
+        return await SQLiteStore.open(path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic)
+
+    async def write(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one transaction; answer after its commit (see above)."""
+        ...
+
+    async def read_one(self, sql: str, params: Params = ()) -> Row | None:
+        """The first row of one statement run on its own (None: no row)."""
+        ...
+
+    async def read_all(self, sql: str, params: Params = ()) -> list[Row]:
+        """Every row of one statement run on its own."""
+        ...
+
+    async def peek(self, body: Callable[[Transaction], T]) -> T:
+        """A point read on the caller's own thread: ``body`` looks up a few rows by index."""
+        ...
+
+    async def data_version(self) -> tuple[int, int]:
+        """A value that changes whenever anything commits a change; cheap enough to poll."""
+        ...
+
+    async def probe_writable(self, timeout: float = 2.0) -> None:
+        """Raise, within ``timeout`` seconds, unless a write could commit now."""
+        ...
+
+    async def close(self) -> None:
+        """Refuse new calls, let the writes already waiting commit, then close."""
+        ...
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+class SQLiteStore:
+    """The store on one SQLite file (see ``Store`` for the contract).
+
+    Writes: one connection, owned by one thread (group_commit.GroupCommit).
+    Each ``write`` runs a whole transaction there in one hop from the event
+    loop (or inline on the loop, for a lone writer), so a transaction is never
+    interleaved with another of this process, and a cancelled caller never
+    leaves one half-run. Writes stay there, not on aiosqlite: a group commit
+    runs many callers' bodies back to back under one ``BEGIN IMMEDIATE`` with
+    a savepoint each, and an inline write takes the connection when it is
+    free at that instant; both need one owner of the write connection that
+    decides what shares a transaction, which aiosqlite's one-request-at-a-time
+    queue cannot be.
+
+    Reads: ``read_one`` and ``read_all`` run on a small pool of read-only
+    connections (aiosqlite, each with its own thread), so a list or a count
+    never waits behind another caller's commit and fsync. ``peek`` reads on
+    the event loop's own read-only connection: for a point lookup that is
+    faster than any hop to a thread (the webhook receiver looks its source
+    up this way on every request).
     """
 
     def __init__(
@@ -329,28 +441,18 @@ class Store:
         clock: Clock,
         rng: random.Random,
         busy_ms: int = BUSY_TIMEOUT_MS,
+        monotonic: Monotonic | None = None,
     ) -> None:
-        self._conn = conn
-        self._thread = thread
         self.path = path
         self.clock = clock
         self.rng = rng
-        self._commits = 0  # this connection's commits, which data_version does not count
-        # Group commit: writes waiting for the thread, and whether a flush is on its way.
-        self._writes: deque[tuple[Callable[[Transaction], Any], asyncio.Future[Any]]] = deque()
-        self._flushing = False
-        self._writes_lock = threading.Lock()
-        # Whoever uses the connection holds this: the thread, or the loop inline.
-        self._conn_lock = threading.Lock()
-        self._lone_flushes = 0
-        self._inline_count = 0
-        self._inline_tick_task: asyncio.Task[Any] | None = None
+        self.cache: dict[Any, Any] = {}
         self._busy_ms = busy_ms
-        self._waits_for_locks = True  # busy_timeout is busy_ms (else 0)
+        self._group = GroupCommit(conn, thread, self.cache, busy_ms, monotonic=monotonic)
         self._closed = False
         self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
-        # What verbs may keep between transactions (settings, briefly); see Transaction.cache.
-        self.cache: dict[Any, Any] = {}
+        self._readers: list[aiosqlite.Connection] = []  # every reader opened, idle or not
+        self._idle_readers: asyncio.Queue[aiosqlite.Connection] | None = None
 
     @classmethod
     async def open(
@@ -360,7 +462,8 @@ class Store:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         synchronous: str = "FULL",
-    ) -> Store:
+        monotonic: Monotonic | None = None,
+    ) -> SQLiteStore:
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         db_path = _expanded(path) if path is not None else default_path()
@@ -373,19 +476,27 @@ class Store:
         except BaseException:
             thread.shutdown(wait=False)
             raise
-        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random(), busy_ms)
+        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random(), busy_ms, monotonic)
 
     async def close(self) -> None:
-        """Refuse new writes, let those already waiting commit, then close."""
+        """Refuse new calls, let the writes already waiting commit, then close."""
         self._closed = True
-        while self._flushing:
+        while self._group.flushing:
             await asyncio.sleep(0.001)
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            with contextlib.suppress(sqlite3.Error, ValueError):  # a reader that failed to open all the way
+                await reader.close()
         if self._peek_conn is not None:
             self._peek_conn.close()
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, lambda tx: self._conn.close())
-        self._thread.shutdown(wait=True)
+        await self._group.close()
 
-    async def __aenter__(self) -> Store:
+    @property
+    def _commits(self) -> int:
+        """This store's commits that changed rows (tests count commits with it)."""
+        return self._group.commits
+
+    async def __aenter__(self) -> SQLiteStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -406,51 +517,58 @@ class Store:
         if self._closed:
             raise RuntimeError("the store is closed")
         with driver_errors(self.path):
-            return await self._write(body)
+            return await self._group.write(body)
 
-    async def _write(self, body: Callable[[Transaction], T]) -> T:
-        loop = asyncio.get_running_loop()
-        tick_owner = self._inline_tick_task
-        if self._lone_flushes >= INLINE_AFTER and (tick_owner is None or tick_owner is asyncio.current_task()):
-            self._inline_count += 1
-            if self._inline_count % PROBE_EVERY:
-                done, result = self._inline(body, write=True)
-                if done:
-                    # Other tasks' writes that queued up behind this one (the
-                    # loop was busy with its fsync) go to the thread, to share
-                    # one commit; this task's next write may stay inline.
-                    if tick_owner is None:
-                        self._inline_tick_task = asyncio.current_task()
-                        loop.call_soon(self._end_inline_tick)
-                    return result
-        waiter: asyncio.Future[T] = loop.create_future()
-        with self._writes_lock:
-            self._writes.append((body, waiter))
-            start = not self._flushing
-            self._flushing = True
-        if start:
-            self._thread.submit(self._flush, loop)
-        return await waiter
+    async def read_one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
+        """The first row of ``sql``, on a read-only connection; it sees the latest commit."""
+        rows = await self._read(sql, params)
+        return rows[0] if rows else None
 
-    def _end_inline_tick(self) -> None:
-        self._inline_tick_task = None
+    async def read_all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+        """Every row of ``sql``, on a read-only connection; it sees the latest commit."""
+        return await self._read(sql, params)
 
-    async def read(self, body: Callable[[Transaction], T]) -> T:
-        """Run ``body`` in autocommit mode: each statement sees the latest commit."""
+    async def _read(self, sql: str, params: Params) -> list[sqlite3.Row]:
+        if self._closed:
+            raise RuntimeError("the store is closed")
         with driver_errors(self.path):
-            if self._lone_flushes >= INLINE_AFTER:
-                done, result = self._inline(body, write=False)
-                if done:
-                    return result
-            return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
+            reader = await self._reader()
+            try:
+                # One hop to the reader's thread: the statement runs and is
+                # finished there, so no read transaction stays open.
+                return list(await reader.execute_fetchall(sql, params))
+            finally:
+                assert self._idle_readers is not None
+                self._idle_readers.put_nowait(reader)
+
+    async def _reader(self) -> aiosqlite.Connection:
+        """An idle reader; a new one while fewer than READERS are open; else wait for one."""
+        if self._idle_readers is None:
+            self._idle_readers = asyncio.Queue()
+        if self._idle_readers.empty() and len(self._readers) < READERS:
+            reader = _new_reader(_reader_uri(self.path), self._busy_ms / 1000)
+            self._readers.append(reader)
+            try:
+                await reader
+                reader.row_factory = sqlite3.Row
+                await reader.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                await reader.execute("PRAGMA query_only = ON")
+            except BaseException:
+                self._readers.remove(reader)
+                with contextlib.suppress(Exception):
+                    await reader.close()
+                raise
+            return reader
+        return await self._idle_readers.get()
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
         """A point read (an index lookup) on the event loop's own read-only connection.
 
         Never queued behind the thread's commits, and no thread hop: a webhook
         looks its source up this way on every request. It sees the latest
-        commit, like ``read``; only for reads of a few rows, as the loop waits
-        for it. Should the file be busy (WAL recovery), it is read in the thread.
+        commit, like ``read_one``; only for reads of a few rows, as the loop
+        waits for it. Should the file be busy (WAL recovery), it is read in
+        the write thread, which waits for the lock.
         """
         if self._closed:
             raise RuntimeError("the store is closed")
@@ -460,7 +578,8 @@ class Store:
                     self._peek_conn = _connect_reader(self.path)
                 return body(Transaction(self._peek_conn, self.cache))
         except Busy:
-            return await self.read(body)
+            with driver_errors(self.path):
+                return await self._group.run_locked(body)
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Take the file's write lock for a moment on a fresh connection; raise within ``timeout``.
@@ -471,196 +590,19 @@ class Store:
         with driver_errors(self.path):
             await asyncio.to_thread(_probe_writable, self.path, timeout)
 
-    def _locked(self, body: Callable[[Transaction], T]) -> T:
-        with self._conn_lock:
-            self._wait_for_locks(True)
-            return body(Transaction(self._conn, self.cache))
-
-    def _inline(self, body: Callable[[Transaction], T], *, write: bool) -> tuple[bool, Any]:
-        """Run on the caller's thread if the connection and the file are free right now."""
-        if self._flushing or not self._conn_lock.acquire(blocking=False):
-            return False, None
-        conn = self._conn
-        try:
-            self._wait_for_locks(False)  # never wait for a lock on the event loop
-            try:
-                if write:
-                    conn.execute("BEGIN IMMEDIATE")
-                else:
-                    return True, body(Transaction(conn, self.cache))
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                return False, None  # another process holds the file: wait in the thread instead
-            return True, self._commit(body)
-        finally:
-            self._conn_lock.release()
-
-    def _wait_for_locks(self, wait: bool) -> None:
-        """busy_timeout: the thread waits for another process's lock, the loop never
-        does. Switched only when the caller changes (a pragma costs ~10 us)."""
-        if wait != self._waits_for_locks:
-            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms if wait else 0}")
-            self._waits_for_locks = wait
-
     async def data_version(self) -> tuple[int, int]:
         """A value that changes whenever anything commits to the file.
 
-        SQLite's data_version sees the commits of every other connection (other
-        processes included); this store adds its own. Cheap enough to poll: a
-        waiter compares it instead of holding a transaction open.
+        SQLite's data_version, read on the loop's one read-only connection
+        (always the same: the number is per connection), moves with the
+        commits of every other connection, this store's write connection and
+        other processes included. Beside it, the write connection's own count
+        of commits that changed rows. Cheap enough to poll: a waiter compares
+        it instead of holding a transaction open.
         """
-
-        def body(tx: Transaction) -> tuple[int, int]:
-            row = tx.one(Q.data_version)
-            assert row is not None
-            return row[0], self._commits
-
-        return await self.read(body)
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """In the thread: commit what is waiting (up to MAX_GROUP writes, or as many
-        as GROUP_SECONDS of work holds), then settle each caller."""
-        with self._writes_lock:
-            group = [self._writes.popleft() for _ in range(min(len(self._writes), MAX_GROUP))]
-        self._lone_flushes = self._lone_flushes + 1 if len(group) == 1 else 0
-        try:
-            with self._conn_lock:
-                self._wait_for_locks(True)
-                outcomes = self._commit_group([body for body, _ in group])
-        except BaseException as exc:  # never leave a caller waiting, whatever happened
-            outcomes = [(False, exc)] * len(group)
-        for (_, waiter), outcome in zip(group, outcomes):
-            try:
-                loop.call_soon_threadsafe(_settle, waiter, outcome)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-        with self._writes_lock:
-            self._writes.extendleft(reversed(group[len(outcomes) :]))  # past the time budget: next, first
-            more = bool(self._writes)
-            self._flushing = more
-        if more:
-            # Submit anew rather than loop, so reads queued meanwhile run in between.
-            self._thread.submit(self._flush, loop)
-
-    def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
-        """One transaction for the first of ``bodies``: as many as GROUP_SECONDS of
-        work holds (at least one), an outcome for each; the rest wait for the next.
-
-        Optimistic: items run without savepoints. When one raises, the
-        transaction is rolled back and the group runs again with that item
-        (and every other that raised so far) inside a SAVEPOINT of its own, so
-        that it is rolled back alone and its answer is what it met in the run
-        that commits. After OPTIMISTIC_RETRIES reruns every item gets a
-        savepoint. An item that rolls back the whole transaction (a trigger's
-        RAISE(ROLLBACK)) is left out of the reruns, answered with its error.
-        Bodies may therefore run more than once: a body only reads and writes
-        through its transaction.
-        """
-        if not bodies:
-            return []
-        if len(bodies) == 1:
-            try:
-                return [(True, self._write_alone(bodies[0]))]
-            except Exception as exc:
-                return [(False, exc)]
-        risky: set[int] | None = set()  # None: every item in a savepoint
-        doomed: dict[int, Exception] = {}
-        reruns = 0
-        while True:
-            try:
-                return self._run_group(bodies, risky, doomed)
-            except _ItemFailed as failed:
-                if failed.doomed:
-                    doomed[failed.index] = failed.error
-                elif risky is not None:
-                    risky.add(failed.index)
-                    reruns += 1
-                    if reruns > OPTIMISTIC_RETRIES:
-                        risky = None
-
-    def _run_group(
-        self, bodies: list[Callable[[Transaction], Any]], risky: set[int] | None, doomed: dict[int, Exception]
-    ) -> list[tuple[bool, Any]]:
-        """One run of a group: ``risky`` items (all when None) in savepoints, ``doomed`` ones left out."""
-        conn = self._conn
-        changes = conn.total_changes
-        outcomes: list[tuple[bool, Any]] = []
-        deadline = time.monotonic() + GROUP_SECONDS
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            tx = Transaction(conn, self.cache)
-            for index, body in enumerate(bodies):
-                if index and time.monotonic() > deadline:
-                    break  # the rest waits for the next transaction
-                if index in doomed:
-                    outcomes.append((False, doomed[index]))
-                    continue
-                if risky is not None and index not in risky:
-                    try:
-                        outcomes.append((True, body(tx)))
-                    except Exception as exc:
-                        raise _ItemFailed(index, exc) from exc
-                    continue
-                conn.execute("SAVEPOINT item")
-                try:
-                    outcomes.append((True, body(tx)))
-                except Exception as exc:
-                    if not conn.in_transaction:  # SQLite rolled everything back
-                        raise _ItemFailed(index, exc, doomed=True) from exc
-                    conn.execute("ROLLBACK TO item")
-                    tx.recovered_at = None  # whatever it recovered is undone
-                    outcomes.append((False, exc))
-                conn.execute("RELEASE item")
-            conn.execute("COMMIT")
-            self._count_commit(changes)
-        except _ItemFailed:
-            self._rollback()
-            raise
-        except BaseException as exc:
-            self._rollback()
-            return [(False, exc)] * len(bodies)  # nothing committed: nobody may ack
-        return outcomes
-
-    def _count_commit(self, changes_before: int) -> None:
-        # Only commits that changed rows: an empty claim must not look like news
-        # to this store's own waiters (data_version), or idle long polls spin.
-        if self._conn.total_changes != changes_before:
-            self._commits += 1
-
-    def _write_alone(self, body: Callable[[Transaction], T]) -> T:
-        self._conn.execute("BEGIN IMMEDIATE")
-        return self._commit(body)
-
-    def _commit(self, body: Callable[[Transaction], T]) -> T:
-        """Inside BEGIN IMMEDIATE: run the body, then COMMIT, or ROLLBACK if it raises."""
-        conn = self._conn
-        changes = conn.total_changes
-        try:
-            result = body(Transaction(conn, self.cache))
-            conn.execute("COMMIT")
-            self._count_commit(changes)
-        except BaseException:
-            self._rollback()
-            raise
-        return result
-
-    def _rollback(self) -> None:
-        # SQLite may already have rolled back (e.g. on SQLITE_FULL);
-        # a second ROLLBACK would hide the real error.
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
-
-
-class _ItemFailed(Exception):
-    """Item ``index`` of a group raised ``error``: run the group again, that item in
-    a savepoint (or, ``doomed``: it rolled back the whole transaction, without it)."""
-
-    def __init__(self, index: int, error: Exception, *, doomed: bool = False) -> None:
-        super().__init__(index, error)
-        self.index = index
-        self.error = error
-        self.doomed = doomed
+        row = await self.peek(lambda tx: tx.one(Q.data_version))
+        assert row is not None
+        return row[0], self._commits
 
 
 MIN_FREE_BYTES = 4 * 1024 * 1024  # below this, commits are about to fail with "disk is full"
@@ -687,29 +629,13 @@ def _probe_writable(path: Path, timeout: float) -> None:
         conn.close()
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _settle(waiter: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
-    if waiter.cancelled():  # the caller went away; its work committed (or not) all the same
-        return
-    ok, value = outcome
-    if ok:
-        waiter.set_result(value)
-    elif isinstance(value, Exception) and not isinstance(value, StopIteration):
-        waiter.set_exception(value)
-    else:  # a future cannot carry these: report them instead of leaving the caller waiting
-        waiter.set_exception(RuntimeError(f"the store's thread failed: {value!r}"))
-
-
 def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     """Runs in the store's thread, which then owns the connection."""
     _create_owner_only(path)
     _migrate(path, busy_ms)
     _make_owner_only(path)
     # Used by the store's thread, or by the event loop's thread for a lone
-    # write; never both at once (Store._conn_lock).
+    # write; never both at once (GroupCommit._conn_lock).
     conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
@@ -719,6 +645,30 @@ def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _new_reader(uri: str, timeout: float) -> aiosqlite.Connection:
+    """``aiosqlite.connect``, called from a daemon thread.
+
+    Its worker thread is made there and inherits that daemon flag: a store
+    left open (a start-up that failed before its ``close``) then never keeps
+    the process from exiting, as the write thread's executor does not either.
+    A reader has nothing to finish. (tests/test_store.py checks it.)
+    """
+    made: list[aiosqlite.Connection] = []
+    maker = threading.Thread(
+        target=lambda: made.append(aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=timeout)),
+        name="switchboard-reader-maker",
+        daemon=True,
+    )
+    maker.start()
+    maker.join()
+    return made[0]
+
+
+def _reader_uri(path: Path) -> str:
+    """A read-only URI for the file (percent-encoded, so any name is a file name)."""
+    return path.absolute().as_uri() + "?mode=ro"
 
 
 def _connect_reader(path: Path) -> sqlite3.Connection:
@@ -731,36 +681,3 @@ def _connect_reader(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-class Transaction:
-    """The statements a verb runs while it holds the connection.
-
-    A group commit's items share one: ``recovered_at`` (the clock's time of
-    the last recovery of lapsed leases in it) spares the claims that follow
-    within the same millisecond a recovery of their own. ``cache`` is the
-    store's, shared by its transactions, for what may be a moment old (settings).
-    """
-
-    def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
-        self._conn = conn
-        self.recovered_at: int | None = None
-        self.cache: dict[Any, Any] = {} if cache is None else cache
-
-    def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        cursor = self._conn.execute(sql, params)
-        try:
-            return cursor.fetchone()
-        finally:
-            cursor.close()  # finish the statement (RETURNING rows included) before COMMIT
-
-    def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return self._conn.execute(sql, params).fetchall()
-
-    def run(self, sql: str, params: Params = ()) -> int:
-        """Execute; return the number of rows changed."""
-        return self._conn.execute(sql, params).rowcount
-
-    def many(self, sql: str, params: Sequence[Params]) -> int:
-        """Execute once per parameter set; return the number of rows changed."""
-        return self._conn.executemany(sql, params).rowcount

@@ -118,27 +118,27 @@ def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | 
 async def _settle_lapsed(store: Store) -> None:
     """Before a read: recover lapsed leases, if any, so that what is shown is what
     the next claim would find (a lapsed todo is pending again, or a dead letter).
-    A cheap indexed check; the write happens only when a lease has lapsed."""
+    A cheap indexed check (todos_leases), so a peek on the caller's own thread:
+    no hop to a reader before the read that follows. The write happens only
+    when a lease has lapsed."""
     now = store.clock.now_ms()
-    if await store.read(lambda tx: tx.one(Q.any_lapsed_lease, {"now": now})) is not None:
+    if await store.peek(lambda tx: tx.one(Q.any_lapsed_lease, {"now": now})) is not None:
         await store.write(lambda tx: _recover_lapsed(tx, store.clock.now_ms()))
 
 
 async def get(store: Store, todo_id: int, *, queues: Sequence[str] | None = None) -> Todo:
     """One todo with its attempt history (``queues``: a scope it must be in)."""
     await _settle_lapsed(store)
-
-    def body(tx: Transaction) -> Todo:
-        row = tx.one(Q.get_todo, {"id": todo_id})
-        if row is None or (queues is not None and row["queue"] not in queues):
-            raise NotFound(f"todo {todo_id} does not exist")
-        attempts = tuple(
-            Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
-            for r in tx.all(Q.attempts_of_todo, {"todo_id": todo_id})
-        )
-        return replace(Todo.from_row(row), attempts=attempts)
-
-    return await store.read(body)
+    row = await store.read_one(Q.get_todo, {"id": todo_id})
+    if row is None or (queues is not None and row["queue"] not in queues):
+        raise NotFound(f"todo {todo_id} does not exist")
+    # A second read, a later snapshot: attempts are only ever added or closed,
+    # so the history is at least as new as the todo (never missing its attempt).
+    attempts = tuple(
+        Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
+        for r in await store.read_all(Q.attempts_of_todo, {"todo_id": todo_id})
+    )
+    return replace(Todo.from_row(row), attempts=attempts)
 
 
 async def list_todos(
@@ -166,7 +166,7 @@ async def list_todos(
         "before_id": before_id,
     }
     await _settle_lapsed(store)
-    rows = await store.read(lambda tx: tx.all(Q.list_todos, params))
+    rows = await store.read_all(Q.list_todos, params)
     return [Todo.from_row(r) for r in rows]
 
 
@@ -282,17 +282,22 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
     }
 
 
+RECOVERED_AT = "todos.recovered_at"  # in tx.memo: the clock's time of the last recovery in this transaction
+
+
 def _recover_lapsed(tx: Transaction, now: int) -> None:
     """Take back lapsed leases before claiming: takeover never waits for a sweeper.
 
     Done already in this transaction at this time or later (the claims that
-    share a group commit): nothing more can have lapsed.
+    share a group commit): nothing more can have lapsed. A claim rolled back
+    to its savepoint takes its note in ``tx.memo`` with it.
     """
-    if tx.recovered_at is not None and now <= tx.recovered_at:
+    recovered_at = tx.memo.get(RECOVERED_AT)
+    if recovered_at is not None and now <= recovered_at:
         return
     tx.run(Q.close_lapsed_attempts, {"now": now})
     tx.run(Q.recover_lapsed_leases, {"now": now})
-    tx.recovered_at = now
+    tx.memo[RECOVERED_AT] = now
 
 
 def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:
@@ -472,7 +477,7 @@ async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[Qu
     queues listed, empty ones with zero counts).
     """
     now = store.clock.now_ms()
-    rows = await store.read(lambda tx: tx.all(Q.stats, {"now": now}))
+    rows = await store.read_all(Q.stats, {"now": now})
     found = [
         QueueStats(
             queue=r["queue"],

@@ -74,7 +74,7 @@ class Arrival:
 
 
 async def last_todo_id(store: Store) -> int:
-    row = await store.read(lambda tx: tx.one(Q.last_todo_id))
+    row = await store.read_one(Q.last_todo_id)
     return 0 if row is None else int(row["id"])
 
 
@@ -92,5 +92,5 @@ async def arrivals(
         "queues": None if queues is None else json.dumps(list(queues)),
         "limit": limit,
     }
-    rows = await store.read(lambda tx: tx.all(Q.todo_arrivals, params))
+    rows = await store.read_all(Q.todo_arrivals, params)
     return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"]) for r in rows]
