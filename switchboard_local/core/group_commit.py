@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from .errors import Conflict
+
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
 GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
@@ -54,6 +56,10 @@ class Transaction:
     transaction), and an item rolled back to its savepoint takes what it put
     there with it. The store never reads it. ``cache`` is the store's, shared
     by its transactions, for what may be a moment old (settings).
+
+    A statement the schema refuses (a unique index, a CHECK) raises
+    ``Conflict`` at once, so a verb can answer it in its own words without
+    knowing the driver.
     """
 
     def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
@@ -62,22 +68,38 @@ class Transaction:
         self.cache: dict[Any, Any] = {} if cache is None else cache
 
     def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        cursor = self._conn.execute(sql, params)
         try:
-            return cursor.fetchone()
-        finally:
-            cursor.close()  # finish the statement (RETURNING rows included) before COMMIT
+            cursor = self._conn.execute(sql, params)
+            try:
+                return cursor.fetchone()
+            finally:
+                cursor.close()  # finish the statement (RETURNING rows included) before COMMIT
+        except sqlite3.IntegrityError as exc:
+            raise _refused(exc) from exc
 
     def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return self._conn.execute(sql, params).fetchall()
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.IntegrityError as exc:
+            raise _refused(exc) from exc
 
     def run(self, sql: str, params: Params = ()) -> int:
         """Execute; return the number of rows changed."""
-        return self._conn.execute(sql, params).rowcount
+        try:
+            return self._conn.execute(sql, params).rowcount
+        except sqlite3.IntegrityError as exc:
+            raise _refused(exc) from exc
 
     def many(self, sql: str, params: Sequence[Params]) -> int:
         """Execute once per parameter set; return the number of rows changed."""
-        return self._conn.executemany(sql, params).rowcount
+        try:
+            return self._conn.executemany(sql, params).rowcount
+        except sqlite3.IntegrityError as exc:
+            raise _refused(exc) from exc
+
+
+def _refused(exc: sqlite3.IntegrityError) -> Conflict:
+    return Conflict(f"the database refused the change: {exc}")
 
 
 class GroupCommit:

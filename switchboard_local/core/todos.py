@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -452,7 +451,7 @@ async def redrive(store: Store, todo_id: int) -> Todo:
         _recover_lapsed(tx, now)  # a lapsed last attempt is the dead letter it will become
         try:
             row = tx.one(Q.redrive, {"id": todo_id, "now": now})
-        except sqlite3.IntegrityError:  # the unique index on live (queue, key)
+        except Conflict:  # the unique index on live (queue, key)
             raise Conflict(
                 f"todo {todo_id} cannot be redriven: a newer live todo holds its idempotency key"
             ) from None
