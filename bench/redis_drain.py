@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from redis_server import RedisServer  # noqa: E402
 from switchboard_local.core import sources
 from switchboard_local.core import redis_config  # noqa: E402
-from switchboard_local.redis.consumer import RedisAdapter  # noqa: E402
+from switchboard_local.brokers.consumer import RedisAdapter  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
 
 

@@ -17,7 +17,7 @@ from redis_server import RedisServer, free_port
 from waits import STALL, until_async
 from switchboard_local.core import sources, redis_config, rules, todos
 from switchboard_local.core.events import body_hash
-from switchboard_local.redis.consumer import RedisAdapter, Supervisor, url_password
+from switchboard_local.brokers.consumer import RedisAdapter, Supervisor, url_password
 from switchboard_local.core.store import Store
 
 pytestmark = pytest.mark.anyio

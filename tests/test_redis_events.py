@@ -14,7 +14,7 @@ from test_redis import Running, add_adapter, count, real_store, redis_server  # 
 from test_redis_streams import calls
 
 from switchboard_local.core import sources, events
-from switchboard_local.redis import consumer as redis_adapters
+from switchboard_local.brokers import consumer as redis_adapters
 from switchboard_local.core.errors import Unavailable
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +61,7 @@ async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(r
 
 
 async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_store, redis_server, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
     reads = calls(r, "xreadgroup")
@@ -71,7 +71,7 @@ async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_st
 
 
 async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, redis_server, db_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     for i in range(3):
@@ -103,7 +103,7 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
 
 
 async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_retries(real_store, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     running = Running(real_store, await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs"))
     await running.until(lambda: len(caplog.records) >= 1, True)
     await running.finish()
@@ -127,7 +127,7 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
 
 async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, redis_server, db_path,
                                                                                     monkeypatch, caplog) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     real_record = sources.record_health
     failed = []
 

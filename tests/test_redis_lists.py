@@ -26,7 +26,7 @@ def bodies_in_order(db_path) -> list[str]:
 
 async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_store, redis_server, db_path,
                                                                           caplog) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     r.lpush("jobs", '"a"', '"b"', '"c"')  # before the adapter starts: the list reads c, b, a from the head
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs"))

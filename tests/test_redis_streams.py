@@ -18,7 +18,7 @@ def calls(r, command: str) -> int:  # noqa: ANN001
 
 async def test_a_pending_entry_deleted_from_the_stream_is_acked_and_reported(real_store, redis_server, db_path,
                                                                              caplog) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     ids = [r.xadd("orders", {"payload": json.dumps({"n": i})}) for i in range(3)]

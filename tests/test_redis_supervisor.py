@@ -16,8 +16,8 @@ import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources
-from switchboard_local.redis import consumer as redis_adapters
-from switchboard_local.redis.consumer import RedisAdapter, Supervisor
+from switchboard_local.brokers import consumer as redis_adapters
+from switchboard_local.brokers.consumer import RedisAdapter, Supervisor
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +51,7 @@ def registry(monkeypatch) -> Registry:
 
 @pytest.fixture
 def log(caplog) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="switchboard_local.redis")
+    caplog.set_level(logging.INFO, logger="switchboard_local.brokers")
     return caplog
 
 

@@ -31,7 +31,7 @@ from ..core.errors import StoreFault
 from ..core.events import NewEvent, body_hash
 from ..core.store import Store
 
-log = logging.getLogger("switchboard_local.redis")
+log = logging.getLogger("switchboard_local.brokers")
 
 BLOCK_MS = 1000  # how long one read may block: also how soon a stop is noticed
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
