@@ -17,7 +17,9 @@ from redis_server import RedisServer, free_port
 from waits import STALL, until_async
 from switchboard_local.core import sources, redis_config, rules, todos
 from switchboard_local.core.events import body_hash
-from switchboard_local.brokers.consumer import RedisAdapter, Supervisor, url_password
+from switchboard_local.brokers.loop import Consumer, Supervisor
+from switchboard_local.brokers.redis_client import url_password
+from switchboard_local.brokers.redis_stream import StreamReader
 from switchboard_local.core.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +81,7 @@ class Running:
             self.what, runner = "the supervisor", supervisor.run(self.stop)
         else:
             assert adapter is not None
-            self.what, runner = f"adapter {adapter.name}", RedisAdapter(store, adapter, self.stop).run()
+            self.what, runner = f"adapter {adapter.name}", Consumer(store, adapter, self.stop).run()
         self.task = asyncio.create_task(runner)
 
     async def until(self, look: Callable[[], Any], want: Any) -> None:
@@ -273,10 +275,13 @@ async def test_a_message_that_cannot_be_routed_is_kept_bare_and_never_blocks_the
 
 
 def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:
-    adapter = RedisAdapter(None, sources.Source(  # type: ignore[arg-type]
+    url = "redis://:p%40ss%3Aword@127.0.0.1:6379/0"
+    source = sources.Source(
         name="a", family="queue", kind="redis", trust_mode="queue", enabled=True,
-        config={"mode": "stream", "key": "k", "redis_url_env": "X"}, secrets=[], created_at=0, updated_at=0,
-        last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,
-    ), asyncio.Event())  # fmt: skip
-    adapter._password = url_password("redis://:p%40ss%3Aword@127.0.0.1:6379/0")
-    assert adapter._describe(RuntimeError("AUTH p@ss:word failed")) == "RuntimeError: AUTH **** failed"
+        config=redis_config.adapter_config({"redis_url": url, "mode": "stream", "key": "k"}), secrets=[],
+        created_at=0, updated_at=0, last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,
+    )  # fmt: skip
+    assert url_password(url) == "p@ss:word"
+    consumer = Consumer(None, source, asyncio.Event())  # type: ignore[arg-type]
+    consumer._secrets = StreamReader(source).secrets  # what the consumer takes from its reader
+    assert consumer._describe(RuntimeError("AUTH p@ss:word failed")) == "RuntimeError: AUTH **** failed"

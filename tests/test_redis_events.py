@@ -14,7 +14,7 @@ from test_redis import Running, add_adapter, count, real_store, redis_server  # 
 from test_redis_streams import calls
 
 from switchboard_local.core import sources, events
-from switchboard_local.brokers import consumer as redis_adapters
+from switchboard_local.brokers import loop
 from switchboard_local.core.errors import Unavailable
 
 pytestmark = pytest.mark.anyio
@@ -115,7 +115,7 @@ async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_ret
 
 async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, redis_server,
                                                                                          db_path, monkeypatch) -> None:  # fmt: skip
-    monkeypatch.setattr(redis_adapters, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
+    monkeypatch.setattr(loop, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
     await running.until(lambda: count(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)

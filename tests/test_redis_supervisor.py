@@ -16,8 +16,8 @@ import pytest
 from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources
-from switchboard_local.brokers import consumer as redis_adapters
-from switchboard_local.brokers.consumer import RedisAdapter, Supervisor
+from switchboard_local.brokers import loop
+from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -117,15 +117,15 @@ async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, red
 
 async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_started_again(real_store, redis_server,
                                                                                           monkeypatch, log) -> None:  # fmt: skip
-    runs: list[RedisAdapter] = []
+    runs: list[Consumer] = []
 
-    async def run(self: RedisAdapter) -> None:  # a bug escaping an adapter's loop: no real fault does that
+    async def run(self: Consumer) -> None:  # a bug escaping an adapter's loop: no real fault does that
         runs.append(self)
         if len(runs) == 1:
             raise RuntimeError("an adapter's bug (fault hook)")
         await self.stop.wait()
 
-    monkeypatch.setattr(redis_adapters.RedisAdapter, "run", run)
+    monkeypatch.setattr(loop.Consumer, "run", run)
     await add_adapter(real_store, redis_server.url, "stream", "orders")
     running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
     await running.until(lambda: len(runs), 2)
