@@ -32,7 +32,9 @@ class Reader(Protocol):
     The loop calls ``read``, stores what it returns in one transaction, and
     only after the commit calls ``ack`` with which messages are stored. After
     an error anywhere it calls ``close`` and makes a new reader, after a
-    backoff. A reader is used by one task, never concurrently.
+    backoff. A reader is used by one task, never concurrently. A new broker
+    is a new reader (one file, one entry in ``modes.READERS``, its config
+    checked in the core); the loop stays as it is.
 
     ``origin``: where the messages come from, for the event's provenance
     ("redis stream 'orders'").

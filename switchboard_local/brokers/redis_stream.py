@@ -39,25 +39,22 @@ class StreamReader(RedisReader):
         if not self._started:
             await self._create_group()
             self._started = True
-        while self._own_pending:
+        if self._own_pending:  # read before a crash, maybe stored, never acked: these first
             reply = await self.client.xreadgroup(self.group, self.consumer, {self.key: "0"}, count=self.batch)
-            entries = reply[0][1] if reply else []
-            if not entries:
-                self._own_pending = False
-            elif messages := await self._messages(entries):
-                return messages
+            if reply and reply[0][1]:
+                return await self._messages(reply[0][1])
+            self._own_pending = False
         if self._claim_from is None and time.monotonic() - self._claimed_at >= self.claim_idle:
             self._claim_from = "0-0"
-        while self._claim_from is not None:
+        if self._claim_from is not None:  # one page of the group's pending list per read: a stop is seen between
             reply = await self.client.xautoclaim(
                 self.key, self.group, self.consumer,
                 min_idle_time=self.claim_idle * 1000, start_id=self._claim_from, count=self.batch,
             )  # fmt: skip
-            self._claim_from, entries = reply[0], reply[1]
+            self._claim_from = reply[0]
             if self._claim_from in (b"0-0", "0-0"):  # the whole pending list seen
                 self._claim_from, self._claimed_at = None, time.monotonic()
-            if entries and (messages := await self._messages(entries)):
-                return messages
+            return await self._messages(reply[1])
         reply = await self.client.xreadgroup(self.group, self.consumer, {self.key: ">"}, count=self.batch, block=BLOCK_MS)
         return await self._messages(reply[0][1] if reply else [])
 
