@@ -28,9 +28,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402
-from switchboard_local.core import sources
-from switchboard_local.core import redis_config  # noqa: E402
-from switchboard_local.redis.consumer import RedisAdapter  # noqa: E402
+from switchboard_local.brokers.loop import Consumer  # noqa: E402
+from switchboard_local.core import redis_config, sources  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
 
 
@@ -64,7 +63,7 @@ async def drain(server: RedisServer, key: str, n: int, batch: int, db: Path) -> 
         adapter = await sources.add(store, "bench", family="queue", kind="redis", trust_mode="queue", config=config)
         stop = asyncio.Event()
         start = time.perf_counter()
-        task = asyncio.create_task(RedisAdapter(store, adapter, stop).run())
+        task = asyncio.create_task(Consumer(store, adapter, stop).run())
         with sqlite3.connect(db) as conn:
             while conn.execute("SELECT count(*) FROM todos").fetchone()[0] < n:
                 await asyncio.sleep(0.01)

@@ -57,7 +57,10 @@ GROUP_COMMIT = ("write", "_write", "_end_inline_tick", "_locked", "_inline", "_w
 AREAS: dict[str, tuple[str, list[str]]] = {
     "webhooks": ("Webhook verifiers (webhooks.py)", [f"{PACKAGE}.webhooks.*"]),
     "sql": ("SQL (queries.sql)", []),
-    "redis": ("Redis consumers (redis_adapters.py)", [f"{PACKAGE}.redis_adapters.*"]),
+    "redis": (
+        "Redis consumers (brokers/: loop.py and the Redis readers)",
+        [f"{PACKAGE}.brokers.{module}.*" for module in ("loop", "redis_client", "redis_stream", "redis_list", "redis_pubsub")],
+    ),
     "group": (
         "Group commit (store.py: Store.write … _commit_group, _run_group, _inline)",
         [f"{PACKAGE}.store.xǁStoreǁ{name}__mutmut_*" for name in GROUP_COMMIT]

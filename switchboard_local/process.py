@@ -50,7 +50,7 @@ class Upkeep:
 @contextlib.asynccontextmanager
 async def producers(store: Store, upkeep: Upkeep = Upkeep()) -> AsyncIterator[None]:
     """The pruner and the broker consumers, running while the block runs."""
-    from .redis.consumer import Faults, Supervisor
+    from .brokers.loop import Faults, Supervisor
 
     pruner = asyncio.create_task(_prune_forever(store, upkeep))
     stop_consumers = asyncio.Event()
@@ -158,7 +158,7 @@ def http_limits(**limits: float) -> Any:
 def redis_source_config(options: dict[str, Any]) -> dict[str, Any]:
     """`adapter add`'s options validated, redis-py's own refusals included."""
     from .core.redis_config import adapter_config
-    from .redis.config import check_options
+    from .brokers.redis_options import check_options
 
     return adapter_config(options, driver_check=check_options)
 

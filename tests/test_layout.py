@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
-EDGES = ("http", "redis", "mcp", "cli")
+EDGES = ("http", "brokers", "mcp", "cli")
 DRIVERS = ("sqlite3", "aiosqlite")
 # Only the store touches the database driver.
 DRIVER_MODULES = ("switchboard_local.core.store", "switchboard_local.core.group_commit")

@@ -1,4 +1,4 @@
-"""--batch against a real redis-server: at most that many messages per transaction, in every path.
+"""--batch against fakeredis and a real redis-server: at most that many messages per transaction, in every path.
 
 Messages waiting together are stored together (one transaction for up to
 --batch of them), and never more: reading new stream entries, re-reading this
@@ -16,7 +16,7 @@ import sqlite3
 
 import pytest
 from store_support import hold_the_thread
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import routing
 
@@ -56,66 +56,69 @@ def stream_of(r, key: str = "orders") -> list[bytes]:  # noqa: ANN001
     return [r.xadd(key, {"payload": m}) for m in MESSAGES]
 
 
-async def test_new_stream_entries_are_stored_at_most_batch_at_a_time(real_store, redis_server, db_path, batches) -> None:
-    r = redis_server.client()
+async def test_new_stream_entries_are_stored_at_most_batch_at_a_time(real_store, broker, db_path, batches) -> None:
+    r = broker.client()
     stream_of(r)
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", batch=BATCH))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders", batch=BATCH),
+                      connect=broker.connect)  # fmt: skip
     await drain(running, db_path, lambda: r.xpending("orders", "switchboard")["pending"] == 0)
     assert batches == IN_BATCHES
     assert bodies(db_path) == MESSAGES
 
 
-async def test_a_consumers_own_pending_entries_are_reread_at_most_batch_at_a_time(real_store, redis_server, db_path,
+async def test_a_consumers_own_pending_entries_are_reread_at_most_batch_at_a_time(real_store, broker, db_path,
                                                                                   batches) -> None:  # fmt: skip
-    r = redis_server.client()
+    r = broker.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     stream_of(r)
     r.xreadgroup("switchboard", "me", {"orders": ">"})  # this consumer read them all, then crashed: none acked
-    adapter = await add_adapter(real_store, redis_server.url, "stream", "orders", batch=BATCH, consumer="me")
-    running = Running(real_store, adapter)
+    adapter = await add_adapter(real_store, broker.url, "stream", "orders", batch=BATCH, consumer="me")
+    running = Running(real_store, adapter, connect=broker.connect)
     await drain(running, db_path, lambda: r.xpending("orders", "switchboard")["pending"] == 0)
     assert batches == IN_BATCHES
     assert bodies(db_path) == MESSAGES
 
 
-async def test_a_dead_consumers_idle_entries_are_taken_over_at_most_batch_at_a_time(real_store, redis_server, db_path,
+async def test_a_dead_consumers_idle_entries_are_taken_over_at_most_batch_at_a_time(real_store, broker, db_path,
                                                                                     batches) -> None:  # fmt: skip
-    r = redis_server.client()
+    r = broker.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     ids = stream_of(r)
     r.xreadgroup("switchboard", "dead", {"orders": ">"})
     r.xclaim("orders", "switchboard", "dead", 0, ids, idle=60_000)  # idle a minute already: past --claim-idle
-    adapter = await add_adapter(real_store, redis_server.url, "stream", "orders", batch=BATCH, claim_idle=1)
-    running = Running(real_store, adapter)
+    adapter = await add_adapter(real_store, broker.url, "stream", "orders", batch=BATCH, claim_idle=1)
+    running = Running(real_store, adapter, connect=broker.connect)
     await drain(running, db_path, lambda: r.xpending("orders", "switchboard")["pending"] == 0)
     assert batches == IN_BATCHES
     assert bodies(db_path) == MESSAGES
 
 
-async def test_a_list_is_moved_and_stored_at_most_batch_at_a_time(real_store, redis_server, db_path, batches) -> None:
-    r = redis_server.client()
+async def test_a_list_is_moved_and_stored_at_most_batch_at_a_time(real_store, broker, db_path, batches) -> None:
+    r = broker.client()
     r.lpush("jobs", *MESSAGES)
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs", batch=BATCH))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs", name="jobs", batch=BATCH),
+                      connect=broker.connect)  # fmt: skip
     await drain(running, db_path, lambda: r.exists("jobs", "jobs:processing") == 0)
     assert batches == IN_BATCHES
     assert bodies(db_path) == MESSAGES
 
 
-async def test_what_a_crash_left_in_the_processing_list_is_stored_at_most_batch_at_a_time(real_store, redis_server,
+async def test_what_a_crash_left_in_the_processing_list_is_stored_at_most_batch_at_a_time(real_store, broker,
                                                                                           db_path, batches) -> None:  # fmt: skip
-    r = redis_server.client()
+    r = broker.client()
     r.rpush("jobs:processing", *MESSAGES)  # moved before a crash, oldest first, never removed
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs", batch=BATCH))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs", name="jobs", batch=BATCH),
+                      connect=broker.connect)  # fmt: skip
     await drain(running, db_path, lambda: r.exists("jobs", "jobs:processing") == 0)
     assert batches == IN_BATCHES
     assert bodies(db_path) == MESSAGES
 
 
-async def test_pubsub_messages_that_queued_up_are_stored_together_at_most_batch_at_a_time(real_store, redis_server,
+async def test_pubsub_messages_that_queued_up_are_stored_together_at_most_batch_at_a_time(real_store, broker,
                                                                                           db_path, batches) -> None:  # fmt: skip
-    r = redis_server.client()
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "pubsub", "alerts", name="alerts",
-                                                    batch=BATCH))  # fmt: skip
+    r = broker.client()
+    running = Running(real_store, await add_adapter(real_store, broker.url, "pubsub", "alerts", name="alerts",
+                                                    batch=BATCH), connect=broker.connect)  # fmt: skip
     await running.until(lambda: r.pubsub_numsub("alerts")[0][1], 1)
     gate, held = await hold_the_thread(real_store)  # the adapter's first commit waits: the rest queue up meanwhile
     r.publish("alerts", MESSAGES[0])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from receiver import ServeProcess, serve_process
-from redis_server import RedisServer
+from redis_server import started_redis_server
 from waits import until
 
 FAULT_ENV = "SWITCHBOARD_FAULT"
@@ -23,7 +23,8 @@ PAUSED = "fault hook: committed"
 
 @pytest.fixture
 def redis_server(tmp_path: Path):
-    server = RedisServer(tmp_path).start()
+    """A real redis-server only: `serve` is another process, killed and restarted (fakeredis lives in one)."""
+    server = started_redis_server(tmp_path)
     yield server
     server.stop()
 

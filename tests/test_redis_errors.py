@@ -15,7 +15,7 @@ from redis_server import free_port
 from test_redis import Running, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources
-from switchboard_local.redis import consumer as redis_adapters
+from switchboard_local.brokers import redis_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,7 @@ def lines_holding(text: str, path: str) -> set[int]:
 
 
 async def test_an_unexpected_error_is_logged_with_its_type_and_place_and_retried(real_store, caplog) -> None:
-    caplog.set_level(logging.ERROR, logger="switchboard_local.redis")
+    caplog.set_level(logging.ERROR, logger="switchboard_local.brokers")
     url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # never reached: the bug comes first
     # A row edited by hand: stream mode without its consumer group, which the adapter reads first.
     config = {"redis_url": url, "mode": "stream", "key": "orders", "batch": 8, "consumer": "me", "claim_idle": 60}
@@ -36,8 +36,8 @@ async def test_an_unexpected_error_is_logged_with_its_type_and_place_and_retried
     await running.until(lambda: len(caplog.records), lambda n: n >= 2)  # it keeps retrying
     await running.finish()
 
-    source = redis_adapters.__file__
-    reading_the_group = lines_holding('group, consumer, batch = self.config["group"]', source)  # in _stream
+    source = redis_stream.__file__
+    reading_the_group = lines_holding('self.group, self.consumer = self.config["group"]', source)  # the stream reader's
     for message in caplog.messages:
         found = re.fullmatch(r"adapter orders: unexpected KeyError at (.+):(\d+); retrying", message)
         assert found and found[1] == source and int(found[2]) in reading_the_group, message

@@ -10,11 +10,11 @@ import sqlite3
 
 import pytest
 from redis_server import free_port
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
 from test_redis_streams import calls
 
 from switchboard_local.core import sources, events
-from switchboard_local.redis import consumer as redis_adapters
+from switchboard_local.brokers import loop
 from switchboard_local.core.errors import Unavailable
 
 pytestmark = pytest.mark.anyio
@@ -26,11 +26,11 @@ def stored_body(db_path) -> bytes:  # noqa: ANN001
 
 
 async def test_a_stream_entry_is_stored_as_a_verified_queue_event_that_says_where_it_was_read(
-    real_store, redis_server, db_path
+    real_store, broker, db_path
 ) -> None:
-    r = redis_server.client()
+    r = broker.client()
     entry = r.xadd("orders", {"payload": '{"n": 1}'}).decode()
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
     (event,) = await events.list_events(real_store)
@@ -40,28 +40,29 @@ async def test_a_stream_entry_is_stored_as_a_verified_queue_event_that_says_wher
     assert event.headers == {"redis-mode": "stream", "redis-key": "orders"}
 
 
-async def test_stream_fields_become_compact_utf8_json_with_undecodable_bytes_replaced(real_store, redis_server,
+async def test_stream_fields_become_compact_utf8_json_with_undecodable_bytes_replaced(real_store, broker,
                                                                                     db_path) -> None:  # fmt: skip
-    r = redis_server.client()
+    r = broker.client()
     r.xadd("orders", {"name": "Zoë", b"\xffkey": b"v\xfe"})
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
     assert stored_body(db_path) == '{"name":"Zoë","\ufffdkey":"v\ufffd"}'.encode()
 
 
-async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(real_store, redis_server, db_path,
+async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(real_store, broker, db_path,
                                                                               monkeypatch) -> None:  # fmt: skip
-    monkeypatch.setenv("ORDERS_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("ORDERS_REDIS_URL", broker.url)
     adapter = await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL")
-    redis_server.client().lpush("jobs", b'{"n": 1}')
-    running = Running(real_store, adapter)
+    broker.client().lpush("jobs", b'{"n": 1}')
+    running = Running(real_store, adapter, connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
 
 
+# Real server only: it counts the server's XREADGROUP calls with INFO commandstats, which fakeredis does not have.
 async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_store, redis_server, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
     reads = calls(r, "xreadgroup")
@@ -70,14 +71,15 @@ async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_st
     assert caplog.messages == []
 
 
-async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, redis_server, db_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
-    r = redis_server.client()
+async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, broker, db_path, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
+    r = broker.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     for i in range(3):
         r.xadd("orders", {"payload": f'{{"n": {i}}}'})
     r.xreadgroup("switchboard", "dead", {"orders": ">"})  # read by a consumer that then died
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", claim_idle=1))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders", claim_idle=1),
+                      connect=broker.connect)  # fmt: skip
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
@@ -85,7 +87,7 @@ async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, red
 
 
 async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_keeps_retrying(
-    real_store, redis_server, monkeypatch
+    real_store, monkeypatch
 ) -> None:
     monkeypatch.delenv("ORDERS_REDIS_URL", raising=False)
     running = Running(real_store, await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL"))
@@ -103,7 +105,7 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
 
 
 async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_retries(real_store, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     running = Running(real_store, await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs"))
     await running.until(lambda: len(caplog.records) >= 1, True)
     await running.finish()
@@ -113,11 +115,11 @@ async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_ret
     assert first.getMessage().endswith("; retrying in up to 1 s")
 
 
-async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, redis_server,
+async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, broker,
                                                                                          db_path, monkeypatch) -> None:  # fmt: skip
-    monkeypatch.setattr(redis_adapters, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
-    r = redis_server.client()
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
+    monkeypatch.setattr(loop, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
+    r = broker.client()
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)
     r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
@@ -125,9 +127,9 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
     assert (await sources.get(real_store, "orders")).messages_stored == 3
 
 
-async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, redis_server, db_path,
+async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, broker, db_path,
                                                                                     monkeypatch, caplog) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     real_record = sources.record_health
     failed = []
 
@@ -138,8 +140,8 @@ async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the
         await real_record(store, name, error=error, stored=stored)
 
     monkeypatch.setattr(sources, "record_health", fails_once_with_a_count)
-    redis_server.client().lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "list", "jobs"))
+    broker.client().lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: bool(failed), True)
     await running.finish()

@@ -12,6 +12,7 @@ from test_redis import Running, add_adapter, count, real_store, redis_server  # 
 pytestmark = pytest.mark.anyio
 
 
+# Real server only: it counts SUBSCRIBE calls and connections with INFO, which fakeredis does not have.
 async def test_an_idle_pubsub_adapter_stays_subscribed_on_its_one_connection(real_store, redis_server, db_path) -> None:
     r = redis_server.client()
     connections = r.info("stats")["total_connections_received"]  # this client's own included

@@ -1,4 +1,4 @@
-"""Stream mode against a real redis-server: what a consumer's pending entries and idle peers come to."""
+"""Stream mode against fakeredis and a real redis-server: what a consumer's pending entries and idle peers come to."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import logging
 
 import pytest
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.anyio
 
@@ -16,21 +16,23 @@ def calls(r, command: str) -> int:  # noqa: ANN001
     return r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
 
 
-async def test_a_pending_entry_deleted_from_the_stream_is_acked_and_reported(real_store, redis_server, db_path,
+async def test_a_pending_entry_deleted_from_the_stream_is_acked_and_reported(real_store, broker, db_path,
                                                                              caplog) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="switchboard_local.redis")
-    r = redis_server.client()
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
+    r = broker.client()
     r.xgroup_create("orders", "switchboard", id="0", mkstream=True)
     ids = [r.xadd("orders", {"payload": json.dumps({"n": i})}) for i in range(3)]
     r.xreadgroup("switchboard", "me", {"orders": ">"})  # read before a crash, never acked
     r.xdel("orders", ids[1])  # then deleted by someone: pending still, with nothing to store
-    running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders", consumer="me"))
+    running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders", consumer="me"),
+                      connect=broker.connect)  # fmt: skip
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert caplog.messages == ["adapter orders: 1 pending entries were deleted from the stream"]
 
 
+# Real server only: it counts XREADGROUP and XAUTOCLAIM calls with INFO commandstats, which fakeredis does not have.
 async def test_idle_entries_are_taken_over_once_per_claim_idle_not_on_every_read(real_store, redis_server,
                                                                                  db_path) -> None:  # fmt: skip
     r = redis_server.client()

@@ -1,4 +1,4 @@
-"""The adapter supervisor against a real redis-server: it follows the registry and tells the operator.
+"""The adapter supervisor against fakeredis and a real redis-server: it follows the registry and tells the operator.
 
 It runs each enabled queue adapter once (a webhook source is not its to run),
 restarts one whose row changed, stops one that was disabled, and says so in
@@ -13,11 +13,11 @@ import logging
 import sqlite3
 
 import pytest
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources
-from switchboard_local.redis import consumer as redis_adapters
-from switchboard_local.redis.consumer import RedisAdapter, Supervisor
+from switchboard_local.brokers import loop
+from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.core import webhook_config
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +51,7 @@ def registry(monkeypatch) -> Registry:
 
 @pytest.fixture
 def log(caplog) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="switchboard_local.redis")
+    caplog.set_level(logging.INFO, logger="switchboard_local.brokers")
     return caplog
 
 
@@ -60,15 +60,15 @@ def about(log: pytest.LogCaptureFixture, name: str) -> list[str]:
     return [m for m in log.messages if m.startswith(f"adapter {name}:")]
 
 
-async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_store, redis_server, db_path, registry,
+async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_store, broker, db_path, registry,
                                                                          log) -> None:  # fmt: skip
-    r = redis_server.client()
+    r = broker.client()
     await sources.add(real_store, "gh", family="webhook", kind="github", trust_mode="github",
                        config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
-    await add_adapter(real_store, redis_server.url, "list", "paused", name="paused")
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    await add_adapter(real_store, broker.url, "list", "paused", name="paused")
     await sources.set_enabled(real_store, "paused", False)
-    supervisor = Supervisor(real_store, poll=POLL)
+    supervisor = Supervisor(real_store, poll=POLL, connect=broker.connect)
     running = Running(real_store, supervisor=supervisor)
     r.xadd("orders", {"n": "1"})
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
@@ -83,11 +83,11 @@ async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_
     assert about(log, "orders")[-1] == "adapter orders: stopped"
 
 
-async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(real_store, redis_server, db_path,
+async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(real_store, broker, db_path,
                                                                              log) -> None:  # fmt: skip
-    r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
-    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    r = broker.client()
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect))
     r.xadd("orders", {"n": "1"})
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
 
@@ -104,9 +104,9 @@ async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(rea
     ]
 
 
-async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, redis_server, db_path, log) -> None:
-    await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs")
-    supervisor = Supervisor(real_store, poll=POLL)
+async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, broker, db_path, log) -> None:
+    await add_adapter(real_store, broker.url, "list", "jobs", name="jobs")
+    supervisor = Supervisor(real_store, poll=POLL, connect=broker.connect)
     running = Running(real_store, supervisor=supervisor)
     await running.until(lambda: sorted(supervisor.running), ["jobs"])
     await sources.set_enabled(real_store, "jobs", False)
@@ -115,19 +115,19 @@ async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, red
     await running.finish()
 
 
-async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_started_again(real_store, redis_server,
+async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_started_again(real_store, broker,
                                                                                           monkeypatch, log) -> None:  # fmt: skip
-    runs: list[RedisAdapter] = []
+    runs: list[Consumer] = []
 
-    async def run(self: RedisAdapter) -> None:  # a bug escaping an adapter's loop: no real fault does that
+    async def run(self: Consumer) -> None:  # a bug escaping an adapter's loop: no real fault does that
         runs.append(self)
         if len(runs) == 1:
             raise RuntimeError("an adapter's bug (fault hook)")
         await self.stop.wait()
 
-    monkeypatch.setattr(redis_adapters.RedisAdapter, "run", run)
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
-    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    monkeypatch.setattr(loop.Consumer, "run", run)
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect))
     await running.until(lambda: len(runs), 2)
     await running.finish()
 
@@ -142,12 +142,12 @@ async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_star
     assert "RuntimeError: an adapter's bug (fault hook)" in log.text  # the traceback
 
 
-async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(real_store, redis_server, db_path,
+async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(real_store, broker, db_path,
                                                                                registry, log) -> None:  # fmt: skip
-    r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
+    r = broker.client()
+    await add_adapter(real_store, broker.url, "stream", "orders")
     registry.failures = 1
-    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL))
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect))
     r.xadd("orders", {"n": "1"})
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
@@ -159,10 +159,10 @@ async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(r
     assert about(log, "orders")[0] == "adapter orders: started (stream orders)"
 
 
-async def test_stopping_the_supervisor_stops_every_adapter_it_runs(real_store, redis_server, log) -> None:
-    await add_adapter(real_store, redis_server.url, "stream", "orders")
-    await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs")
-    supervisor = Supervisor(real_store, poll=POLL)
+async def test_stopping_the_supervisor_stops_every_adapter_it_runs(real_store, broker, log) -> None:
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    await add_adapter(real_store, broker.url, "list", "jobs", name="jobs")
+    supervisor = Supervisor(real_store, poll=POLL, connect=broker.connect)
     running = Running(real_store, supervisor=supervisor)
     await running.until(lambda: sorted(supervisor.running), ["jobs", "orders"])
     await running.finish()

@@ -1,7 +1,7 @@
 """A message that cannot be stored at all, not even as a bare event, in a batch
 with others: everything stored is acknowledged, that message is not (it stays
 pending in the stream, or in KEY:processing for a list), and nothing is
-stored twice. A real redis-server; the fault is a trigger refusing that one
+stored twice. fakeredis and a real redis-server; the fault is a trigger refusing that one
 message's event, a fault no real message could cause on demand.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources
 
@@ -32,12 +32,12 @@ def bodies(db_path) -> list[str]:
         return sorted(bytes(row[0]).decode() for row in conn.execute("SELECT body FROM events"))
 
 
-async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, redis_server, db_path) -> None:
-    r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "stream", "orders", batch=16)
+async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, broker, db_path) -> None:
+    r = broker.client()
+    await add_adapter(real_store, broker.url, "stream", "orders", batch=16)
     refuse_events_of(db_path, POISON)
     ids = {name: r.xadd("orders", {"payload": f'"{name}"'}).decode() for name in ("one", POISON, "three", "four")}
-    running = Running(real_store, await sources.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 1)
     await running.finish()
@@ -48,13 +48,13 @@ async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, r
     assert count(db_path, "SELECT count(*) FROM todos") == 3
 
 
-async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_list(real_store, redis_server,
+async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_list(real_store, broker,
                                                                                   db_path) -> None:  # fmt: skip
-    r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "list", "jobs", name="jobs", batch=16)
+    r = broker.client()
+    await add_adapter(real_store, broker.url, "list", "jobs", name="jobs", batch=16)
     refuse_events_of(db_path, POISON)
     r.lpush("jobs", '"one"', f'"{POISON}"', '"three"', '"four"')
-    running = Running(real_store, await sources.get(real_store, "jobs"))
+    running = Running(real_store, await sources.get(real_store, "jobs"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.llen("jobs:processing"), 1)
     await running.finish()
@@ -64,19 +64,19 @@ async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_lis
     assert bodies(db_path) == ['"four"', '"one"', '"three"']
 
 
-async def test_an_unstorable_entry_is_stored_once_the_cause_is_gone_and_nothing_twice(real_store, redis_server,
+async def test_an_unstorable_entry_is_stored_once_the_cause_is_gone_and_nothing_twice(real_store, broker,
                                                                                       db_path) -> None:  # fmt: skip
-    r = redis_server.client()
-    await add_adapter(real_store, redis_server.url, "stream", "orders", batch=16)
+    r = broker.client()
+    await add_adapter(real_store, broker.url, "stream", "orders", batch=16)
     refuse_events_of(db_path, POISON)
     for name in ("one", POISON, "three"):
         r.xadd("orders", {"payload": f'"{name}"'})
-    running = Running(real_store, await sources.get(real_store, "orders"))
+    running = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)
     await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER unstorable")
-    again = Running(real_store, await sources.get(real_store, "orders"))  # a restart re-reads its pending entries
+    again = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)  # a restart re-reads its pending entries
     await again.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
     await again.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await again.finish()

@@ -1,6 +1,6 @@
 """Redis sources' settings: validated at `adapter add`, shown without passwords.
 
-The broker consumers (``switchboard_local.redis``) run them. A URL is checked
+The broker consumers (``switchboard_local.brokers``) run them. A URL is checked
 here as redis-py will read it (scheme, host, port, db, query values); what
 only redis-py itself can tell (an option its connection does not take) is
 checked by the Redis edge's ``config.check_options``, which the process

@@ -1,0 +1,86 @@
+"""What the consumer loop asks of a broker: a reader, one per mode.
+
+The loop (``loop.py``) knows no broker. It asks a reader for messages, stores
+them, and tells the reader which ones are stored; the reader alone speaks the
+broker's protocol. Adding a broker (SQS, NATS, AMQP) means one file with its
+reader, one entry in ``modes.READERS``, and the validation of its config in
+the core; the loop and the supervisor do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.sources import Source
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message as read, before it is stored: what its event is made of, and what acks it."""
+
+    external_id: str  # unique within the source: the broker's own id, else sha256 of the body
+    body: bytes
+    type: str  # the event type rules match on (Redis: the key)
+    headers: dict[str, str]  # where it was read, kept with the event
+    receipt: Any = field(default=None, compare=False, repr=False)  # what ``ack`` needs to settle it
+
+
+class Reader(Protocol):
+    """One source's messages, read and acked for the consumer loop.
+
+    The loop calls ``read``, stores what it returns in one transaction, and
+    only after the commit calls ``ack`` with which messages are stored. After
+    an error anywhere it calls ``close`` and makes a new reader, after a
+    backoff. A reader is used by one task, never concurrently. A new broker
+    is a new reader (one file, one entry in ``modes.READERS``, its config
+    checked in the core); the loop stays as it is.
+
+    ``origin``: where the messages come from, for the event's provenance
+    ("redis stream 'orders'").
+    ``secrets``: texts that must never reach a log line or the source's
+    health (a URL's password); the loop masks them in error messages.
+    """
+
+    origin: str
+    secrets: tuple[str, ...]
+
+    async def read(self) -> list[Message]:
+        """The next batch (at most the source's --batch), oldest first; [] when idle.
+
+        May block up to about a second waiting for messages (how soon a stop
+        is noticed), never longer. Connects on first use. A new reader first
+        returns what a previous run read and left un-acked (a stream's
+        pending entries, a list's processing list), so that a crash between
+        commit and ack only re-delivers. A broker fault raises one of the
+        factory's ``faults``.
+        """
+        ...
+
+    async def ack(self, messages: list[Message], stored: list[bool]) -> None:
+        """Settle exactly the messages whose ``stored`` is True (the same order as ``messages``).
+
+        Called only after their commit. The others stay un-acked: the broker
+        keeps them for a later read (a lossy broker has nothing to do here).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Let go of the connection; never raises for a broker fault. Un-acked messages stay with the broker."""
+        ...
+
+
+class ReaderFactory(Protocol):
+    """Makes a source's reader (``modes.READERS`` maps a mode to one); a reader class is one.
+
+    ``connect`` is the driver's client factory, ``None`` for the driver's own
+    (tests hand in a fake server's). Making a reader does no I/O; it raises
+    one of ``faults`` when the source cannot be reached at all (a URL variable
+    unset). ``faults``: the driver's exceptions that are broker faults, which
+    the loop backs off from with a warning; anything else is logged as a bug
+    (and backed off from too).
+    """
+
+    faults: tuple[type[Exception], ...]
+
+    def __call__(self, source: Source, connect: Any = None) -> Reader: ...
