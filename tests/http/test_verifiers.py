@@ -1,6 +1,6 @@
 """The signature schemes as pure functions (webhooks.verify): what each accepts,
 how it names a delivery, what it says when it refuses, and the configuration
-behind it. Deliveries are signed by tests/signing.py, written from the
+behind it. Deliveries are signed by tests/support/signing.py, written from the
 providers' descriptions; test_webhooks.py runs the same schemes over HTTP.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 
 import pytest
-import signing
-from signing import KIND_OPTIONS, delivery, secret_for
+import support.signing as signing
+from support.signing import KIND_OPTIONS, delivery, secret_for
 
 from switchboard_local.http import verifiers as webhooks
 from switchboard_local.core.sources import Source

@@ -23,8 +23,8 @@ from urllib.parse import urlencode
 import anyio
 import pytest
 from click.testing import CliRunner
-from receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
-from signing import github, secret_for, slack
+from support.receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
+from support.signing import github, secret_for, slack
 
 from switchboard_local.core import sources, rules
 from switchboard_local.cli.main import main

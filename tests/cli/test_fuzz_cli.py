@@ -3,7 +3,7 @@
 Whatever the arguments, the CLI exits with a documented status (0-4), never
 prints a traceback, writes every error as `switchboard-local: CODE: …`, writes
 no raw control character to a terminal, ends, and leaves the database intact
-and every row in it showable. Budget: tests/fuzz_support.py.
+and every row in it showable. Budget: tests/support/fuzz.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import fuzz_settings
+from support.fuzz import fuzz_settings
 from switchboard_local.core import routing
 from switchboard_local.cli.main import main
 from switchboard_local.cli.common import JsonValue

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from redis_server import FakeBroker, free_port, started_redis_server
-from waits import STALL, until_async
+from support.redis_server import FakeBroker, free_port, started_redis_server
+from support.waits import STALL, until_async
 from switchboard_local.core import sources, redis_config, rules, todos
 from switchboard_local.core.events import body_hash
 from switchboard_local.brokers.loop import Consumer, Supervisor

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from receiver import ServeProcess, serve_process
-from redis_server import started_redis_server
-from waits import until
+from support.receiver import ServeProcess, serve_process
+from support.redis_server import started_redis_server
+from support.waits import until
 
 FAULT_ENV = "SWITCHBOARD_FAULT"
 PAUSED = "fault hook: committed"

@@ -8,7 +8,7 @@ sources and paths that do not exist. After each request: an answer below 500
 and no raw control character on its stderr. After each test: the database
 passes PRAGMA integrity_check and holds exactly the events answered 202.
 
-The budget is fuzz_support.FUZZ_EXAMPLES (25 in CI; more with
+The budget is support.fuzz.FUZZ_EXAMPLES (25 in CI; more with
 SWITCHBOARD_FUZZ_EXAMPLES=2000).
 """
 
@@ -26,11 +26,11 @@ from urllib.parse import quote, urlencode
 
 import pytest
 from click.testing import CliRunner
-from fuzz_support import fuzz_settings
+from support.fuzz import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
-from receiver import Receiver, ServeProcess, serve_process
-from signing import github, secret_for
+from support.receiver import Receiver, ServeProcess, serve_process
+from support.signing import github, secret_for
 
 from switchboard_local.cli.main import main
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from redis_server import free_port
+from support.redis_server import free_port
 from test_redis import Running, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import sources

@@ -17,7 +17,7 @@ claimed todo has exactly one open attempt, under the token its claimer was
 given; and stats agree with a recount of the rows as the next claim sees them.
 The model's rules are in lifecycle_model.py.
 
-CI runs a modest budget; SWITCHBOARD_FUZZ_EXAMPLES (fuzz_support.py) raises it.
+CI runs a modest budget; SWITCHBOARD_FUZZ_EXAMPLES (tests/support/fuzz.py) raises it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_support import FUZZ_EXAMPLES, fuzz_settings
+from support.fuzz import FUZZ_EXAMPLES, fuzz_settings
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
-from store_support import hold_the_thread
+from support.lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
+from support.store import hold_the_thread
 
 from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_support import Rings, call, child_env, claim_attempts, connect, stdio_params
+from support.mcp import Rings, call, child_env, claim_attempts, connect, stdio_params
 
 from switchboard_local.core import agents, todos
 from switchboard_local.mcp.server import INSTRUCTIONS

@@ -13,8 +13,8 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from receiver import Receiver, add_source, counts, serve_process, serving
-from signing import github, secret_for
+from support.receiver import Receiver, add_source, counts, serve_process, serving
+from support.signing import github, secret_for
 
 from switchboard_local.http import app as web
 from switchboard_local.cli.main import main

@@ -7,7 +7,7 @@ import re
 
 import anyio
 import pytest
-from mcp_support import call, claim_attempts, connect, refused
+from support.mcp import call, claim_attempts, connect, refused
 
 from switchboard_local.mcp import tools as mcp_tools
 from switchboard_local.core import routing, todos

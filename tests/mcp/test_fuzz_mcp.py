@@ -7,7 +7,7 @@ carries an id we never sent; every stdout line is whole JSON; no traceback
 reaches stderr; the process stays alive and exits 0 when stdin closes; and
 the database passes `PRAGMA integrity_check`.
 
-Budget: tests/fuzz_support.py (SWITCHBOARD_FUZZ_EXAMPLES, default 25).
+Budget: tests/support/fuzz.py (SWITCHBOARD_FUZZ_EXAMPLES, default 25).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_support import fuzz_settings
+from support.fuzz import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
-from mcp_support import RawServer
+from support.mcp import RawServer
 
 pytestmark = pytest.mark.fuzz
 

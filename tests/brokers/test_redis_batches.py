@@ -15,7 +15,7 @@ import json
 import sqlite3
 
 import pytest
-from store_support import hold_the_thread
+from support.store import hold_the_thread
 from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
 
 from switchboard_local.core import routing

@@ -1,6 +1,6 @@
 """POST /hooks/NAME per signature kind, over real HTTP to a real uvicorn (issue 3 §3).
 
-Each kind's deliveries are signed by tests/signing.py, written from
+Each kind's deliveries are signed by tests/support/signing.py, written from
 notes/providers.md rather than from the verifier, and what was stored is read
 back through a separate sqlite3 connection.
 """
@@ -12,9 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import signing
-from receiver import add_source, counts, rows, serving
-from signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
+import support.signing as signing
+from support.receiver import add_source, counts, rows, serving
+from support.signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
 
 from switchboard_local.core import sources
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mcp_support import Rings, call, claim_attempts, connect, refused
+from support.mcp import Rings, call, claim_attempts, connect, refused
 
 from switchboard_local.core import agents, routing, todos
 from switchboard_local.core.events import NewEvent

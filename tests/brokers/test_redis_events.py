@@ -9,7 +9,7 @@ import logging
 import sqlite3
 
 import pytest
-from redis_server import free_port
+from support.redis_server import free_port
 from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
 from test_redis_streams import calls
 

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from store_support import hold_the_thread
+from support.store import hold_the_thread
 
 from switchboard_local.core import group_commit, todos
 from switchboard_local.core import store as store_module

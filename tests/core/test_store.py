@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from store_support import hold_the_thread
+from support.store import hold_the_thread
 
 from switchboard_local.core import store as store_module
 from switchboard_local.core import todos
@@ -22,7 +22,7 @@ from switchboard_local.core.todo_model import NewTodo
 
 pytestmark = pytest.mark.anyio
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def mode(path: Path) -> int:
@@ -117,7 +117,7 @@ def make_v1_file(path: Path) -> None:
     from an event, a done one, a direct one, and an agent."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.executescript((Path(__file__).parent / "data" / "schema-v1.sql").read_text("utf-8"))
+        conn.executescript((Path(__file__).parents[1] / "data" / "schema-v1.sql").read_text("utf-8"))
         conn.executescript(
             """
             PRAGMA user_version = 1;

@@ -24,7 +24,7 @@ from switchboard_local.core.agents import Agent
 from switchboard_local.mcp.server import build_server
 from switchboard_local.core.store import Store
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ChannelParams(BaseModel):

@@ -1,6 +1,6 @@
 """A draining agent as its own OS process, for the concurrency tests.
 
-    python tests/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
+    python tests/support/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
 
 Claims and completes until the queue is empty, printing one JSON line per
 completed todo. With --hang-on-first it claims one todo, prints it (id, lease

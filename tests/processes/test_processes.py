@@ -22,7 +22,7 @@ from switchboard_local.core.todos import Lease
 
 pytestmark = pytest.mark.anyio
 
-WORKER = str(Path(__file__).with_name("drain_worker.py"))
+WORKER = str(Path(__file__).parents[1] / "support" / "drain_worker.py")
 
 
 def start_worker(db: Path, owner: str, queue: str, *extra: str) -> subprocess.Popen[str]:
