@@ -50,34 +50,30 @@ import copies  # noqa: E402
 import sql  # noqa: E402
 
 PACKAGE = "switchboard_local"
-GROUP_COMMIT = ("write", "_write", "_end_inline_tick", "_locked", "_inline", "_wait_for_locks", "_flush",
-                "_commit_group", "_run_group", "_count_commit", "_write_alone", "_commit", "_rollback")  # fmt: skip
-
 # area -> (title, mutmut name patterns); "sql" is mutation/sql.py's.
 AREAS: dict[str, tuple[str, list[str]]] = {
-    "webhooks": ("Webhook verifiers (webhooks.py)", [f"{PACKAGE}.webhooks.*"]),
+    "webhooks": (
+        "Webhook verifiers (http/verifiers.py, core/webhook_config.py)",
+        [f"{PACKAGE}.http.verifiers.*", f"{PACKAGE}.core.webhook_config.*"],
+    ),
     "sql": ("SQL (queries.sql)", []),
     "redis": (
         "Redis consumers (brokers/: loop.py and the Redis readers)",
         [f"{PACKAGE}.brokers.{module}.*" for module in ("loop", "redis_client", "redis_stream", "redis_list", "redis_pubsub")],
     ),
-    "group": (
-        "Group commit (store.py: Store.write … _commit_group, _run_group, _inline)",
-        [f"{PACKAGE}.store.xǁStoreǁ{name}__mutmut_*" for name in GROUP_COMMIT]
-        + [f"{PACKAGE}.store.x__settle__mutmut_*", f"{PACKAGE}.store.xǁ_ItemFailedǁ*"],
-    ),
+    "group": ("Group commit (core/group_commit.py)", [f"{PACKAGE}.core.group_commit.*"]),
     "core": (
-        "Core verbs (todos.py, events.py, routing.py, retention.py)",
-        [f"{PACKAGE}.{module}.*" for module in ("todos", "events", "routing", "retention")],
+        "Core verbs (core/: todos.py, events.py, routing.py, retention.py)",
+        [f"{PACKAGE}.core.{module}.*" for module in ("todos", "events", "routing", "retention")],
     ),
 }
-# Not in the default run: the rest of store.py (opening, migrations, error translation).
-EXTRA = {"store": ("The rest of store.py", [f"{PACKAGE}.store.*"])}
+# Not in the default run: the rest of the store (opening, migrations, reads, error translation).
+EXTRA = {"store": ("core/store.py", [f"{PACKAGE}.core.store.*"])}
 # Functions mutmut cannot switch at run time: called at import, they build
 # closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
 # a copy of the repository with the mutant written in, with the tests that
 # reach the function given here.
-BY_COPY = {f"{PACKAGE}.webhooks.x__hex_signed": f"{PACKAGE}.webhooks.x_verify"}
+BY_COPY = {f"{PACKAGE}.http.verifiers.x__hex_signed": f"{PACKAGE}.http.verifiers.x_verify"}
 # Tests that drive whole processes or servers reach the core by the way and
 # take seconds each: the core's and the group commit's mutants do not run them
 # (a survivor would cost minutes); their own edges' tests and areas cover them.

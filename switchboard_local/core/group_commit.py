@@ -48,8 +48,8 @@ Params = Mapping[str, Any] | Sequence[Any]
 Monotonic = Callable[[], float]
 
 
-class Transaction:
-    """The statements a verb runs while it holds the connection.
+class SQLiteTransaction:
+    """The statements a verb runs while it holds the connection (store.Transaction, on SQLite).
 
     ``memo`` is the verbs' own, for one transaction: the items of a group
     commit share it (so one may spare the next work already done in this
@@ -125,7 +125,7 @@ class GroupCommit:
         self._busy_ms = busy_ms
         self._monotonic = monotonic or time.monotonic  # the group budget's time
         self.commits = 0  # this connection's commits that changed rows
-        self._writes: deque[tuple[Callable[[Transaction], Any], asyncio.Future[Any]]] = deque()
+        self._writes: deque[tuple[Callable[[SQLiteTransaction], Any], asyncio.Future[Any]]] = deque()
         self._flushing = False  # a flush is on its way or running
         self._writes_lock = threading.Lock()
         # Whoever uses the connection holds this: the thread, or the loop inline.
@@ -139,7 +139,7 @@ class GroupCommit:
     def flushing(self) -> bool:
         return self._flushing
 
-    async def write(self, body: Callable[[Transaction], T]) -> T:
+    async def write(self, body: Callable[[SQLiteTransaction], T]) -> T:
         loop = asyncio.get_running_loop()
         tick_owner = self._inline_tick_task
         if self._lone_flushes >= INLINE_AFTER and (tick_owner is None or tick_owner is asyncio.current_task()):
@@ -163,7 +163,7 @@ class GroupCommit:
             self._thread.submit(self._flush, loop)
         return await waiter
 
-    async def run_locked(self, body: Callable[[Transaction], T]) -> T:
+    async def run_locked(self, body: Callable[[SQLiteTransaction], T]) -> T:
         """Run ``body`` in the thread, holding the connection, outside any transaction."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
 
@@ -177,12 +177,12 @@ class GroupCommit:
     def _end_inline_tick(self) -> None:
         self._inline_tick_task = None
 
-    def _locked(self, body: Callable[[Transaction], T]) -> T:
+    def _locked(self, body: Callable[[SQLiteTransaction], T]) -> T:
         with self._conn_lock:
             self._wait_for_locks(True)
-            return body(Transaction(self._conn, self._cache))
+            return body(SQLiteTransaction(self._conn, self._cache))
 
-    def _inline(self, body: Callable[[Transaction], T]) -> tuple[bool, Any]:
+    def _inline(self, body: Callable[[SQLiteTransaction], T]) -> tuple[bool, Any]:
         """Run on the caller's thread if the connection and the file are free right now."""
         if self._flushing or not self._conn_lock.acquire(blocking=False):
             return False, None
@@ -230,7 +230,7 @@ class GroupCommit:
             # Submit anew rather than loop, so work queued meanwhile runs in between.
             self._thread.submit(self._flush, loop)
 
-    def _commit_group(self, bodies: list[Callable[[Transaction], Any]]) -> list[tuple[bool, Any]]:
+    def _commit_group(self, bodies: list[Callable[[SQLiteTransaction], Any]]) -> list[tuple[bool, Any]]:
         """One transaction for the first of ``bodies``: as many as GROUP_SECONDS of
         work holds (at least one), an outcome for each; the rest wait for the next.
 
@@ -267,7 +267,7 @@ class GroupCommit:
                         risky = None
 
     def _run_group(
-        self, bodies: list[Callable[[Transaction], Any]], risky: set[int] | None, doomed: dict[int, Exception]
+        self, bodies: list[Callable[[SQLiteTransaction], Any]], risky: set[int] | None, doomed: dict[int, Exception]
     ) -> list[tuple[bool, Any]]:
         """One run of a group: ``risky`` items (all when None) in savepoints, ``doomed`` ones left out."""
         conn = self._conn
@@ -276,7 +276,7 @@ class GroupCommit:
         deadline = self._monotonic() + GROUP_SECONDS
         try:
             conn.execute("BEGIN IMMEDIATE")
-            tx = Transaction(conn, self._cache)
+            tx = SQLiteTransaction(conn, self._cache)
             for index, body in enumerate(bodies):
                 if index and self._monotonic() > deadline:
                     break  # the rest waits for the next transaction
@@ -316,16 +316,16 @@ class GroupCommit:
         if self._conn.total_changes != changes_before:
             self.commits += 1
 
-    def _write_alone(self, body: Callable[[Transaction], T]) -> T:
+    def _write_alone(self, body: Callable[[SQLiteTransaction], T]) -> T:
         self._conn.execute("BEGIN IMMEDIATE")
         return self._commit(body)
 
-    def _commit(self, body: Callable[[Transaction], T]) -> T:
+    def _commit(self, body: Callable[[SQLiteTransaction], T]) -> T:
         """Inside BEGIN IMMEDIATE: run the body, then COMMIT, or ROLLBACK if it raises."""
         conn = self._conn
         changes = conn.total_changes
         try:
-            result = body(Transaction(conn, self._cache))
+            result = body(SQLiteTransaction(conn, self._cache))
             conn.execute("COMMIT")
             self._count_commit(changes)
         except BaseException:

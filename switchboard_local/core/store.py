@@ -27,7 +27,7 @@ import random
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -37,10 +37,10 @@ import aiosqlite
 
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
-from .group_commit import GroupCommit, Monotonic, Params, Transaction, is_busy
+from .group_commit import GroupCommit, Monotonic, Params, SQLiteTransaction, is_busy
 from .queries import Q
 
-__all__ = ["Row", "SQLiteStore", "Store", "Transaction", "driver_errors", "translate"]
+__all__ = ["Row", "SQLiteStore", "SQLiteTransaction", "Store", "Transaction", "driver_errors", "translate"]
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
@@ -322,6 +322,35 @@ class Row(Protocol):
     def keys(self) -> list[str]: ...
 
 
+class Transaction(Protocol):
+    """What a write's body (or a peek's) is handed: statements by name (core/queries.sql).
+
+    A statement the schema refuses (a unique index, a CHECK) raises
+    ``Conflict`` at once. ``memo`` is the verbs' own for one transaction (see
+    ``Store``); ``cache`` is the store's, shared by its transactions, for what
+    may be a moment old (settings).
+    """
+
+    memo: dict[Any, Any]
+    cache: dict[Any, Any]
+
+    def one(self, sql: str, params: Params = ()) -> Row | None:
+        """The first row of the statement (None: no row); the statement is finished."""
+        ...
+
+    def all(self, sql: str, params: Params = ()) -> list[Row]:
+        """Every row of the statement."""
+        ...
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        """Execute; the number of rows changed."""
+        ...
+
+    def many(self, sql: str, params: Sequence[Params]) -> int:
+        """Execute once per parameter set; the number of rows changed."""
+        ...
+
+
 class Store(Protocol):
     """What the verbs ask of a database. SQLite (``SQLiteStore``) implements it
     today; a PostgreSQL store will implement the same, and the verbs will not
@@ -576,7 +605,7 @@ class SQLiteStore:
             with driver_errors(self.path):
                 if self._peek_conn is None:
                     self._peek_conn = _connect_reader(self.path)
-                return body(Transaction(self._peek_conn, self.cache))
+                return body(SQLiteTransaction(self._peek_conn, self.cache))
         except Busy:
             with driver_errors(self.path):
                 return await self._group.run_locked(body)
