@@ -60,13 +60,24 @@ def import_package() -> tuple[Any, Any, Any]:
     return todos, Store, web
 
 
-def wire(web: Any, store_class: Any, db: Path) -> tuple[Any, Any, asyncio.Future[Any]]:
-    """The receiver as `serve` builds it: (uvicorn server, bound socket, the Store its lifespan opens).
+async def wire(web: Any, store_class: Any, db: Path) -> tuple[Any, Any, asyncio.Future[Any]]:
+    """The receiver as `serve` builds it: (uvicorn server, bound socket, its Store).
 
-    The app opens its own Store in its lifespan; Store.open is wrapped to hand
-    that instance to the bench. Adapt here if a layout change wires it otherwise.
+    Today the process module opens the store and hands it to the app (with
+    the pruner and the consumers beside it, as `serve` runs them). Older trees
+    opened it in the app's lifespan: there Store.open is wrapped to hand that
+    instance to the bench.
     """
     opened: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    try:
+        from switchboard_local import process
+    except ImportError:
+        process = None
+    if process is not None:
+        store = await store_class.open(db)
+        await process.producers(store).__aenter__()  # left running until the harness exits
+        opened.set_result(store)
+        return web.server(web.create_app(store), web.Limits()), process.listen("127.0.0.1", 0), opened
     original = store_class.__dict__["open"].__func__
 
     async def open_and_share(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -100,7 +111,7 @@ async def harness(db: Path, seed: int, every: float | None) -> None:
     async with await store_class.open(db) as seeder:  # group commits: a few hundred ms
         await asyncio.gather(*(todos.create(seeder, todos.NewTodo(queue="seed", title=f"seed {i}")) for i in range(seed)))
 
-    server, sock, opened = wire(web, store_class, db)
+    server, sock, opened = await wire(web, store_class, db)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     done, _ = await asyncio.wait({serving, opened}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
     if opened not in done:
