@@ -28,7 +28,7 @@ from switchboard_local.core.store import Store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease  # noqa: E402
 
-WORKER = ROOT / "tests" / "drain_worker.py"
+WORKER = ROOT / "tests" / "support" / "drain_worker.py"
 
 
 async def create(db: Path, n: int) -> float:
