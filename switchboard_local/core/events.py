@@ -1,9 +1,9 @@
 """Events and the ingestion back half every producer ends in.
 
-Webhooks, Redis adapters and operators all call ``ingest``: one write
-transaction that stores the event (deduplicated on source + external id) and,
-only when it is new, the todos derived from it (each deduplicated on queue +
-idempotency key). The producer is answered after it returns, never before:
+Webhooks and broker consumers (through ``routing.accept``) and operators
+all end in ``ingest``: one write transaction that stores the event
+(deduplicated on source + external id) and, only when it is new, the todos
+derived from it (each deduplicated on queue + idempotency key). The producer is answered after it returns, never before:
 store-then-ack.
 
 Deduplication outlives the events: the key of an event pruned before the

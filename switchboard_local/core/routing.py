@@ -49,7 +49,7 @@ class Delivery:
 
     @property
     def key_base(self) -> str:
-        """Idempotency keys are namespaced by source (and by Redis for adapters).
+        """Idempotency keys are namespaced by source (and by Redis for Redis sources).
 
         A delivery id too long for a key, or holding control characters, is
         replaced by its hash, so that a strange id can never make its delivery

@@ -1,4 +1,4 @@
-"""`serve`: the webhook receiver on Starlette and uvicorn, and the Redis adapters.
+"""The webhook receiver on Starlette and uvicorn (the process module serves it).
 
     POST /hooks/{name}   verify on the raw bytes, store the event and its todos,
                          and only then answer (202); 401 bad signature, 404
