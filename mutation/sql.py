@@ -362,7 +362,7 @@ def record(timeout: float = 3600) -> dict[str, object]:
 
 # The tests whose statements are recorded: the core's test files (run.py sets
 # it from its AREA_TESTS); the edges' tests reach the SQL through the same verbs.
-SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/test_packaging.py"]
+SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/processes/test_packaging.py"]
 
 
 def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survivors: bool = False,
