@@ -77,21 +77,21 @@ BY_COPY = {f"{PACKAGE}.http.verifiers.x__hex_signed": f"{PACKAGE}.http.verifiers
 # Tests that drive whole processes or servers reach the core by the way and
 # take seconds each: the core's and the group commit's mutants do not run them
 # (a survivor would cost minutes); their own edges' tests and areas cover them.
-EDGE_TESTS = ("tests/test_redis.py", "tests/test_redis_crash.py", "tests/test_cli.py", "tests/test_processes.py",
-              "tests/test_http_limits.py", "tests/test_mcp_stdio.py", "tests/test_webhooks_http.py")  # fmt: skip
+EDGE_TESTS = ("tests/brokers/test_redis.py", "tests/brokers/test_redis_crash.py", "tests/cli/test_todo_commands.py",
+              "tests/processes/test_processes.py", "tests/http/test_limits.py", "tests/mcp/test_stdio.py",
+              "tests/http/test_receiver.py")  # fmt: skip
 SKIP_TESTS = {"core": EDGE_TESTS, "group": EDGE_TESTS}
 # The test files whose tests can reach an area's functions in the pytest
 # process: mutmut's first pass (which test reaches which function) runs only
 # these, a minute instead of the whole suite's seven. Globs, from the root.
 AREA_TESTS = {
-    "webhooks": ["tests/test_verifiers.py", "tests/test_webhooks.py", "tests/test_webhooks_http.py",
-                 "tests/test_dedup.py", "tests/test_routing.py"],
-    "redis": ["tests/test_redis*.py"],
-    "core": ["tests/test_agents.py", "tests/test_claim_order.py", "tests/test_dedup.py", "tests/test_failure.py",
-             "tests/test_group_commit.py", "tests/test_ingest.py", "tests/test_lifecycle.py",
-             "tests/test_lifecycle_properties.py", "tests/test_mcp_scope.py", "tests/test_mcp_tools.py",
-             "tests/test_refusals.py", "tests/test_retention.py", "tests/test_routing.py", "tests/test_store.py",
-             "tests/test_then_claim.py", "tests/test_watch.py"],
+    "webhooks": ["tests/http/test_verifiers.py", "tests/http/test_signature_kinds.py", "tests/http/test_receiver.py",
+                 "tests/core/test_dedup.py", "tests/core/test_routing.py"],
+    "redis": ["tests/brokers/test_redis*.py"],
+    "core": ["tests/core/test_agents.py", "tests/core/test_dedup.py", "tests/core/test_group_commit.py",
+             "tests/core/test_ingest.py", "tests/core/test_lifecycle.py", "tests/core/test_lifecycle_properties.py",
+             "tests/mcp/test_scope.py", "tests/mcp/test_tools.py", "tests/core/test_retention.py",
+             "tests/core/test_routing.py", "tests/core/test_store.py", "tests/core/test_watch.py"],
 }  # fmt: skip
 # The group commit shares the core's files: one mutants/ copy serves both, and a
 # change of selection between them would make mutmut forget the first's results.

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import sql
+from support.cli import Result, invoke
 
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.store import Store
@@ -71,12 +72,10 @@ async def store(db_path: Path, clock: ManualClock) -> AsyncIterator[Store]:
 @pytest.fixture
 def row_count(db_path: Path) -> Callable[[str], int]:
     """Count a table's rows through a separate connection: what is committed on disk."""
+    return lambda table: sql.count(db_path, table)
 
-    def count(table: str) -> int:
-        conn = sqlite3.connect(db_path)
-        try:
-            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        finally:
-            conn.close()
 
-    return count
+@pytest.fixture
+def cli(db_path: Path) -> Callable[..., Result]:
+    """The command line in this process on ``db_path``: ``cli(*args, input=None, env=None)`` → Result."""
+    return lambda *args, **options: invoke(db_path, *args, **options)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 
 import pytest
 from support.store import hold_the_thread
-from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter
+from support.sql import rows, value
 
 from switchboard_local.core import routing
 
@@ -42,12 +42,11 @@ def batches(monkeypatch) -> list[int]:
 
 
 def bodies(db_path) -> list[str]:
-    with sqlite3.connect(db_path) as conn:
-        return [bytes(row[0]).decode() for row in conn.execute("SELECT body FROM events ORDER BY id")]
+    return [bytes(row[0]).decode() for row in rows(db_path, "SELECT body FROM events ORDER BY id")]
 
 
 async def drain(running: Running, db_path, done) -> None:  # noqa: ANN001
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), len(MESSAGES))
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), len(MESSAGES))
     await running.until(done, True)
     await running.finish()
 

@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.cli import run_cli
 from support.receiver import ServeProcess, serve_process
-from support.redis_server import started_redis_server
+from support.sql import rows, value
 from support.waits import until
 
 FAULT_ENV = "SWITCHBOARD_FAULT"
 PAUSED = "fault hook: committed"
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path):
-    """A real redis-server only: `serve` is another process, killed and restarted (fakeredis lives in one)."""
-    server = started_redis_server(tmp_path)
-    yield server
-    server.stop()
-
-
-def cli(db: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "switchboard_local", *args, "--db", str(db)], check=True, capture_output=True)
 
 
 def serve(db: Path, *, fault: str = "") -> contextlib.AbstractContextManager[ServeProcess]:
@@ -52,11 +38,6 @@ def watching(serve: ServeProcess) -> dict[str, Any]:
     return {"dead": exited, "context": lambda: log(serve)}
 
 
-def count(db: Path, sql: str) -> int:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchone()[0]
-
-
 def lines_with(serve: ServeProcess, marker: str) -> Callable[[], int]:
     return lambda: sum(marker in line for line in serve.lines)
 
@@ -64,7 +45,9 @@ def lines_with(serve: ServeProcess, marker: str) -> Callable[[], int]:
 @pytest.mark.parametrize("mode", ["stream", "list"])
 def test_kill_9_after_commit_before_ack_then_restart_stores_everything_once(mode, redis_server, db_path: Path) -> None:
     r = redis_server.client()
-    cli(db_path, "adapter", "add", "work", "--redis-url", redis_server.url, "--mode", mode, "--key", "work", "--batch", "16")
+    added = run_cli("adapter", "add", "work", "--redis-url", redis_server.url, "--mode", mode, "--key", "work", "--batch", "16",
+                    db=db_path)  # fmt: skip
+    assert added.returncode == 0, added.stderr
     messages = [json.dumps({"n": i}) for i in range(100)]
     if mode == "stream":
         for m in messages:
@@ -77,7 +60,7 @@ def test_kill_9_after_commit_before_ack_then_restart_stores_everything_once(mode
         until(lines_with(crashed, PAUSED), lambda n: n > 0, **watching(crashed))
         crashed.proc.kill()  # SIGKILL in the window between COMMIT and ack
         crashed.proc.wait(timeout=10)
-    committed = count(db_path, "SELECT count(*) FROM events")
+    committed = value(db_path, "SELECT count(*) FROM events")
     assert committed == 16
     if mode == "stream":
         assert r.xpending("work", "switchboard")["pending"] == 16  # stored, never acked
@@ -85,33 +68,33 @@ def test_kill_9_after_commit_before_ack_then_restart_stores_everything_once(mode
         assert r.llen("work:processing") == 16
 
     with serve(db_path) as restarted:
-        until(lambda: count(db_path, "SELECT count(*) FROM events"), 100, **watching(restarted))
+        until(lambda: value(db_path, "SELECT count(*) FROM events"), 100, **watching(restarted))
         if mode == "stream":
             until(lambda: r.xpending("work", "switchboard")["pending"], 0, **watching(restarted))
         else:
             until(lambda: (r.llen("work:processing"), r.llen("work")), (0, 0), **watching(restarted))
         assert restarted.stop() == 0, log(restarted)
-    assert count(db_path, "SELECT count(*) FROM todos") == 100  # no duplicates, nothing lost
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        bodies = {row for row in conn.execute("SELECT CAST(body AS TEXT) FROM events")}
+    assert value(db_path, "SELECT count(*) FROM todos") == 100  # no duplicates, nothing lost
+    bodies = set(rows(db_path, "SELECT CAST(body AS TEXT) FROM events"))
     assert bodies == {(m,) for m in messages}
 
 
 def test_sigterm_acks_what_committed_and_leaves_the_rest_pending(redis_server, db_path: Path) -> None:
     r = redis_server.client()
-    cli(db_path, "adapter", "add", "work", "--redis-url", redis_server.url, "--mode", "stream", "--key", "work", "--batch", "8")
+    added = run_cli("adapter", "add", "work", "--redis-url", redis_server.url, "--mode", "stream", "--key", "work", "--batch", "8",
+                    db=db_path)  # fmt: skip
+    assert added.returncode == 0, added.stderr
     ids = [r.xadd("work", {"payload": json.dumps({"n": i})}).decode() for i in range(3000)]
     with serve(db_path) as proc:
-        until(lambda: count(db_path, "SELECT count(*) FROM events"), lambda n: n >= 100, **watching(proc))
+        until(lambda: value(db_path, "SELECT count(*) FROM events"), lambda n: n >= 100, **watching(proc))
         assert proc.stop() == 0, log(proc)
 
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        stored = {row[0] for row in conn.execute("SELECT external_id FROM events")}
+    stored = {row[0] for row in rows(db_path, "SELECT external_id FROM events")}
     pending = {entry["message_id"].decode() for entry in r.xpending_range("work", "switchboard", "-", "+", 10_000)}
     assert stored and not (stored & pending)  # everything that committed was acked
     assert stored | pending <= set(ids)
     # Nothing is lost: a new run takes the rest.
     with serve(db_path) as proc:
-        until(lambda: count(db_path, "SELECT count(*) FROM events"), 3000, **watching(proc))
+        until(lambda: value(db_path, "SELECT count(*) FROM events"), 3000, **watching(proc))
         assert proc.stop() == 0, log(proc)
     assert r.xpending("work", "switchboard")["pending"] == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.redis_server import free_port
-from test_redis import Running, real_store  # noqa: F401  (fixtures)
+from support.brokers import Running
 
 from switchboard_local.core import sources
 from switchboard_local.brokers import redis_stream

@@ -4,14 +4,12 @@ URL taken from the environment, and reads and take-overs that log nothing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import sqlite3
 
 import pytest
 from support.redis_server import free_port
-from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
-from test_redis_streams import calls
+from support.brokers import Running, add_adapter, calls
+from support.sql import value
 
 from switchboard_local.core import sources, events
 from switchboard_local.brokers import loop
@@ -21,8 +19,7 @@ pytestmark = pytest.mark.anyio
 
 
 def stored_body(db_path) -> bytes:  # noqa: ANN001
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        return conn.execute("SELECT body FROM events ORDER BY id LIMIT 1").fetchone()[0]
+    return value(db_path, "SELECT body FROM events ORDER BY id LIMIT 1")
 
 
 async def test_a_stream_entry_is_stored_as_a_verified_queue_event_that_says_where_it_was_read(
@@ -31,7 +28,7 @@ async def test_a_stream_entry_is_stored_as_a_verified_queue_event_that_says_wher
     r = broker.client()
     entry = r.xadd("orders", {"payload": '{"n": 1}'}).decode()
     running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
     (event,) = await events.list_events(real_store)
     assert (event.source, event.family, event.type, event.external_id) == ("orders", "queue", "orders", entry)
@@ -45,7 +42,7 @@ async def test_stream_fields_become_compact_utf8_json_with_undecodable_bytes_rep
     r = broker.client()
     r.xadd("orders", {"name": "Zoë", b"\xffkey": b"v\xfe"})
     running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
     assert stored_body(db_path) == '{"name":"Zoë","\ufffdkey":"v\ufffd"}'.encode()
 
@@ -56,7 +53,7 @@ async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(r
     adapter = await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL")
     broker.client().lpush("jobs", b'{"n": 1}')
     running = Running(real_store, adapter, connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
 
 
@@ -80,7 +77,7 @@ async def test_taking_over_a_dead_consumers_entries_logs_nothing(real_store, bro
     r.xreadgroup("switchboard", "dead", {"orders": ">"})  # read by a consumer that then died
     running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders", claim_idle=1),
                       connect=broker.connect)  # fmt: skip
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert caplog.messages == []
@@ -120,9 +117,9 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
     monkeypatch.setattr(loop, "HEALTH_EVERY", 3600.0)  # after the first, no record until the stop
     r = broker.client()
     running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)
     r.lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.finish()
     assert (await sources.get(real_store, "orders")).messages_stored == 3
 
@@ -142,7 +139,7 @@ async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the
     monkeypatch.setattr(sources, "record_health", fails_once_with_a_count)
     broker.client().lpush("jobs", b'{"n": 1}', b'{"n": 2}', b'{"n": 3}')
     running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: bool(failed), True)
     await running.finish()
     assert caplog.messages == ["adapter orders: cannot record health: unavailable: the disk is full"]

@@ -11,7 +11,8 @@ import logging
 import sqlite3
 
 import pytest
-from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter
+from support.sql import rows, value
 
 from switchboard_local.core import sources
 
@@ -20,8 +21,7 @@ pytestmark = pytest.mark.anyio
 
 def bodies_in_order(db_path) -> list[str]:
     """Event bodies in the order they were stored."""
-    with sqlite3.connect(db_path) as conn:
-        return [bytes(row[0]).decode() for row in conn.execute("SELECT body FROM events ORDER BY id")]
+    return [bytes(row[0]).decode() for row in rows(db_path, "SELECT body FROM events ORDER BY id")]
 
 
 async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_store, broker, db_path,
@@ -31,9 +31,9 @@ async def test_a_list_is_stored_in_the_order_an_lpush_producer_pushed_it(real_st
     r.lpush("jobs", '"a"', '"b"', '"c"')  # before the adapter starts: the list reads c, b, a from the head
     running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs", name="jobs"),
                       connect=broker.connect)  # fmt: skip
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     r.lpush("jobs", '"d"', '"e"', '"f"')  # while it runs, waiting in BLMOVE: three at once
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 6)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 6)
     await running.until(lambda: r.llen("jobs:processing"), 0)
     await running.finish()
 
@@ -50,12 +50,12 @@ async def test_a_batch_whose_commit_failed_is_stored_in_pushed_order_once_the_fa
     r.lpush("jobs", '"a"', '"b"', '"c"')
     running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs", name="jobs"),
                       connect=broker.connect)  # fmt: skip
-    await running.until(lambda: count(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
+    await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
     assert r.llen("jobs:processing") == 3  # moved, not stored, so not removed
 
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER boom")
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.llen("jobs:processing"), 0)
     await running.finish()
     assert bodies_in_order(db_path) == ['"a"', '"b"', '"c"']
@@ -72,5 +72,5 @@ async def test_an_idle_list_adapter_keeps_waiting_on_its_one_connection(real_sto
     await running.until(lambda: r.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0), lambda n: n >= 2)
     assert r.info("stats")["total_connections_received"] == connections + 1  # no reconnect between waits
     r.lpush("jobs", '"late"')
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()

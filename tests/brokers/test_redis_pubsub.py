@@ -7,7 +7,8 @@ every quiet second would lose what is published in between.
 from __future__ import annotations
 
 import pytest
-from test_redis import Running, add_adapter, count, real_store, redis_server  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter
+from support.sql import value
 
 pytestmark = pytest.mark.anyio
 
@@ -22,12 +23,12 @@ async def test_an_idle_pubsub_adapter_stays_subscribed_on_its_one_connection(rea
     polls: set[int | None] = set()
 
     def polls_seen() -> int:
-        polls.add(count(db_path, "SELECT last_poll_at FROM sources"))
+        polls.add(value(db_path, "SELECT last_poll_at FROM sources"))
         return len(polls - {None})
 
     await running.until(polls_seen, 2)
     assert r.info("commandstats")["cmdstat_subscribe"]["calls"] == 1
     assert r.info("stats")["total_connections_received"] == connections + 1
     r.publish("alerts", '{"alert": "disk"}')
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()

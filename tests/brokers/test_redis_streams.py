@@ -6,14 +6,10 @@ import json
 import logging
 
 import pytest
-from test_redis import Running, add_adapter, count, broker, real_store, redis_server  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter, calls
+from support.sql import value
 
 pytestmark = pytest.mark.anyio
-
-
-def calls(r, command: str) -> int:  # noqa: ANN001
-    """How many times the server ran ``command`` (all clients)."""
-    return r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
 
 
 async def test_a_pending_entry_deleted_from_the_stream_is_acked_and_reported(real_store, broker, db_path,
@@ -26,7 +22,7 @@ async def test_a_pending_entry_deleted_from_the_stream_is_acked_and_reported(rea
     r.xdel("orders", ids[1])  # then deleted by someone: pending still, with nothing to store
     running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders", consumer="me"),
                       connect=broker.connect)  # fmt: skip
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 2)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()
     assert caplog.messages == ["adapter orders: 1 pending entries were deleted from the stream"]

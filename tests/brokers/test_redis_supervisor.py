@@ -13,7 +13,8 @@ import logging
 import sqlite3
 
 import pytest
-from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter
+from support.sql import value
 
 from switchboard_local.core import sources
 from switchboard_local.brokers import loop
@@ -71,7 +72,7 @@ async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_
     supervisor = Supervisor(real_store, poll=POLL, connect=broker.connect)
     running = Running(real_store, supervisor=supervisor)
     r.xadd("orders", {"n": "1"})
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     polls = registry.reads
     await running.until(lambda: registry.reads >= polls + 10, True)  # many polls, nothing changed
 
@@ -89,13 +90,13 @@ async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(rea
     await add_adapter(real_store, broker.url, "stream", "orders")
     running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect))
     r.xadd("orders", {"n": "1"})
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
 
     with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:  # the row edited by hand: another key
         conn.execute("UPDATE sources SET config = json_set(config, '$.key', 'orders-v2'), updated_at = updated_at + 1 "
                      "WHERE name = 'orders'")  # fmt: skip
     r.xadd("orders-v2", {"n": "2"})
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     assert about(log, "orders")[:3] == [
         "adapter orders: started (stream orders)",
@@ -149,7 +150,7 @@ async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(r
     registry.failures = 1
     running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect))
     r.xadd("orders", {"n": "1"})
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 1)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
     await running.finish()
 
     (failed,) = [r for r in log.records if r.levelno >= logging.WARNING]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from test_redis import Running, add_adapter, count, broker, real_store  # noqa: F401  (fixtures)
+from support.brokers import Running, add_adapter
+from support.sql import rows, value
 
 from switchboard_local.core import sources
 
@@ -28,8 +29,7 @@ def refuse_events_of(db_path, body: str) -> None:
 
 
 def bodies(db_path) -> list[str]:
-    with sqlite3.connect(db_path) as conn:
-        return sorted(bytes(row[0]).decode() for row in conn.execute("SELECT body FROM events"))
+    return sorted(bytes(row[0]).decode() for row in rows(db_path, "SELECT body FROM events"))
 
 
 async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, broker, db_path) -> None:
@@ -38,14 +38,14 @@ async def test_in_a_stream_only_the_unstorable_entry_stays_pending(real_store, b
     refuse_events_of(db_path, POISON)
     ids = {name: r.xadd("orders", {"payload": f'"{name}"'}).decode() for name in ("one", POISON, "three", "four")}
     running = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 1)
     await running.finish()
 
     pending = r.xpending_range("orders", "switchboard", min="-", max="+", count=10)
     assert [p["message_id"].decode() for p in pending] == [ids[POISON]]
     assert bodies(db_path) == ['"four"', '"one"', '"three"']
-    assert count(db_path, "SELECT count(*) FROM todos") == 3
+    assert value(db_path, "SELECT count(*) FROM todos") == 3
 
 
 async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_list(real_store, broker,
@@ -55,7 +55,7 @@ async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_lis
     refuse_events_of(db_path, POISON)
     r.lpush("jobs", '"one"', f'"{POISON}"', '"three"', '"four"')
     running = Running(real_store, await sources.get(real_store, "jobs"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.llen("jobs:processing"), 1)
     await running.finish()
 
@@ -72,12 +72,12 @@ async def test_an_unstorable_entry_is_stored_once_the_cause_is_gone_and_nothing_
     for name in ("one", POISON, "three"):
         r.xadd("orders", {"payload": f'"{name}"'})
     running = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)
-    await running.until(lambda: count(db_path, "SELECT count(*) FROM events"), 2)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     with sqlite3.connect(db_path) as conn:
         conn.execute("DROP TRIGGER unstorable")
     again = Running(real_store, await sources.get(real_store, "orders"), connect=broker.connect)  # a restart re-reads its pending entries
-    await again.until(lambda: count(db_path, "SELECT count(*) FROM events"), 3)
+    await again.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await again.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await again.finish()
     assert bodies(db_path) == ['"one"', f'"{POISON}"', '"three"']

@@ -1,5 +1,8 @@
 """Every CLI error in one format: `switchboard-local: CODE: sentence` on stderr, JSON on stdout with --json.
 
+Here: the format itself, whatever the command; what one command refuses and
+why is tested with that command (test_todo_commands.py, test_source_commands.py).
+
 Usage errors found by click (a bad value, a missing option, an unknown
 command) are no exception: one line, exit 2, never click's `Usage: … Error:`
 block; and no error line carries a raw control character from the input.
@@ -18,15 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli
+from support.sql import count
+
 ERROR_LINE = re.compile(r"^switchboard-local: [a-z_]+: \S.*$")
 RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def run_cli(db: Path, *args: str, **options) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SWITCHBOARD_DB": str(db)}
-    return subprocess.run(
-        [sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True, env=env, timeout=60, **options
-    )
 
 
 USAGE_ERRORS = {
@@ -43,7 +42,7 @@ USAGE_ERRORS = {
 @pytest.mark.parametrize("case", USAGE_ERRORS)
 def test_a_usage_error_is_one_invalid_argument_line_and_exit_2(db_path: Path, case: str) -> None:
     args, sentence = USAGE_ERRORS[case]
-    result = run_cli(db_path, *args)
+    result = run_cli(*args, db=db_path)
     assert result.returncode == 2
     assert result.stderr.startswith(f"switchboard-local: invalid_argument: {sentence}")
     assert len(result.stderr.splitlines()) == 1 and ERROR_LINE.match(result.stderr.strip())
@@ -53,7 +52,7 @@ def test_a_usage_error_is_one_invalid_argument_line_and_exit_2(db_path: Path, ca
 @pytest.mark.parametrize("case", USAGE_ERRORS)
 def test_a_usage_error_with_json_also_puts_the_error_object_on_stdout(db_path: Path, case: str) -> None:
     args, sentence = USAGE_ERRORS[case]
-    result = run_cli(db_path, *args, "--json")
+    result = run_cli(*args, "--json", db=db_path)
     assert result.returncode == 2
     error = json.loads(result.stdout)["error"]
     assert set(error) == {"code", "message"} and error["code"] == "invalid_argument"
@@ -62,12 +61,12 @@ def test_a_usage_error_with_json_also_puts_the_error_object_on_stdout(db_path: P
 
 
 def test_a_usage_error_points_to_the_commands_help(db_path: Path) -> None:
-    result = run_cli(db_path, "todo", "complete", "1")
+    result = run_cli("todo", "complete", "1", db=db_path)
     assert "see 'switchboard-local todo complete --help'" in result.stderr
 
 
 def test_a_refusal_raised_by_a_command_has_the_same_format(db_path: Path) -> None:
-    result = run_cli(db_path, "todo", "claim", "1", "--queue", "q")
+    result = run_cli("todo", "claim", "1", "--queue", "q", db=db_path)
     assert result.returncode == 2
     assert result.stderr.startswith("switchboard-local: invalid_argument: give an ID or --queue, not both")
 
@@ -78,12 +77,12 @@ def test_a_refusal_raised_by_a_command_has_the_same_format(db_path: Path) -> Non
      (["--version"], "switchboard-local, version")],
 )  # fmt: skip
 def test_help_and_version_still_exit_0_on_stdout(db_path: Path, args: list[str], shown: str) -> None:
-    result = run_cli(db_path, *args)
+    result = run_cli(*args, db=db_path)
     assert result.returncode == 0 and shown in result.stdout and result.stderr == ""
 
 
 def test_a_group_without_its_command_shows_its_help_and_exits_2(db_path: Path) -> None:
-    result = run_cli(db_path, "todo")
+    result = run_cli("todo", db=db_path)
     assert result.returncode == 2
     assert "Commands:" in result.stdout and "claim" in result.stdout
     assert result.stderr.startswith("switchboard-local: invalid_argument: missing command")
@@ -92,7 +91,7 @@ def test_a_group_without_its_command_shows_its_help_and_exits_2(db_path: Path) -
 def test_an_error_quoting_the_input_escapes_its_control_characters(db_path: Path) -> None:
     hostile = "@/nowhere/\x1b]0;owned\x07\x9b31m\u202e"
     for extra in ([], ["--json"]):
-        result = run_cli(db_path, "todo", "create", "--queue", "q", "--title", "t", "--payload", hostile, *extra)
+        result = run_cli("todo", "create", "--queue", "q", "--title", "t", "--payload", hostile, *extra, db=db_path)
         assert result.returncode == 2
         assert not RAW_CONTROLS.search(result.stderr + result.stdout)
         assert "\\x1b]0;owned\\x07\\x9b31m\\u202e" in result.stderr
@@ -128,3 +127,11 @@ def test_ctrl_c_exits_130_without_a_traceback(db_path: Path) -> None:
         proc.kill()
     assert proc.returncode == 130
     assert out == "" and err.strip() == ""
+
+
+def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path) -> None:
+    code, out, err, _ = cli("todo", "create", "--queue", "q", "--title", "t", "--priority", "high", "--json")
+    assert code == 2 and "--priority" in err
+    error = json.loads(out)["error"]
+    assert error["code"] == "invalid_argument" and "--priority" in error["message"]
+    assert count(db_path, "todos") == 0

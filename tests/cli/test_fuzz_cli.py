@@ -21,12 +21,12 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from support.fuzz import fuzz_settings
 from switchboard_local.core import routing
+from support.cli import invoke
 from switchboard_local.cli.main import main
 from switchboard_local.cli.common import JsonValue
 from switchboard_local.core.events import NewEvent
@@ -80,7 +80,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 
 def _seed(db: Path) -> None:
-    runner = CliRunner()
     for args in (
         ["source", "add", "gh", "--kind", "github", "--secret", "s"],
         ["adapter", "add", "orders", "--redis-url", "redis://:pw@127.0.0.1:6399/0", "--mode", "stream", "--key", "k"],
@@ -89,8 +88,8 @@ def _seed(db: Path) -> None:
         ["todo", "create", "--queue", "q", "--title", "one", "--payload", '{"a": 1}'],
         ["todo", "create", "--queue", "q", "--title", "two", "--key", "k2"],
     ):
-        result = runner.invoke(main, [*args, "--db", str(db)])
-        assert result.exit_code == 0, result.output
+        result = invoke(db, *args)
+        assert result.code == 0, result.err
     asyncio.run(_deliver(db))
 
 

@@ -1,4 +1,11 @@
-"""The command line: JSON shapes, exit codes, and refusals that write nothing."""
+"""The `todo` commands, and the command line as a whole (`--db`, `python -m`, the schema check).
+
+Here: each todo verb's JSON shape and exit status, bad todo arguments refused
+before anything is written, `@FILE` payloads, todo output on a terminal.
+Sources, events, prune and adapters are in test_source_commands.py; the one
+error format every command shares (usage errors, --json errors, Ctrl-C) is in
+test_errors.py.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from switchboard_local.cli.main import main
+from support.cli import as_json, invoke, run_cli
+from support.sql import count, run
 
 TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
@@ -22,30 +28,6 @@ TODO_FIELDS = {
     "event_id", "result", "last_error", "created_at", "updated_at", "claimed_at", "completed_at",
 }  # fmt: skip
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-@pytest.fixture
-def cli(db_path: Path):
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None) -> tuple[int, str, str]:
-        result = runner.invoke(main, [*args, "--db", str(db_path)], input=input)
-        return result.exit_code, result.stdout, result.stderr
-
-    return invoke
-
-
-def as_json(cli, *args: str, input: str | None = None):
-    code, out, err = cli(*args, "--json", input=input)
-    assert code == 0, err
-    return json.loads(out)
-
-
-def count_todos(db_path: Path) -> int:
-    if not db_path.exists():  # refused before the database was even opened
-        return 0
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute("SELECT count(*) FROM todos").fetchone()[0]
 
 
 def test_round_trip_create_claim_complete(cli) -> None:
@@ -72,13 +54,13 @@ def test_create_with_a_live_key_returns_the_existing_todo(cli, db_path: Path) ->
     first = as_json(cli, "todo", "create", "--queue", "q", "--title", "one", "--key", "k")
     again = as_json(cli, "todo", "create", "--queue", "q", "--title", "two", "--key", "k")
     assert again["created"] is False and again["id"] == first["id"] and again["title"] == "one"
-    assert count_todos(db_path) == 1
+    assert count(db_path, "todos") == 1
 
 
 def test_claim_with_nothing_claimable_prints_null_and_exits_zero(cli) -> None:
-    code, out, _ = cli("todo", "claim", "--json")
+    code, out, _, _ = cli("todo", "claim", "--json")
     assert (code, json.loads(out)) == (0, None)
-    code, out, _ = cli("todo", "claim")
+    code, out, _, _ = cli("todo", "claim")
     assert (code, out.strip()) == (0, "nothing to claim")
 
 
@@ -100,10 +82,10 @@ def test_claim_with_nothing_claimable_prints_null_and_exits_zero(cli) -> None:
     ids=lambda v: " ".join(v) if isinstance(v, list) else v,
 )
 def test_bad_arguments_exit_2_name_the_argument_and_write_nothing(cli, db_path: Path, args, named) -> None:
-    code, out, err = cli(*args)
+    code, out, err, _ = cli(*args)
     assert code == 2
     assert named in err
-    assert count_todos(db_path) == 0
+    assert count(db_path, "todos") == 0
 
 
 def test_payload_from_a_file_and_from_stdin(cli, tmp_path: Path) -> None:
@@ -118,7 +100,7 @@ def test_payload_from_a_file_and_from_stdin(cli, tmp_path: Path) -> None:
 def test_stale_token_is_refused_with_exit_1_and_a_conflict_code(cli) -> None:
     as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
     claimed = as_json(cli, "todo", "claim")
-    code, out, err = cli("todo", "complete", str(claimed["id"]), "--token", "not-the-token", "--json")
+    code, out, err, _ = cli("todo", "complete", str(claimed["id"]), "--token", "not-the-token", "--json")
     assert code == 1
     assert json.loads(out)["error"]["code"] == "conflict"
     assert "conflict:" in err
@@ -126,7 +108,7 @@ def test_stale_token_is_refused_with_exit_1_and_a_conflict_code(cli) -> None:
 
 
 def test_unknown_id_exits_1_with_not_found(cli) -> None:
-    code, _, err = cli("todo", "show", "404")
+    code, _, err, _ = cli("todo", "show", "404")
     assert code == 1 and "not_found: todo 404 does not exist" in err
 
 
@@ -161,31 +143,21 @@ def test_list_filters_by_queue_and_state_newest_first(cli) -> None:
 
 
 def test_db_option_works_before_the_command_and_env_var_is_honoured(tmp_path: Path) -> None:
-    runner = CliRunner()
     first, second = tmp_path / "first.db", tmp_path / "second.db"
-    result = runner.invoke(main, ["--db", str(first), "--json", "todo", "create", "--queue", "q", "--title", "t"])
-    assert result.exit_code == 0 and json.loads(result.stdout)["id"] == 1
-    result = runner.invoke(main, ["db", "path"], env={"SWITCHBOARD_DB": str(second)})
-    assert result.stdout.strip() == str(second)
-    result = runner.invoke(main, ["todo", "list", "--json"], env={"SWITCHBOARD_DB": str(first)})
-    assert [t["title"] for t in json.loads(result.stdout)] == ["t"]
+    result = invoke(None, "--db", str(first), "--json", "todo", "create", "--queue", "q", "--title", "t")
+    assert result.code == 0 and json.loads(result.out)["id"] == 1
+    result = invoke(None, "db", "path", env={"SWITCHBOARD_DB": str(second)})
+    assert result.out.strip() == str(second)
+    result = invoke(None, "todo", "list", "--json", env={"SWITCHBOARD_DB": str(first)})
+    assert [t["title"] for t in json.loads(result.out)] == ["t"]
 
 
 def test_a_database_from_a_newer_version_is_refused_with_exit_3(cli, db_path: Path) -> None:
     as_json(cli, "todo", "list")
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("PRAGMA user_version = 999")
-    code, _, err = cli("todo", "list")
+    run(db_path, "PRAGMA user_version = 999")
+    code, _, err, _ = cli("todo", "list")
     assert code == 3
     assert "schema version 999" in err and "upgrade switchboard-local" in err
-
-
-def run_cli(*args: str, db: Path, stdin: Any = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SWITCHBOARD_DB": str(db)}
-    return subprocess.run(
-        [sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True, env=env, timeout=60,
-        stdin=stdin,
-    )  # fmt: skip
 
 
 def test_python_dash_m_runs_the_cli_as_a_real_process(db_path: Path) -> None:
@@ -211,14 +183,6 @@ def test_cli_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path) -> None:
-    code, out, err = cli("todo", "create", "--queue", "q", "--title", "t", "--priority", "high", "--json")
-    assert code == 2 and "--priority" in err
-    error = json.loads(out)["error"]
-    assert error["code"] == "invalid_argument" and "--priority" in error["message"]
-    assert count_todos(db_path) == 0
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -240,11 +204,11 @@ def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path)
          "claim-idle-2**63"],
 )  # fmt: skip
 def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: Path, args) -> None:
-    code, out, err = cli(*args, "--json")
+    code, out, err, _ = cli(*args, "--json")
     assert code == 2, err
     assert json.loads(out)["error"]["code"] == "invalid_argument"
     assert "Traceback" not in err
-    assert count_todos(db_path) == 0
+    assert count(db_path, "todos") == 0
 
 
 # ---------------------------------------------------------------- @FILE: what may be read
@@ -253,10 +217,10 @@ def test_hostile_arguments_exit_2_with_an_error_and_write_nothing(cli, db_path: 
 def test_a_payload_file_that_is_not_utf8_is_refused_naming_the_byte(cli, db_path: Path, tmp_path: Path) -> None:
     payload = tmp_path / "latin1.json"
     payload.write_bytes(b'{"a": "caf\xe9"}')
-    code, _, err = cli("todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{payload}")
+    code, _, err, _ = cli("todo", "create", "--queue", "q", "--title", "t", "--payload", f"@{payload}")
     assert code == 2
     assert f"invalid_argument: --payload: {payload} is not valid UTF-8 text (byte 10)" in err
-    assert count_todos(db_path) == 0
+    assert count(db_path, "todos") == 0
 
 
 def test_a_payload_from_a_fifo_without_a_writer_is_refused_at_once(db_path: Path, tmp_path: Path) -> None:
@@ -286,7 +250,7 @@ def test_a_payload_over_the_read_ceiling_is_refused_from_a_file_and_from_stdin(d
     with huge.open("rb") as stdin:
         from_stdin = run_cli("todo", "create", "--queue", "q", "--title", "t", "--payload", "@-", db=db_path, stdin=stdin)
     assert from_stdin.returncode == 2 and "--payload: stdin is larger than 64 MiB" in from_stdin.stderr
-    assert count_todos(db_path) == 0
+    assert count(db_path, "todos") == 0
 
 
 # ---------------------------------------------------------------- what reaches a terminal

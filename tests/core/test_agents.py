@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from support.cli import as_json
 from switchboard_local.core import agents
 from switchboard_local.core.agents import TOOL_NAMES
-from switchboard_local.cli.main import main
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def cli(db_path: Path):
-    runner = CliRunner()
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        result = runner.invoke(main, [*args, "--db", str(db_path)])
-        return result.exit_code, result.stdout, result.stderr
-
-    return invoke
-
-
-def as_json(cli, *args: str):
-    code, out, err = cli(*args, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_agent_add_show_list_remove_round_trip(cli) -> None:
@@ -44,7 +25,7 @@ def test_agent_add_show_list_remove_round_trip(cli) -> None:
     as_json(cli, "agent", "add", "helper", "--queue", "help")
     assert as_json(cli, "agent", "show", "helper")["tools"] is None  # every tool
     assert [a["name"] for a in as_json(cli, "agent", "list")] == ["helper", "reviewer"]
-    code, out, _ = cli("agent", "show", "reviewer")
+    code, out, _, _ = cli("agent", "show", "reviewer")
     assert code == 0 and "review, triage" in out and "claim_next, complete" in out
     assert as_json(cli, "agent", "remove", "reviewer")["name"] == "reviewer"
     assert [a["name"] for a in as_json(cli, "agent", "list")] == ["helper"]
@@ -55,31 +36,31 @@ def test_agent_add_create_queue_sets_where_its_create_for_may_put_todos(cli) -> 
                     "--create-queue", "billing")  # fmt: skip
     assert added["create_queues"] == ["review", "billing"]
     assert as_json(cli, "agent", "add", "plain", "--queue", "q")["create_queues"] == ["q"]  # default: its own
-    code, out, _ = cli("agent", "show", "dispatcher")
+    code, out, _, _ = cli("agent", "show", "dispatcher")
     assert code == 0 and "creates  review, billing" in out
 
 
 def test_agent_add_refuses_a_tool_that_is_not_one_of_the_thirteen(cli) -> None:
-    code, _, err = cli("agent", "add", "x", "--queue", "q", "--tool", "drop_tables")
+    code, _, err, _ = cli("agent", "add", "x", "--queue", "q", "--tool", "drop_tables")
     assert code == 2 and "--tool" in err
     assert as_json(cli, "agent", "list") == []
 
 
 def test_agent_add_needs_a_queue(cli) -> None:
-    code, _, err = cli("agent", "add", "x")
+    code, _, err, _ = cli("agent", "add", "x")
     assert code == 2 and "--queue" in err
 
 
 def test_agent_add_refuses_an_existing_name_with_conflict(cli) -> None:
     as_json(cli, "agent", "add", "x", "--queue", "q")
-    code, _, err = cli("agent", "add", "x", "--queue", "other")
+    code, _, err, _ = cli("agent", "add", "x", "--queue", "other")
     assert code == 1 and "conflict: agent 'x' exists already" in err
     assert as_json(cli, "agent", "show", "x")["queues"] == ["q"]
 
 
 def test_an_unknown_agent_is_not_found(cli) -> None:
     for command in ("show", "remove"):
-        code, _, err = cli("agent", command, "ghost")
+        code, _, err, _ = cli("agent", command, "ghost")
         assert code == 1 and "not_found: agent 'ghost' does not exist" in err
 
 

@@ -3,9 +3,10 @@ count only what was stored (hardening issue §4, §5, §17)."""
 
 from __future__ import annotations
 
-import sqlite3
 
 import pytest
+
+from support.sql import count, rows
 
 from switchboard_local.core import sources, retention, routing, todos
 from switchboard_local.core.errors import InvalidArgument
@@ -33,8 +34,7 @@ async def gh(store):
 
 
 def ids(db_path, table: str) -> list[int]:
-    with sqlite3.connect(db_path) as conn:
-        return [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY id")]
+    return [r[0] for r in rows(db_path, f"SELECT id FROM {table} ORDER BY id")]
 
 
 # ---------------------------------------------------------------- the replay window
@@ -130,8 +130,7 @@ async def test_an_event_pruned_past_the_horizon_leaves_no_key_behind(store, gh, 
     await todos.complete(store, Lease(todo_id, done.lease_token))
     clock.advance(31 * DAY)
     await retention.prune(store)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM delivery_keys").fetchone() == (0,)
+    assert count(db_path, "delivery_keys") == 0
 
 
 # ---------------------------------------------------------------- ids

@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from support.sql import count, rows, value
 from support.store import hold_the_thread
 
 from switchboard_local.core import group_commit, todos
@@ -78,8 +80,7 @@ async def test_writes_waiting_together_share_one_commit_and_all_land(store, db_p
     created = await asyncio.gather(*writes)
     assert sorted(t.id for t, _ in created) == list(range(1, 41))
     assert await commits(store) - before == 1
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 40
+    assert count(db_path, "todos") == 40
 
 
 async def test_a_refused_write_in_a_group_is_rolled_back_alone(store) -> None:
@@ -144,8 +145,7 @@ async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_
     results = await asyncio.gather(*writes, return_exceptions=True)
     assert isinstance(results[1], Conflict)
     assert [r[0].title for r in (results[0], results[2])] == ["one", "two"]
-    with sqlite3.connect(db_path) as conn:
-        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
+    assert [r[0] for r in rows(db_path, "SELECT title FROM todos ORDER BY id")] == ["one", "two"]
 
 
 async def test_a_write_that_raises_after_writing_leaves_none_of_its_rows_and_the_others_land(store, db_path) -> None:
@@ -164,8 +164,7 @@ async def test_a_write_that_raises_after_writing_leaves_none_of_its_rows_and_the
     await held
     results = await asyncio.gather(*writes, return_exceptions=True)
     assert isinstance(results[1], ValueError)
-    with sqlite3.connect(db_path) as conn:
-        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["one", "two"]
+    assert [r[0] for r in rows(db_path, "SELECT title FROM todos ORDER BY id")] == ["one", "two"]
 
 
 async def test_a_claim_inside_a_group_takes_over_a_lapsed_lease(store, clock) -> None:
@@ -198,8 +197,7 @@ async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones
     await held
     await closing
     assert len(await asyncio.gather(*waiting)) == 9
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 9
+    assert count(db_path, "todos") == 9
 
 
 async def test_a_write_that_rolls_back_the_whole_transaction_does_not_take_the_others_with_it(store, db_path) -> None:
@@ -214,8 +212,7 @@ async def test_a_write_that_rolls_back_the_whole_transaction_does_not_take_the_o
     await held
     results = await asyncio.gather(*writes, return_exceptions=True)
     assert all(isinstance(r, Conflict) for r in results[0::2])
-    with sqlite3.connect(db_path) as conn:
-        assert [r[0] for r in conn.execute("SELECT title FROM todos ORDER BY id")] == ["good 1", "good 2", "good 3"]
+    assert [r[0] for r in rows(db_path, "SELECT title FROM todos ORDER BY id")] == ["good 1", "good 2", "good 3"]
 
 
 class SteppingClock(ManualClock):
@@ -288,8 +285,7 @@ async def test_a_cancelled_writer_does_not_undo_its_committed_work(store, db_pat
     with pytest.raises(asyncio.CancelledError):
         await write
     await store.write(lambda tx: None)  # queued behind the flush: answered after it
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 1
+    assert count(db_path, "todos") == 1
 
 
 async def warm_up_the_inline_regime(store: Store) -> None:
@@ -317,16 +313,14 @@ async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_w
     results = await asyncio.gather(*writes, return_exceptions=True)
     assert [type(r) for r in results] == [Conflict] * 3  # nothing committed: nobody is told it was
     assert all("FOREIGN KEY" in str(r) for r in results)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM todos").fetchone()[0] == 0
+    assert count(db_path, "todos") == 0
     assert (await todos.create(store, NewTodo(queue="q", title="after")))[1] is True  # the store goes on
 
 
 async def test_a_lone_commit_the_database_refuses_is_an_error_and_keeps_nothing(store, db_path) -> None:
     with pytest.raises(Conflict, match="FOREIGN KEY"):
         await store.write(orphan_attempt)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM attempts").fetchone()[0] == 0
+    assert count(db_path, "attempts") == 0
 
 
 async def test_a_fault_inside_the_group_commit_answers_every_waiting_writer_and_the_store_goes_on(store, monkeypatch) -> None:
@@ -385,8 +379,7 @@ async def test_a_write_that_raises_leaves_nothing_behind_on_the_inline_path_too(
     for _ in range(3):
         with pytest.raises(ValueError, match="changed my mind"):
             await store.write(half_then_raise)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM todos WHERE title = 'half'").fetchone()[0] == 0
+    assert value(db_path, "SELECT count(*) FROM todos WHERE title = 'half'") == 0
 
 
 async def test_a_write_refused_as_busy_names_the_database_file(db_path, monkeypatch) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 
 import pytest
+
+from support.sql import rows, run
 
 from switchboard_local.core import events, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
@@ -38,14 +39,6 @@ def work(*titles, queue="builds", key_prefix="github:delivery-1"):
     return [NewTodo(queue=queue, title=t, idempotency_key=f"{key_prefix}:{t}") for t in titles]
 
 
-def sql(db_path, statement, params=()):
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    try:
-        return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
-
-
 async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path, row_count):
     got = await events.ingest(store, push(), work("first", "second"))
     assert got.duplicate is False
@@ -59,7 +52,7 @@ async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path
     assert event.verify_detail == "X-Hub-Signature-256 matched"
     assert (event.content_type, event.received_at) == ("application/json", clock.now_ms())
     # On disk, as a BLOB, not re-encoded text.
-    assert sql(db_path, "SELECT body, typeof(body) FROM events") == [(RAW_BODY, "blob")]
+    assert rows(db_path, "SELECT body, typeof(body) FROM events") == [(RAW_BODY, "blob")]
     stored = [await todos.get(store, i) for i in got.todo_ids]
     assert [(t.title, t.event_id, t.state) for t in stored] == [
         ("first", got.event_id, "pending"),
@@ -134,7 +127,7 @@ async def test_two_todos_of_one_event_with_the_same_key_collapse(store, row_coun
 
 
 async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(store, db_path, row_count):
-    sql(
+    run(
         db_path,
         "CREATE TRIGGER fail_second BEFORE INSERT ON todos WHEN NEW.title = 'second' "
         "BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
@@ -143,20 +136,20 @@ async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(stor
         await events.ingest(store, push(), work("first", "second"))
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
-    sql(db_path, "DROP TRIGGER fail_second")
+    run(db_path, "DROP TRIGGER fail_second")
     stored = await events.ingest(store, push(), work("first", "second"))
     assert stored.duplicate is False
     again = await events.ingest(store, push(), work("first", "second"))
     assert (again.duplicate, again.event_id, again.todo_ids) == (True, stored.event_id, stored.todo_ids)
     assert (row_count("events"), row_count("todos")) == (1, 2)
-    assert sql(db_path, "SELECT DISTINCT event_id FROM todos") == [(stored.event_id,)]
+    assert rows(db_path, "SELECT DISTINCT event_id FROM todos") == [(stored.event_id,)]
 
 
 async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
-    sql(db_path, "CREATE TRIGGER fail_all BEFORE INSERT ON todos BEGIN SELECT RAISE(ABORT, 'no'); END")
+    run(db_path, "CREATE TRIGGER fail_all BEFORE INSERT ON todos BEGIN SELECT RAISE(ABORT, 'no'); END")
     with pytest.raises(Conflict):
         await events.ingest(store, push(), work("first"))
-    sql(db_path, "DROP TRIGGER fail_all")
+    run(db_path, "DROP TRIGGER fail_all")
     todo, created = await todos.create(store, NewTodo(queue="q", title="after"))
     assert created and (await todos.get(store, todo.id)).title == "after"
 

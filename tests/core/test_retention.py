@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+
+from support.sql import count, rows
 
 from switchboard_local.core import retention, todos
 from switchboard_local.core.errors import InvalidArgument
@@ -22,9 +23,8 @@ def new_event(n: int) -> NewEvent:
                     verified=False, body=b"{}")  # fmt: skip
 
 
-def rows(db_path: Path, table: str) -> list[int]:
-    with sqlite3.connect(db_path) as conn:
-        return [r[0] for r in conn.execute(f"SELECT id FROM {table} ORDER BY id")]
+def ids_in(db_path: Path, table: str) -> list[int]:
+    return [r[0] for r in rows(db_path, f"SELECT id FROM {table} ORDER BY id")]
 
 
 async def test_prune_keeps_live_todos_and_the_events_they_point_to(store, clock, db_path: Path) -> None:
@@ -42,9 +42,9 @@ async def test_prune_keeps_live_todos_and_the_events_they_point_to(store, clock,
     pruned = await retention.prune(store, older_than_days=30)
 
     assert (pruned.events, pruned.todos) == (2, 2)
-    assert rows(db_path, "events") == [live_event.event_id, claimed_event.event_id]
-    assert rows(db_path, "todos") == [live_event.todo_ids[0], claimed_event.todo_ids[0]]
-    assert done_event.event_id not in rows(db_path, "events") and dead_event.event_id not in rows(db_path, "events")
+    assert ids_in(db_path, "events") == [live_event.event_id, claimed_event.event_id]
+    assert ids_in(db_path, "todos") == [live_event.todo_ids[0], claimed_event.todo_ids[0]]
+    assert done_event.event_id not in ids_in(db_path, "events") and dead_event.event_id not in ids_in(db_path, "events")
 
 
 async def test_prune_keeps_recent_finished_work(store, clock, db_path: Path) -> None:
@@ -53,14 +53,14 @@ async def test_prune_keeps_recent_finished_work(store, clock, db_path: Path) -> 
     await todos.complete(store, Lease.of(claimed))
     clock.advance(29 * DAY)
     assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
-    assert len(rows(db_path, "events")) == 1 and len(rows(db_path, "todos")) == 1
+    assert len(ids_in(db_path, "events")) == 1 and len(ids_in(db_path, "todos")) == 1
 
 
 async def test_prune_caps_the_number_of_events_oldest_first(store, db_path: Path) -> None:
     ids = [(await ingest(store, new_event(n), [])).event_id for n in range(5)]
     pruned = await retention.prune(store, older_than_days=30, max_events=2)
     assert pruned.events == 3
-    assert rows(db_path, "events") == ids[-2:]
+    assert ids_in(db_path, "events") == ids[-2:]
 
 
 async def test_a_finished_todo_outlives_its_pruned_event_without_a_dangling_reference(store, clock, db_path: Path) -> None:
@@ -79,7 +79,7 @@ async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(
     clock.advance(31 * DAY)  # older than the cutoff, and its retry is long due
     pruned = await retention.prune(store, older_than_days=30, max_events=0)
     assert (pruned.events, pruned.todos) == (0, 0)
-    assert rows(db_path, "todos") == [claimed.id] and rows(db_path, "events") == [retrying.event_id]
+    assert ids_in(db_path, "todos") == [claimed.id] and ids_in(db_path, "events") == [retrying.event_id]
     assert (await todos.get(store, claimed.id)).state == "failed"
 
 
@@ -91,7 +91,7 @@ async def test_prune_keeps_what_is_exactly_as_old_as_the_cutoff_and_takes_what_i
     assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=0, todos=0, delivery_keys=0)
     clock.advance(0.001)
     assert await retention.prune(store, older_than_days=30) == retention.Pruned(events=1, todos=1, delivery_keys=0)
-    assert rows(db_path, "events") == [] and rows(db_path, "todos") == []
+    assert ids_in(db_path, "events") == [] and ids_in(db_path, "todos") == []
 
 
 @pytest.mark.parametrize("keep", [1, 3])
@@ -99,7 +99,7 @@ async def test_prune_cap_keeps_the_newest_events(store, db_path: Path, keep: int
     ids = [(await ingest(store, new_event(n), [])).event_id for n in range(5)]
     pruned = await retention.prune(store, older_than_days=30, max_events=keep)
     assert pruned.events == 5 - keep
-    assert rows(db_path, "events") == ids[-keep:]
+    assert ids_in(db_path, "events") == ids[-keep:]
 
 
 @pytest.mark.parametrize(
@@ -126,13 +126,11 @@ async def test_prune_with_zero_days_takes_every_finished_todo_and_keeps_no_key(s
     clock.advance(0.001)
     pruned = await retention.prune(store, older_than_days=0, dedup_horizon_days=0)
     assert (pruned.events, pruned.todos) == (1, 1)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM delivery_keys").fetchone() == (0,)
+    assert count(db_path, "delivery_keys") == 0
 
 
 async def test_an_event_pruned_exactly_at_the_dedup_horizon_keeps_its_key(store, clock, db_path) -> None:
     await ingest(store, new_event(1), [])
     clock.advance(7 * DAY)
     assert (await retention.prune(store, max_events=0)).events == 1
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT key FROM delivery_keys").fetchall() == [("id:e1",)]
+    assert rows(db_path, "SELECT key FROM delivery_keys") == [("id:e1",)]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from support.cli import as_json
+from support.sql import count, counts
 from switchboard_local.core import sources, routing, rules, settings, todos
 from switchboard_local.http import verifiers as webhooks
-from switchboard_local.cli.main import main
 from switchboard_local.core.errors import InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.rules import Condition
@@ -154,8 +153,7 @@ async def test_replay_routes_the_stored_event_again_without_a_second_event(store
     assert replayed == again and replayed != list(first.todo_ids)  # live replay todos are found, not duplicated
     todo = await todos.get(store, replayed[0])
     assert todo.payload["replay"] is True and todo.event_id == first.event_id
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    assert count(db_path, "events") == 1
     # A redelivery still answers with the first delivery's todos, not the replay's.
     assert (await routing.deliver(store, event(PR))).todo_ids == first.todo_ids
     with pytest.raises(NotFound):
@@ -183,30 +181,35 @@ async def test_dry_run_writes_nothing(store, db_path: Path) -> None:
     await rules.add(store, source="gh", type="pull_request", queue="review", title="PR {number}")
     planned = await routing.dry_run(store, source="gh", type="pull_request", payload=PR)
     assert [(t.queue, t.title) for t in planned] == [("review", "PR 42")]
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT (SELECT count(*) FROM todos) + (SELECT count(*) FROM events)").fetchone()[0] == 0
+    assert counts(db_path) == (0, 0)
 
 
-def test_rule_cli_add_list_test_and_refusal(db_path: Path, tmp_path: Path) -> None:
-    runner = CliRunner()
-
-    def cli(*args: str):
-        return runner.invoke(main, [*args, "--db", str(db_path)])
-
-    assert cli("source", "add", "gh", "--kind", "github", "--secret", "s").exit_code == 0
+def test_rule_cli_add_list_test_and_refusal(cli, tmp_path: Path) -> None:
+    assert cli("source", "add", "gh", "--kind", "github", "--secret", "s").code == 0
     added = cli("rule", "add", "--source", "gh", "--type", "pull_request", "--where", "action=opened|reopened",
                 "--where", "pull_request.base.ref~ma*", "--queue", "review", "--title", "PR {number}", "--json")  # fmt: skip
-    assert added.exit_code == 0, added.output
-    assert json.loads(added.stdout)["where"] == ["action=opened|reopened", "pull_request.base.ref~ma*"]
+    assert added.code == 0, added.err
+    assert json.loads(added.out)["where"] == ["action=opened|reopened", "pull_request.base.ref~ma*"]
     bad = cli("rule", "add", "--source", "gh", "--queue", "q", "--title", "{oops")
-    assert bad.exit_code == 2 and "unbalanced brace" in bad.stderr
+    assert bad.code == 2 and "unbalanced brace" in bad.err
     payload = tmp_path / "pr.json"
     payload.write_text(json.dumps(PR))
     tested = cli("rule", "test", "--source", "gh", "--type", "pull_request", "--payload", f"@{payload}", "--json")
-    assert tested.exit_code == 0, tested.output
-    assert [(t["queue"], t["title"]) for t in json.loads(tested.stdout)] == [("review", "PR 42")]
+    assert tested.code == 0, tested.err
+    assert [(t["queue"], t["title"]) for t in json.loads(tested.out)] == [("review", "PR 42")]
     listed = cli("rule", "list", "--json")
-    assert [r["queue"] for r in json.loads(listed.stdout)] == ["review"]
+    assert [r["queue"] for r in json.loads(listed.out)] == ["review"]
+
+
+def test_rule_test_shows_the_todos_a_payload_would_make_and_writes_nothing(cli, db_path):
+    flaky = {"action": "opened", "pull_request": {"title": "Fix the flaky test", "number": 42, "base": {"ref": "main"}}}
+    as_json(cli, "source", "add", "gh", "--kind", "github", "--secret", "s")
+    as_json(cli, "rule", "add", "--source", "gh", "--type", "pull_request", "--queue", "review", "--title", "{pull_request.title}")
+
+    planned = as_json(cli, "rule", "test", "--source", "gh", "--type", "pull_request", "--payload", json.dumps(flaky))
+
+    assert [(t["queue"], t["title"]) for t in planned] == [("review", "Fix the flaky test")]
+    assert counts(db_path) == (0, 0)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.sql import rows, run
 from support.store import hold_the_thread
 
 from switchboard_local.core import store as store_module
@@ -27,14 +28,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def sql(path, statement):
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        return conn.execute(statement).fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -103,9 +96,9 @@ async def test_foreign_keys_are_enforced(store):
 
 
 async def test_new_file_gets_the_schema_and_the_current_version(store, db_path):
-    tables = {name for (name,) in sql(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"events", "todos", "attempts"} <= tables
-    assert sql(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
 
 
 def test_schema_sql_is_the_repository_root_file():
@@ -138,11 +131,11 @@ async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, c
     make_v1_file(db_path)
     async with await Store.open(db_path, clock=clock) as opened:
         assert [t.title for t in await todos.list_todos(opened)] == ["direct", "done derived", "live derived"]
-    assert sql(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
-    assert sql(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
-    keys = sql(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+    keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
     assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
-    assert sql(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
+    assert rows(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
 
 
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
@@ -153,9 +146,9 @@ async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, 
     monkeypatch.setitem(store_module.MIGRATIONS, next_version, "ALTER TABLE todos ADD COLUMN test_extra TEXT;")
     async with await Store.open(db_path, clock=clock) as upgraded:
         assert (await todos.get(upgraded, todo.id)).title == "from now"
-    columns = [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
+    columns = [row[1] for row in rows(db_path, "PRAGMA table_info(todos)")]
     assert "test_extra" in columns
-    assert sql(db_path, "PRAGMA user_version") == [(next_version,)]
+    assert rows(db_path, "PRAGMA user_version") == [(next_version,)]
 
 
 async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, clock, monkeypatch):
@@ -170,51 +163,51 @@ async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, cloc
     )
     with pytest.raises(StoreUnusable):
         await Store.open(db_path, clock=clock)
-    assert sql(db_path, "PRAGMA user_version") == [(old_version,)]
-    assert "half_done" not in [row[1] for row in sql(db_path, "PRAGMA table_info(todos)")]
-    assert sql(db_path, "SELECT title FROM todos") == [("from now",)]
+    assert rows(db_path, "PRAGMA user_version") == [(old_version,)]
+    assert "half_done" not in [row[1] for row in rows(db_path, "PRAGMA table_info(todos)")]
+    assert rows(db_path, "SELECT title FROM todos") == [("from now",)]
 
 
 async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
     async with await Store.open(db_path, clock=clock):
         pass
-    sql(db_path, "PRAGMA user_version = 99")
+    run(db_path, "PRAGMA user_version = 99")
     with pytest.raises(StoreUnusable) as refused:
         await Store.open(db_path, clock=clock)
     message = str(refused.value).replace(str(db_path), "<path>")
     assert re.search(r"\b99\b", message)
     assert re.search(rf"\b{store_module.SCHEMA_VERSION}\b", message)
-    assert sql(db_path, "PRAGMA user_version") == [(99,)]
+    assert rows(db_path, "PRAGMA user_version") == [(99,)]
 
 
 async def test_foreign_sqlite_file_is_refused(db_path):
-    sql(db_path, "CREATE TABLE notes (body TEXT)")
+    run(db_path, "CREATE TABLE notes (body TEXT)")
     with pytest.raises(StoreUnusable):
         await Store.open(db_path)
-    tables = [name for (name,) in sql(db_path, "SELECT name FROM sqlite_master")]
+    tables = [name for (name,) in rows(db_path, "SELECT name FROM sqlite_master")]
     assert tables == ["notes"]
-    assert sql(db_path, "PRAGMA user_version") == [(0,)]
+    assert rows(db_path, "PRAGMA user_version") == [(0,)]
 
 
 async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
     # Refusing a file must not change it: a user who points SWITCHBOARD_DB at
     # the wrong database should find it exactly as it was.
-    sql(db_path, "CREATE TABLE notes (body TEXT)")
-    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+    run(db_path, "CREATE TABLE notes (body TEXT)")
+    assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
     with pytest.raises(StoreUnusable):
         await Store.open(db_path)
-    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+    assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
 async def test_another_programs_file_at_user_version_1_is_refused_and_left_untouched(db_path):
     # Many programs version their schema with user_version; 1 is the commonest.
-    sql(db_path, "CREATE TABLE todos (id INTEGER PRIMARY KEY, text TEXT)")
-    sql(db_path, "PRAGMA user_version = 1")
+    run(db_path, "CREATE TABLE todos (id INTEGER PRIMARY KEY, text TEXT)")
+    run(db_path, "PRAGMA user_version = 1")
     before = db_path.read_bytes()
     with pytest.raises(StoreUnusable, match="not a switchboard-local one"):
         await Store.open(db_path)
     assert db_path.read_bytes() == before
-    assert sql(db_path, "PRAGMA journal_mode") == [("delete",)]
+    assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
 @pytest.mark.parametrize("content", ["sqlite", "text"])
@@ -222,7 +215,7 @@ async def test_a_refused_file_keeps_its_permissions(db_path, content):
     # Owner-only is for our files: pointing --db at someone else's (as root,
     # at /etc/passwd) must not make it unreadable to others.
     if content == "sqlite":
-        sql(db_path, "CREATE TABLE notes (body TEXT)")
+        run(db_path, "CREATE TABLE notes (body TEXT)")
     else:
         db_path.write_text("not a database\n")
     os.chmod(db_path, 0o644)
@@ -241,8 +234,8 @@ async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, p
 
 
 async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
-    sql(db_path, "PRAGMA application_id = 1234")
-    sql(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
+    run(db_path, "PRAGMA application_id = 1234")
+    run(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
     before = db_path.read_bytes()
     with pytest.raises(StoreUnusable, match="application id 1234"):
         await Store.open(db_path)
@@ -250,7 +243,7 @@ async def test_a_file_marked_with_another_application_id_is_refused_and_left_unt
 
 
 async def test_a_new_file_is_marked_with_our_application_id(store, db_path):
-    assert sql(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+    assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
 
 
 async def test_a_device_is_refused_as_not_a_regular_file():
@@ -313,7 +306,7 @@ async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, c
     async with await Store.open(clock=clock) as opened:
         assert opened.path == target
         await todos.create(opened, NewTodo(queue="q", title="t"))
-    assert sql(target, "SELECT title FROM todos") == [("t",)]
+    assert rows(target, "SELECT title FROM todos") == [("t",)]
 
 
 # ---------------------------------------------------------------- peek
@@ -322,7 +315,7 @@ async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, c
 async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store, db_path) -> None:
     gate, held = await hold_the_thread(store)
     try:
-        sql(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
+        run(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
         seen = await asyncio.wait_for(store.peek(lambda tx: tx.one("SELECT name FROM agents")), timeout=5)
     finally:
         gate.set()
@@ -342,7 +335,7 @@ async def test_reads_answer_while_a_write_holds_the_thread_and_see_every_commit(
     mine, _ = await todos.create(store, NewTodo(queue="q", title="mine"))
     gate, held = await hold_the_thread(store)  # a long write of this process, its commit still to come
     try:
-        sql(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
+        run(db_path, "INSERT INTO agents (name, queues, created_at) VALUES ('other', '[]', 0)")  # another process
         agents = await asyncio.wait_for(store.read_all("SELECT name FROM agents"), timeout=5)
         todo = await asyncio.wait_for(store.read_one("SELECT title FROM todos WHERE id = ?", (mine.id,)), timeout=5)
     finally:

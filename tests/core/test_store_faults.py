@@ -11,22 +11,12 @@ import contextlib
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args: str, db: Path | str | None = None, env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess:  # fmt: skip
-    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    if db is not None:
-        full_env["SWITCHBOARD_DB"] = str(db)
-    return subprocess.run([sys.executable, "-m", "switchboard_local", *args], capture_output=True, text=True,
-                          env=full_env, timeout=120, cwd=cwd)  # fmt: skip
+from support.cli import run_cli
 
 
 def refused(result: subprocess.CompletedProcess, status: int, code: str) -> str:
@@ -54,7 +44,7 @@ def unwritable(folder: Path) -> Iterator[None]:
 
 def with_todos(db: Path, n: int = 200) -> None:
     for i in range(3):
-        assert cli("todo", "create", "--queue", "q", "--title", f"t{i}", "--payload", '"' + "x" * 4000 + '"',
+        assert run_cli("todo", "create", "--queue", "q", "--title", f"t{i}", "--payload", '"' + "x" * 4000 + '"',
                    db=db).returncode == 0  # fmt: skip
 
 
@@ -69,7 +59,7 @@ def test_a_corrupted_page_is_refused_as_unusable_with_exit_3(tmp_path):
         data[page * page_size : page * page_size + 64] = b"\xa5" * 64
     db.write_bytes(bytes(data))
     for command in (["todo", "list"], ["todo", "create", "--queue", "q", "--title", "t"], ["stats"]):
-        refused(cli(*command, db=db), 3, "store_unusable")
+        refused(run_cli(*command, db=db), 3, "store_unusable")
 
 
 def test_a_lock_held_past_the_busy_timeout_is_busy_with_exit_4(tmp_path):
@@ -79,9 +69,9 @@ def test_a_lock_held_past_the_busy_timeout_is_busy_with_exit_4(tmp_path):
     holder.execute("BEGIN IMMEDIATE")
     try:
         for command in (["todo", "create", "--queue", "q", "--title", "t"], ["todo", "claim"]):
-            err = refused(cli(*command, db=db, env={"SWITCHBOARD_BUSY_TIMEOUT": "0.2"}), 4, "busy")
+            err = refused(run_cli(*command, db=db, env={"SWITCHBOARD_BUSY_TIMEOUT": "0.2"}), 4, "busy")
             assert "locked by another process" in err
-        assert cli("todo", "list", db=db).returncode == 0  # reads never wait for the writer
+        assert run_cli("todo", "list", db=db).returncode == 0  # reads never wait for the writer
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -91,7 +81,7 @@ def test_a_new_database_in_a_folder_that_cannot_be_written_is_unavailable_with_e
     folder = tmp_path / "locked"
     folder.mkdir()
     with unwritable(folder):
-        refused(cli("todo", "list", db=folder / "s.db"), 3, "unavailable")
+        refused(run_cli("todo", "list", db=folder / "s.db"), 3, "unavailable")
     assert list(folder.iterdir()) == []
 
 
@@ -100,13 +90,13 @@ def test_a_home_that_cannot_be_written_is_unavailable_with_exit_3(tmp_path):
     home.mkdir()
     env = {"HOME": str(home), "XDG_DATA_HOME": "", "SWITCHBOARD_DB": ""}
     with unwritable(home):
-        err = refused(cli("todo", "list", env=env), 3, "unavailable")
+        err = refused(run_cli("todo", "list", env=env), 3, "unavailable")
     assert str(home) in err
 
 
 @pytest.mark.parametrize("path", ["/dev/null", "/proc/self/status", "/proc/switchboard.db"])
 def test_a_device_or_a_system_file_system_is_refused_with_exit_3(path):
-    refused(cli("todo", "list", db=path), 3, "store_unusable")
+    refused(run_cli("todo", "list", db=path), 3, "store_unusable")
 
 
 @pytest.mark.parametrize("where", ["the file", "a folder above it"])
@@ -114,26 +104,26 @@ def test_a_symlink_loop_in_the_path_is_unavailable_with_exit_3(tmp_path, where):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     db = tmp_path / "a" if where == "the file" else tmp_path / "a" / "switchboard.db"
-    refused(cli("todo", "list", db=db), 3, "unavailable")
+    refused(run_cli("todo", "list", db=db), 3, "unavailable")
 
 
 @pytest.mark.parametrize("command", [("todo", "list"), ("db", "path")])
 def test_a_path_in_the_home_of_a_user_that_does_not_exist_is_unavailable_with_exit_3(command):
-    refused(cli(*command, db="~no-such-user-here/switchboard.db"), 3, "unavailable")
+    refused(run_cli(*command, db="~no-such-user-here/switchboard.db"), 3, "unavailable")
 
 
 @pytest.mark.parametrize("name", [":memory:", "file:s.db?mode=ro"])
 def test_a_file_named_like_an_sqlite_special_name_is_an_ordinary_file(tmp_path, name):
     # SQLite reads ":memory:" (and, with URIs on, "file:…") as no file at all.
-    created = cli("todo", "create", "--queue", "q", "--title", "kept", "--db", name, cwd=tmp_path)
+    created = run_cli("todo", "create", "--queue", "q", "--title", "kept", "--db", name, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
-    listed = cli("todo", "list", "--db", name, cwd=tmp_path)
+    listed = run_cli("todo", "list", "--db", name, cwd=tmp_path)
     assert listed.returncode == 0 and "kept" in listed.stdout, listed.stderr
     assert (tmp_path / name).is_file()
 
 
 def test_a_busy_timeout_that_is_not_a_number_is_a_usage_error(tmp_path):
-    refused(cli("todo", "list", db=tmp_path / "s.db", env={"SWITCHBOARD_BUSY_TIMEOUT": "soon"}), 2,
+    refused(run_cli("todo", "list", db=tmp_path / "s.db", env={"SWITCHBOARD_BUSY_TIMEOUT": "soon"}), 2,
             "invalid_argument")  # fmt: skip
 
 
@@ -164,7 +154,7 @@ def test_every_verb_on_a_full_disk_is_unavailable_with_exit_3(full_disk):
     fill(full_disk)
     for command in (["todo", "list"], ["todo", "show", "1"], ["stats"], ["events", "list"],
                     ["todo", "create", "--queue", "q", "--title", "t"], ["todo", "claim"]):  # fmt: skip
-        err = refused(cli(*command, db=db), 3, "unavailable")
+        err = refused(run_cli(*command, db=db), 3, "unavailable")
         assert "full" in err
     (full_disk / "filler").unlink()
-    assert cli("todo", "list", db=db).returncode == 0  # and all is well once there is room again
+    assert run_cli("todo", "list", db=db).returncode == 0  # and all is well once there is room again

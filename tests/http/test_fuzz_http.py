@@ -25,14 +25,13 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
-from click.testing import CliRunner
 from support.fuzz import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 from support.receiver import Receiver, ServeProcess, serve_process
 from support.signing import github, secret_for
 
-from switchboard_local.cli.main import main
+from support.cli import invoke
 
 pytestmark = pytest.mark.fuzz
 
@@ -57,8 +56,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         ["source", "add", "gh", "--kind", "github", "--secret", SECRET, "--max-body", str(MAX_BODY)],
         ["rule", "add", "--source", "gh", "--where", "action=opened", "--queue", "review", "--title", "{pull_request.title}"],
     ):
-        done = CliRunner().invoke(main, [*args, "--db", str(db)])
-        assert done.exit_code == 0, done.output
+        done = invoke(db, *args)
+        assert done.code == 0, done.err
     # Short deadlines: a request whose framing a fuzzed header broke costs 2 s, not 30.
     with serve_process(db, "--head-timeout", "2", "--body-timeout", "2") as serve:
         yield Served(db, serve, serve.wait_serving())

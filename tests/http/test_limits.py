@@ -12,12 +12,12 @@ import socket
 import time
 
 import pytest
-from click.testing import CliRunner
-from support.receiver import Receiver, add_source, counts, serve_process, serving
+from support.receiver import Receiver, add_source, serve_process, serving
+from support.sql import counts
 from support.signing import github, secret_for
 
 from switchboard_local.http import app as web
-from switchboard_local.cli.main import main
+from support.cli import invoke
 
 pytestmark = pytest.mark.anyio
 
@@ -270,8 +270,8 @@ async def test_a_connection_beyond_max_connections_is_answered_503_before_its_he
 
 
 def add_github_source(db_path) -> None:
-    done = CliRunner().invoke(main, ["source", "add", "gh", "--kind", "github", "--secret", SECRET, "--db", str(db_path)])
-    assert done.exit_code == 0, done.output
+    done = invoke(db_path, "source", "add", "gh", "--kind", "github", "--secret", SECRET)
+    assert done.code == 0, done.err
 
 
 def test_serve_answers_408_to_a_body_that_stops_arriving_after_its_body_timeout(db_path):

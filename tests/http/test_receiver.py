@@ -1,6 +1,11 @@
 """The receiver around verification: body cap, unknown sources, store failures,
 Slack's challenge, /healthz, routing rules through real deliveries, and
 `serve` as a real process stopped by SIGTERM or SIGINT (issue 3 §1, §3, §4).
+
+Each test here uses one signature kind (mostly GitHub's) as a means; what each
+kind accepts or refuses is in test_signature_kinds.py (over HTTP) and
+test_verifiers.py (pure functions). Routing rules without a delivery
+(`rule test`) are in tests/core/test_routing.py.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from urllib.parse import urlencode
 
 import anyio
 import pytest
-from click.testing import CliRunner
-from support.receiver import Answer, Receiver, add_source, counts, rows, serve_process, serving
+from support.cli import invoke
+from support.receiver import Answer, Receiver, add_source, serve_process, serving
+from support.sql import counts, rows, run
 from support.signing import github, secret_for, slack
 
 from switchboard_local.core import sources, rules
-from switchboard_local.cli.main import main
 from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
 from switchboard_local.core.text import SafeFormatter
 from switchboard_local.core import webhook_config
@@ -56,7 +61,7 @@ def accepted(answer: Answer) -> dict:
 
 
 def todos_of(db_path: Path) -> list[tuple]:
-    return [tuple(r) for r in rows(db_path, "SELECT id, queue, title, event_id FROM todos ORDER BY id")]
+    return rows(db_path, "SELECT id, queue, title, event_id FROM todos ORDER BY id")
 
 
 def raw_exchange(receiver: Receiver, head: bytes, body_start: bytes) -> bytes:
@@ -165,13 +170,11 @@ async def test_a_disabled_source_gets_404_until_it_is_enabled_again(store, recei
 
 async def test_a_failed_commit_gets_503_stores_nothing_and_the_retry_is_stored_once(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
-    with sqlite3.connect(db_path, isolation_level=None) as conn:
-        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    run(db_path, "CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
     assert push(receiver, "gh", {"action": "opened"}).status == 503
     assert counts(db_path) == (0, 0)
 
-    with sqlite3.connect(db_path, isolation_level=None) as conn:
-        conn.execute("DROP TRIGGER boom")
+    run(db_path, "DROP TRIGGER boom")
     got = accepted(push(receiver, "gh", {"action": "opened"}))
     assert got["duplicate"] is False
     assert counts(db_path) == (1, 1)
@@ -397,21 +400,6 @@ async def test_a_rule_added_while_serving_applies_to_the_next_delivery(store, re
     assert [t[1] for t in todos_of(db_path)] == ["gh", "added-live"]
 
 
-def test_rule_test_shows_the_todos_a_payload_would_make_and_writes_nothing(db_path):
-    def cli(*args: str):
-        result = CliRunner().invoke(main, [*args, "--db", str(db_path), "--json"])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
-
-    cli("source", "add", "gh", "--kind", "github", "--secret", SECRET)
-    cli("rule", "add", "--source", "gh", "--type", "pull_request", "--queue", "review", "--title", "{pull_request.title}")
-
-    planned = cli("rule", "test", "--source", "gh", "--type", "pull_request", "--payload", json.dumps(PR))
-
-    assert [(t["queue"], t["title"]) for t in planned] == [("review", "Fix the flaky test")]
-    assert counts(db_path) == (0, 0)
-
-
 # ---------------------------------------------------------------- `serve` as a process
 
 
@@ -458,10 +446,8 @@ def until_refused(port: int, timeout: float = 20) -> None:
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_the_request_in_flight(stop, db_path):
     secret = "process-secret-value"
-    added = CliRunner().invoke(
-        main, ["source", "add", "gh", "--kind", "github", "--secret-env", "GH_WEBHOOK_SECRET", "--db", str(db_path)]
-    )
-    assert added.exit_code == 0, added.output
+    added = invoke(db_path, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_WEBHOOK_SECRET")
+    assert added.code == 0, added.err
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db_path)],
@@ -541,16 +527,16 @@ def test_serve_on_port_0_logs_the_address_it_bound_once_it_serves(db_path):
     assert len([line for line in serve.stderr.splitlines() if "serving on" in line]) == 1
 
 
-def test_serve_warns_at_start_of_each_enabled_source_whose_secret_cannot_be_read(db_path):
-    def cli(*args: str) -> None:
-        done = CliRunner().invoke(main, [*args, "--db", str(db_path)])
-        assert done.exit_code == 0, done.output
-
-    cli("source", "add", "gh", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_GH")
-    cli("source", "add", "files", "--kind", "gitea", "--secret-file", str(db_path.parent / "no-such-file"))
-    cli("source", "add", "quiet", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_QUIET")
-    cli("source", "disable", "quiet")
-    cli("source", "add", "fine", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_SET")
+def test_serve_warns_at_start_of_each_enabled_source_whose_secret_cannot_be_read(cli, db_path):
+    for args in (
+        ["source", "add", "gh", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_GH"],
+        ["source", "add", "files", "--kind", "gitea", "--secret-file", str(db_path.parent / "no-such-file")],
+        ["source", "add", "quiet", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_UNSET_QUIET"],
+        ["source", "disable", "quiet"],
+        ["source", "add", "fine", "--kind", "github", "--secret-env", "SWITCHBOARD_TEST_SET"],
+    ):
+        done = cli(*args)
+        assert done.code == 0, done.err
     with serve_process(db_path, env={"SWITCHBOARD_TEST_SET": "a-secret-value"}) as serve:
         receiver = serve.wait_serving()
         health = receiver.request("GET", "/healthz")

@@ -1,8 +1,15 @@
 """POST /hooks/NAME per signature kind, over real HTTP to a real uvicorn (issue 3 §3).
 
+Here: what each kind's signature decides end to end: accepted and stored
+once, refused and storing nothing, headers redacted, a redelivery known by the
+id the kind names, secrets rotated. The schemes as pure functions (and the
+test signer itself) are in test_verifiers.py; what the receiver does around
+verification (body cap, unknown sources, store failures, routing, `serve`) is
+in test_receiver.py.
+
 Each kind's deliveries are signed by tests/support/signing.py, written from
 notes/providers.md rather than from the verifier, and what was stored is read
-back through a separate sqlite3 connection.
+back with support.sql (what is committed on disk).
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import support.signing as signing
-from support.receiver import add_source, counts, rows, serving
+from support.receiver import add_source, serving
+from support.sql import counts, records
 from support.signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
 
 from switchboard_local.core import sources
@@ -66,31 +74,6 @@ def refused(answer) -> None:
     assert answer.status == 401, answer.body
 
 
-# ---------------------------------------------------------------- the signer itself
-
-
-SLACK_EXAMPLE_BODY = (
-    b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V"
-    b"&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text="
-    b"&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN"
-    b"&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
-)
-
-
-def test_the_test_signer_reproduces_the_providers_published_examples():
-    # GitHub's, Slack's and the Standard Webhooks spec's own worked examples:
-    # the signer the receiver is tested against is right on its own terms.
-    assert signing.github(b"Hello, World!", "It's a Secret to Everybody") == {
-        "X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
-    }
-    assert signing.slack(SLACK_EXAMPLE_BODY, "8f742231b10e8888abcd99yyyzzz85a5", 1531420618)["X-Slack-Signature"] == (
-        "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
-    )
-    assert signing.standard(
-        b'{"test": 2432232314}', "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1614265330, "msg_p5jXN8AQM9LWM0D4loKWxJek"
-    )["webhook-signature"] == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
-
-
 # ---------------------------------------------------------------- accepted deliveries
 
 
@@ -104,13 +87,13 @@ async def test_a_signed_delivery_is_stored_once_with_its_todo(kind, store, recei
     assert set(got) == {"event_id", "duplicate", "todos"}
     assert got["duplicate"] is False
     assert len(got["todos"]) == 1
-    (event,) = rows(db_path, "SELECT * FROM events")
+    (event,) = records(db_path, "SELECT * FROM events")
     assert event["id"] == got["event_id"]
     assert (event["source"], event["family"], event["trust_mode"]) == (kind, "webhook", kind)
     assert (event["type"], event["external_id"]) == (sent.type, sent.delivery_id)
     assert event["verified"] == (0 if kind == "open" else 1)
     assert bytes(event["body"]) == sent.body  # byte for byte: spacing, UTF-8, CRLF
-    todos = rows(db_path, "SELECT id, queue, event_id, state, payload FROM todos")
+    todos = records(db_path, "SELECT id, queue, event_id, state, payload FROM todos")
     assert [tuple(t)[:4] for t in todos] == [(got["todos"][0], kind, event["id"], "pending")]
     assert json.loads(todos[0]["payload"])["verified"] is (kind != "open")  # open events are labelled unverified
 
@@ -123,7 +106,7 @@ async def test_stored_headers_have_signatures_tokens_and_cookies_redacted(kind, 
 
     accepted(send(receiver, kind, sent))
 
-    (event,) = rows(db_path, "SELECT * FROM events")
+    (event,) = records(db_path, "SELECT * FROM events")
     stored = {name.lower(): value for name, value in json.loads(event["headers"]).items()}
     secret_bearing = {n.lower() for n in (*SIGNATURE_HEADERS[kind], "Cookie", "Authorization")}
     for name, value in sent.headers.items():
@@ -133,7 +116,7 @@ async def test_stored_headers_have_signatures_tokens_and_cookies_redacted(kind, 
     if secret:
         hidden.append(secret)
     for table in ("events", "todos"):
-        for row in rows(db_path, f"SELECT * FROM {table}"):
+        for row in records(db_path, f"SELECT * FROM {table}"):
             text = " ".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in tuple(row))
             for value in hidden:
                 assert value not in text, f"{value!r} stored in {table}"
@@ -191,7 +174,7 @@ async def test_a_token_sources_configured_header_is_stored_redacted(store, recei
     await source(store, "token", name="tk", header="X-Api-Token")
     sent = delivery("token", secret).without("Authorization")
     accepted(receiver.post("tk", sent.body, sent.headers | {"X-Api-Token": secret}))
-    (event,) = rows(db_path, "SELECT headers FROM events")
+    (event,) = records(db_path, "SELECT headers FROM events")
     stored = {k.lower(): v for k, v in json.loads(event["headers"]).items()}
     assert stored["x-api-token"] == REDACTED
     assert secret not in event["headers"]
@@ -203,7 +186,7 @@ async def test_githubs_older_sha1_signature_header_is_stored_redacted(store, rec
     older = signing.generic_hmac(sent.body, secret_for("github"), header="X-Hub-Signature", algorithm="sha1",
                                  prefix="sha1=")  # fmt: skip
     accepted(receiver.post("github", sent.body, sent.headers | older))
-    (event,) = rows(db_path, "SELECT headers FROM events")
+    (event,) = records(db_path, "SELECT headers FROM events")
     stored = {k.lower(): v for k, v in json.loads(event["headers"]).items()}
     assert stored["x-hub-signature"] == REDACTED and older["X-Hub-Signature"] not in event["headers"]
 
@@ -316,7 +299,7 @@ async def test_one_delivery_id_reaching_two_sources_is_two_events(store, receive
 
     assert first["duplicate"] is False and second["duplicate"] is False
     assert first["event_id"] != second["event_id"]
-    assert sorted(r[0] for r in rows(db_path, "SELECT source FROM events")) == ["gh-app", "gh-org"]
+    assert sorted(r[0] for r in records(db_path, "SELECT source FROM events")) == ["gh-app", "gh-org"]
 
 
 # ---------------------------------------------------------------- rotation
@@ -335,7 +318,7 @@ async def test_old_and_new_secret_both_verify_until_the_old_one_is_retired(kind,
 
     refused(send(receiver, kind, delivery(kind, old, n=3)))
     accepted(send(receiver, kind, delivery(kind, new, n=4)))
-    assert sorted(r[0] for r in rows(db_path, "SELECT external_id FROM events")) == sorted(
+    assert sorted(r[0] for r in records(db_path, "SELECT external_id FROM events")) == sorted(
         delivery(kind, new, n=n).delivery_id for n in (1, 2, 4)
     )
 

@@ -1,7 +1,11 @@
 """The signature schemes as pure functions (webhooks.verify): what each accepts,
 how it names a delivery, what it says when it refuses, and the configuration
-behind it. Deliveries are signed by tests/support/signing.py, written from the
-providers' descriptions; test_webhooks.py runs the same schemes over HTTP.
+behind it; and the test signer checked against the providers' own examples.
+No HTTP here: test_signature_kinds.py runs the same schemes over HTTP, and
+test_receiver.py what the receiver does around them.
+
+Deliveries are signed by tests/support/signing.py, written from the providers'
+descriptions.
 """
 
 from __future__ import annotations
@@ -394,3 +398,28 @@ def test_a_source_stored_before_replay_windows_existed_gets_its_kinds_default(ki
     src = source(kind)
     del src.config["replay_window"]
     assert webhook_config.replay_window(src) == window
+
+
+# ---------------------------------------------------------------- the signer itself
+
+
+SLACK_EXAMPLE_BODY = (
+    b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V"
+    b"&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text="
+    b"&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN"
+    b"&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
+)
+
+
+def test_the_test_signer_reproduces_the_providers_published_examples():
+    # GitHub's, Slack's and the Standard Webhooks spec's own worked examples:
+    # the signer the receiver is tested against is right on its own terms.
+    assert signing.github(b"Hello, World!", "It's a Secret to Everybody") == {
+        "X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    }
+    assert signing.slack(SLACK_EXAMPLE_BODY, "8f742231b10e8888abcd99yyyzzz85a5", 1531420618)["X-Slack-Signature"] == (
+        "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+    )
+    assert signing.standard(
+        b'{"test": 2432232314}', "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1614265330, "msg_p5jXN8AQM9LWM0D4loKWxJek"
+    )["webhook-signature"] == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="

@@ -1,1 +1,2 @@
-"""What the tests share: fixtures' helpers, real servers, signing, waits."""
+"""What the tests share: running the CLI (cli), reading the database file (sql),
+real servers (receiver, redis_server), broker helpers (brokers), signing, waits."""

@@ -2,7 +2,7 @@
 thread (`serving`), or `serve` as a process (`serve_process`).
 
 Requests go over real HTTP with the standard library; what was stored is read
-through a separate sqlite3 connection, i.e. what is committed on disk.
+with support.sql, i.e. what is committed on disk.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -145,21 +144,6 @@ def serve_process(db_path: Path, *args: str, env: Mapping[str, str] | None = Non
         if running.proc.poll() is None:
             running.proc.kill()
             running.proc.wait()
-
-
-def rows(db_path: Path, statement: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-    conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute(statement, tuple(params)).fetchall()
-    finally:
-        conn.close()
-
-
-def counts(db_path: Path) -> tuple[int, int]:
-    """(events, todos) committed on disk."""
-    ((events, todos),) = rows(db_path, "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM todos)")
-    return events, todos
 
 
 async def add_source(store: Store, name: str, kind: str, secret: str | None = None, **options: Any) -> Source:
