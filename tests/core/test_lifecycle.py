@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from support.cli import as_json
 
-from switchboard_local.cli.main import main
 from switchboard_local.core import events, settings, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.core.store import Store
@@ -638,23 +636,15 @@ async def test_a_stale_token_claims_nothing_either(store) -> None:
     assert [t.state for t in await todos.list_todos(store)] == ["pending", "claimed"]
 
 
-def test_cli_complete_with_claim_next(db_path: Path) -> None:
-    runner = CliRunner()
-
-    def cli(*args: str):
-        result = runner.invoke(main, [*args, "--db", str(db_path), "--json"])
-        return result.exit_code, result.stdout, result.stderr
-
+def test_cli_complete_with_claim_next(cli) -> None:
     for title in ("a", "b"):
-        cli("todo", "create", "--queue", "q", "--title", title)
-    claimed = json.loads(cli("todo", "claim", "--queue", "q", "--owner", "me")[1])
-    code, out, err = cli("todo", "complete", str(claimed["id"]), "--token", claimed["lease_token"], "--claim-next",
-                         "--queue", "q", "--owner", "me")  # fmt: skip
-    assert code == 0, err
-    answer = json.loads(out)
+        as_json(cli, "todo", "create", "--queue", "q", "--title", title)
+    claimed = as_json(cli, "todo", "claim", "--queue", "q", "--owner", "me")
+    answer = as_json(cli, "todo", "complete", str(claimed["id"]), "--token", claimed["lease_token"], "--claim-next",
+                     "--queue", "q", "--owner", "me")  # fmt: skip
     assert answer["todo"]["state"] == "done" and answer["next"]["title"] == "b" and answer["next"]["lease_token"]
-    code, _, err = cli("todo", "complete", str(answer["next"]["id"]), "--token", answer["next"]["lease_token"],
-                       "--queue", "q")  # fmt: skip
+    code, _, err, _ = cli("todo", "complete", str(answer["next"]["id"]), "--token", answer["next"]["lease_token"],
+                          "--queue", "q", "--json")  # fmt: skip
     assert code == 2 and "--claim-next" in err
 
 
