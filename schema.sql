@@ -2,7 +2,7 @@
 --
 -- The store applies this file to a new database inside one BEGIN IMMEDIATE
 -- transaction and then sets PRAGMA user_version to the schema version that
--- switchboard_local/store.py declares. Older files are brought up to date by
+-- switchboard_local/core/sqlite.py declares. Older files are brought up to date by
 -- the migrations listed there; this file always describes the newest shape.
 --
 -- Times are INTEGER milliseconds since the Unix epoch (UTC), taken from the

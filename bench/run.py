@@ -121,7 +121,7 @@ def raw_ingest_rows(tmp: Path) -> float:
     messages per transaction, each an event, a todo and their link, with
     executemany and nothing else (no routing, no validation, no dedup answers)."""
     from switchboard_local.core.queries import Q
-    from switchboard_local.core.store import _statements, schema_sql
+    from switchboard_local.core.sqlite import _statements, schema_sql
 
     conn = _raw_conn(tmp / "raw-ingest.db")
     conn.execute("PRAGMA foreign_keys = ON")

@@ -68,7 +68,7 @@ AREAS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 # Not in the default run: the rest of the store (opening, migrations, reads, error translation).
-EXTRA = {"store": ("core/store.py", [f"{PACKAGE}.core.store.*"])}
+EXTRA = {"store": ("core/sqlite.py", [f"{PACKAGE}.core.sqlite.*"])}
 # Functions mutmut cannot switch at run time: called at import, they build
 # closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
 # a copy of the repository with the mutant written in, with the tests that

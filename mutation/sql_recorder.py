@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from switchboard_local.core import store
+from switchboard_local.core import group_commit, sqlite
 from switchboard_local.core.queries import Q
 
 _names = {text: name for name, text in vars(Q).items()}
@@ -35,8 +35,19 @@ def _wrap(method: Any) -> Any:
     return recorded
 
 
-for _method in ("one", "all", "run", "many"):
-    setattr(store.Transaction, _method, _wrap(getattr(store.Transaction, _method)))
+def _wrap_read(method: Any) -> Any:
+    async def recorded(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        name = _names.get(sql)
+        if name is not None and _current is not None:
+            _statements[name].add(_current)
+        return await method(self, sql, *args, **kwargs)
+
+    return recorded
+
+
+for _method in ("one", "all", "run", "many"):  # inside a write (or a peek)
+    setattr(group_commit.SQLiteTransaction, _method, _wrap(getattr(group_commit.SQLiteTransaction, _method)))
+sqlite.SQLiteStore._read = _wrap_read(sqlite.SQLiteStore._read)  # read_one / read_all
 
 
 @pytest.hookimpl(wrapper=True)

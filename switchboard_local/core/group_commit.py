@@ -28,11 +28,12 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .errors import Conflict
+from .store import Params
 
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
@@ -44,7 +45,6 @@ INLINE_AFTER = 8
 PROBE_EVERY = 32
 
 T = TypeVar("T")
-Params = Mapping[str, Any] | Sequence[Any]
 Monotonic = Callable[[], float]
 
 

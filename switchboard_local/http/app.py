@@ -42,7 +42,8 @@ from ..core import sources, routing
 from . import verifiers as webhooks
 from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from ..core.events import NewEvent
-from ..core.store import Store, busy_timeout_ms
+from ..core.sqlite import busy_timeout_ms
+from ..core.store import Store
 from ..core import webhook_config
 
 log = logging.getLogger("switchboard_local.serve")

@@ -14,7 +14,7 @@ from support.sql import count, rows, value
 from support.store import hold_the_thread
 
 from switchboard_local.core import group_commit, todos
-from switchboard_local.core import store as store_module
+from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
 from switchboard_local.core.group_commit import GROUP_SECONDS

@@ -15,7 +15,8 @@ import pytest
 from support.sql import rows, run
 from support.store import hold_the_thread
 
-from switchboard_local.core import store as store_module
+from switchboard_local.core import sqlite as store_module
+from switchboard_local.core.store import default_path
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.core.store import Store
@@ -287,16 +288,16 @@ async def test_a_file_that_is_not_sqlite_is_refused(db_path):
 
 def test_default_path_honours_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SWITCHBOARD_DB", str(tmp_path / "from-env.db"))
-    assert store_module.default_path() == tmp_path / "from-env.db"
+    assert default_path() == tmp_path / "from-env.db"
     monkeypatch.setenv("SWITCHBOARD_DB", "~/elsewhere/sb.db")
-    assert store_module.default_path() == Path.home() / "elsewhere" / "sb.db"
+    assert default_path() == Path.home() / "elsewhere" / "sb.db"
 
 
 def test_default_path_without_the_environment_is_the_user_data_dir(monkeypatch):
     import platformdirs
 
     monkeypatch.delenv("SWITCHBOARD_DB", raising=False)
-    path = store_module.default_path()
+    path = default_path()
     assert path == platformdirs.user_data_path("switchboard-local") / "switchboard.db"
 
 
