@@ -26,10 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # PYTHONPATH (another checkout) comes first
 
-from switchboard_local.core import sources, routing, rules
+from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import NewEvent  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
-from switchboard_local.core import webhook_config
 
 BODY = {"action": "opened", "number": 0, "pull_request": {"title": "x" * 200, "body": "y" * 3500}}
 

@@ -31,8 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from switchboard_local.core import agents
-from switchboard_local.core import todos  # noqa: E402
+from switchboard_local.core import (
+    agents,
+    todos,  # noqa: E402
+)
 from switchboard_local.core.store import Store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 

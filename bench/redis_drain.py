@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.redis_server import RedisServer  # noqa: E402
 from switchboard_local.brokers.loop import Consumer  # noqa: E402
 from switchboard_local.core import redis_config, sources  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
+
+from support.redis_server import RedisServer  # noqa: E402
 
 
 def fill(server: RedisServer, key: str, n: int) -> None:

@@ -270,7 +270,10 @@ def run_by_copy(area: str, jobs: int, resume: bool) -> None:
 def _mutated_source(name: str, path: Path) -> str:
     """The source file with the one mutant written in (what `mutmut apply` would write)."""
     import libcst as cst
-    from mutmut.mutation.diff_apply import find_top_level_function_or_method, read_functions_from_index
+    from mutmut.mutation.diff_apply import (
+        find_top_level_function_or_method,
+        read_functions_from_index,
+    )
 
     cwd = os.getcwd()
     os.chdir(ROOT)

@@ -157,8 +157,8 @@ def http_limits(**limits: float) -> Any:
 
 def redis_source_config(options: dict[str, Any]) -> dict[str, Any]:
     """`adapter add`'s options validated, redis-py's own refusals included."""
-    from .core.redis_config import adapter_config
     from .brokers.redis_options import check_options
+    from .core.redis_config import adapter_config
 
     return adapter_config(options, driver_check=check_options)
 

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import sql
-from support.cli import Result, invoke
 
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.store import Store
+
+from support import sql
+from support.cli import Result, invoke
 
 
 @pytest.fixture

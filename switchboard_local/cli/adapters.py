@@ -10,9 +10,9 @@ import click
 
 from .. import process
 from ..core import redis_config, sources
+from ..core.errors import SwitchboardError
 from ..core.sources import Source
 from .common import Out, common, table, warn, when
-from ..core.errors import SwitchboardError
 
 
 def register(main: click.Group) -> None:

@@ -13,9 +13,9 @@ import click
 
 from ..core import agents
 from ..core.agents import TOOL_NAMES, Agent
-from .common import Out, common, exit_status, printable, table, when
 from ..core.errors import SwitchboardError
 from ..core.store import DB_ENV
+from .common import Out, common, exit_status, printable, table, when
 
 AGENT_ENV = "SWITCHBOARD_AGENT"
 

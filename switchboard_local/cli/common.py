@@ -25,7 +25,13 @@ from typing import Any, TypeVar
 import click
 
 from ..core.clock import rfc3339
-from ..core.errors import Busy, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from ..core.errors import (
+    Busy,
+    InvalidArgument,
+    StoreUnusable,
+    SwitchboardError,
+    Unavailable,
+)
 from ..core.store import DB_ENV, Store
 from ..core.text import NON_C0_CONTROLS, escape_controls
 from ..core.todo_model import INT64_MAX, dump_json

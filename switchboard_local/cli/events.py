@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..core import sources, events, retention, routing
-from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
+from ..core import events, retention, routing, sources
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT
+from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
 
 
 class SinceValue(click.ParamType):

@@ -16,7 +16,6 @@ import click
 
 from .. import __version__
 from ..core import todos
-from .common import ID, Commands, JsonValue, Out, common, table, when
 from ..core.clock import rfc3339
 from ..core.errors import SwitchboardError
 from ..core.store import default_path
@@ -30,7 +29,7 @@ from ..core.todo_model import (
     Todo,
 )
 from ..core.todos import Lease, NextClaim
-
+from .common import ID, Commands, JsonValue, Out, common, table, when
 
 # ---------------------------------------------------------------- text for people
 
@@ -334,7 +333,11 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
 
 
 def _register_edges() -> None:
-    from . import adapters as cli_adapters, agents as cli_agents, config as cli_config, events as cli_events, sources as cli_sources
+    from . import adapters as cli_adapters
+    from . import agents as cli_agents
+    from . import config as cli_config
+    from . import events as cli_events
+    from . import sources as cli_sources
 
     cli_sources.register(main)
     cli_config.register(main)

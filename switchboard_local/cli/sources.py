@@ -9,12 +9,11 @@ from typing import Any
 
 import click
 
-from ..core import sources, routing, rules
-from ..core.sources import Source
-from .common import ID, Duration, JsonValue, Out, common, table, warn, when
+from ..core import routing, rules, sources, webhook_config
 from ..core.errors import SwitchboardError
+from ..core.sources import Source
 from ..core.todo_model import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_CAP
-from ..core import webhook_config
+from .common import ID, Duration, JsonValue, Out, common, table, warn, when
 
 
 def _secret_options(fn: Any) -> Any:

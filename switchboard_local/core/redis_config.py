@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .sources import require_queue
 from .errors import InvalidArgument
+from .sources import require_queue
 from .text import first_control
 
 MODES = ("stream", "list", "pubsub")

@@ -29,7 +29,14 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from .errors import (
+    Busy,
+    Conflict,
+    InvalidArgument,
+    StoreUnusable,
+    SwitchboardError,
+    Unavailable,
+)
 from .group_commit import GroupCommit, Monotonic, SQLiteTransaction, is_busy
 from .queries import Q
 from .store import Params, Transaction, default_path, expanded

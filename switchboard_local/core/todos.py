@@ -45,7 +45,6 @@ from .todo_model import (
     require_seconds,
 )
 
-
 # ---------------------------------------------------------------- create
 
 

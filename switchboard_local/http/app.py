@@ -38,13 +38,19 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..core import sources, routing
-from . import verifiers as webhooks
-from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
+from ..core import routing, sources, webhook_config
+from ..core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    StoreFault,
+    SwitchboardError,
+)
 from ..core.events import NewEvent
 from ..core.sqlite import busy_timeout_ms
 from ..core.store import Store
-from ..core import webhook_config
+from . import verifiers as webhooks
 
 log = logging.getLogger("switchboard_local.serve")
 

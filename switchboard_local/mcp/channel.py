@@ -29,7 +29,14 @@ from pydantic import ValidationError
 
 from ..core.errors import SwitchboardError
 from .stdio import Lines, Overlong, stdio_wire
-from .wire import INVALID_REQUEST, Answer, Verdict, judge, judge_notification, transport_reason
+from .wire import (
+    INVALID_REQUEST,
+    Answer,
+    Verdict,
+    judge,
+    judge_notification,
+    transport_reason,
+)
 
 logger = logging.getLogger("switchboard_local.mcp")
 

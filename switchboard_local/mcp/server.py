@@ -22,10 +22,10 @@ from mcp.types import ToolAnnotations
 from .. import __version__
 from ..core import watch
 from ..core.agents import Agent
+from ..core.store import Store
 from .channel import capture_session, map_tool_errors
 from .models import doorbell_content, doorbell_meta
 from .tools import TOOLS, Scope, Session
-from ..core.store import Store
 
 logger = logging.getLogger("switchboard_local.mcp")
 

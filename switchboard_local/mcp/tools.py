@@ -20,6 +20,16 @@ from pydantic import Field
 from ..core import agents, events, routing, settings, todos, watch
 from ..core.agents import Agent
 from ..core.errors import Forbidden, InvalidArgument, NotFound
+from ..core.store import Store
+from ..core.todo_model import (
+    INT64_MAX,
+    INT64_MIN,
+    LEASE_CAP_SECONDS,
+    MAX_DELAY_SECONDS,
+    NewTodo,
+    State,
+)
+from ..core.todos import Finished, Lease, NextClaim
 from .channel import Doorbell
 from .models import (
     ClaimNextResult,
@@ -35,9 +45,6 @@ from .models import (
     TodoPage,
     TodoRow,
 )
-from ..core.store import Store
-from ..core.todo_model import INT64_MAX, INT64_MIN, LEASE_CAP_SECONDS, MAX_DELAY_SECONDS, NewTodo, State
-from ..core.todos import Finished, Lease, NextClaim
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
 MAX_PAGE = 200

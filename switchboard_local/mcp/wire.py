@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from .stdio import KEPT_ENDS, MAX_LINE, Overlong
 from ..core.text import escape_controls
+from .stdio import KEPT_ENDS, MAX_LINE, Overlong
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support.redis_server import FakeBroker, started_redis_server
 
 from switchboard_local.core.store import Store
+
+from support.redis_server import FakeBroker, started_redis_server
 
 
 @pytest.fixture

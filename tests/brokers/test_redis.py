@@ -9,14 +9,15 @@ import sqlite3
 
 import pytest
 
-from support.redis_server import free_port, started_redis_server
-from support.brokers import Running, add_adapter
-from support.sql import rows, value
-from switchboard_local.core import sources, redis_config, rules, todos
-from switchboard_local.core.events import body_hash
 from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.brokers.redis_client import url_password
 from switchboard_local.brokers.redis_stream import StreamReader
+from switchboard_local.core import redis_config, rules, sources, todos
+from switchboard_local.core.events import body_hash
+
+from support.brokers import Running, add_adapter
+from support.redis_server import free_port, started_redis_server
+from support.sql import rows, value
 
 pytestmark = pytest.mark.anyio
 

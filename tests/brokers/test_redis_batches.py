@@ -14,11 +14,12 @@ import asyncio
 import json
 
 import pytest
-from support.store import hold_the_thread
-from support.brokers import Running, add_adapter
-from support.sql import rows, value
 
 from switchboard_local.core import routing
+
+from support.brokers import Running, add_adapter
+from support.sql import rows, value
+from support.store import hold_the_thread
 
 pytestmark = pytest.mark.anyio
 

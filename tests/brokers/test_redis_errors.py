@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-from support.redis_server import free_port
-from support.brokers import Running
 
-from switchboard_local.core import sources
 from switchboard_local.brokers import redis_stream
+from switchboard_local.core import sources
+
+from support.brokers import Running
+from support.redis_server import free_port
 
 pytestmark = pytest.mark.anyio
 

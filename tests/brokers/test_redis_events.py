@@ -7,13 +7,14 @@ import asyncio
 import logging
 
 import pytest
-from support.redis_server import free_port
-from support.brokers import Running, add_adapter, calls
-from support.sql import value
 
-from switchboard_local.core import sources, events
 from switchboard_local.brokers import loop
+from switchboard_local.core import events, sources
 from switchboard_local.core.errors import Unavailable
+
+from support.brokers import Running, add_adapter, calls
+from support.redis_server import free_port
+from support.sql import value
 
 pytestmark = pytest.mark.anyio
 

@@ -7,6 +7,7 @@ every quiet second would lose what is published in between.
 from __future__ import annotations
 
 import pytest
+
 from support.brokers import Running, add_adapter
 from support.sql import value
 

@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+
 from support.brokers import Running, add_adapter, calls
 from support.sql import value
 

@@ -13,13 +13,13 @@ import logging
 import sqlite3
 
 import pytest
-from support.brokers import Running, add_adapter
-from support.sql import value
 
-from switchboard_local.core import sources
 from switchboard_local.brokers import loop
 from switchboard_local.brokers.loop import Consumer, Supervisor
-from switchboard_local.core import webhook_config
+from switchboard_local.core import sources, webhook_config
+
+from support.brokers import Running, add_adapter
+from support.sql import value
 
 pytestmark = pytest.mark.anyio
 

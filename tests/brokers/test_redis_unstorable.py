@@ -10,10 +10,11 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from support.brokers import Running, add_adapter
-from support.sql import rows, value
 
 from switchboard_local.core import sources
+
+from support.brokers import Running, add_adapter
+from support.sql import rows, value
 
 pytestmark = pytest.mark.anyio
 

@@ -24,13 +24,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from support.fuzz import fuzz_settings
-from switchboard_local.core import routing
-from support.cli import invoke
-from switchboard_local.cli.main import main
 from switchboard_local.cli.common import JsonValue
+from switchboard_local.cli.main import main
+from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store import Store
+
+from support.cli import invoke
+from support.fuzz import fuzz_settings
 
 pytestmark = pytest.mark.fuzz
 

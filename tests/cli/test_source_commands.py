@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import as_json
 from switchboard_local.core import routing
-from switchboard_local.core.sources import masked_url
 from switchboard_local.core.events import NewEvent
+from switchboard_local.core.sources import masked_url
 from switchboard_local.core.store import Store
+
+from support.cli import as_json
 
 BODY = b'{"action": "opened",\n  "number": 42, "note": "\xc3\xa9t\xc3\xa9"}  '  # exact bytes, odd spacing
 

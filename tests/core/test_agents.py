@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import as_json
 from switchboard_local.core import agents
 from switchboard_local.core.agents import TOOL_NAMES
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
+
+from support.cli import as_json
 
 pytestmark = pytest.mark.anyio
 

@@ -3,17 +3,15 @@ count only what was stored (hardening issue §4, §5, §17)."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from support.sql import count, rows
-
-from switchboard_local.core import sources, retention, routing, todos
+from switchboard_local.core import retention, routing, sources, todos, webhook_config
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
-from switchboard_local.core import webhook_config
+
+from support.sql import count, rows
 
 pytestmark = pytest.mark.anyio
 

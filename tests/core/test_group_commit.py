@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import random
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
-
-from support.sql import count, rows, value
-from support.store import hold_the_thread
 
 from switchboard_local.core import group_commit, todos
 from switchboard_local.core import sqlite as store_module
@@ -21,6 +18,9 @@ from switchboard_local.core.group_commit import GROUP_SECONDS
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
+
+from support.sql import count, rows, value
+from support.store import hold_the_thread
 
 pytestmark = pytest.mark.anyio
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-
 import pytest
-
-from support.sql import rows, run
 
 from switchboard_local.core import events, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
+
+from support.sql import rows, run
 
 pytestmark = pytest.mark.anyio
 

@@ -27,13 +27,14 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support.cli import as_json
 
 from switchboard_local.core import events, settings, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo, QueueStats
 from switchboard_local.core.todos import Lease, NextClaim
+
+from support.cli import as_json
 
 pytestmark = pytest.mark.anyio
 

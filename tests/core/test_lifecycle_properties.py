@@ -33,19 +33,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fuzz import FUZZ_EXAMPLES, fuzz_settings
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from support.lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
-from support.store import hold_the_thread
 
 from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
-from switchboard_local.core.errors import Conflict, Forbidden, NotFound, SwitchboardError
+from switchboard_local.core.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    SwitchboardError,
+)
 from switchboard_local.core.store import Store
-from switchboard_local.core.todo_model import MAX_LIST_LIMIT, STATES, NewTodo, QueueStats, Todo, hash_token
+from switchboard_local.core.todo_model import (
+    MAX_LIST_LIMIT,
+    STATES,
+    NewTodo,
+    QueueStats,
+    Todo,
+    hash_token,
+)
 from switchboard_local.core.todos import Lease, NextClaim
+
+from support.fuzz import FUZZ_EXAMPLES, fuzz_settings
+from support.lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
+from support.store import hold_the_thread
 
 QUEUES = ("a", "b", "c")
 NOT_A_TOKEN = "not-a-token"

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from support.sql import count, rows
-
 from switchboard_local.core import retention, todos
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import NewEvent, ingest
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
+
+from support.sql import count, rows
 
 pytestmark = pytest.mark.anyio
 DAY = 86_400

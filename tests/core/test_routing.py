@@ -7,15 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import as_json
-from support.sql import count, counts
-from switchboard_local.core import sources, routing, rules, settings, todos
-from switchboard_local.http import verifiers as webhooks
+from switchboard_local.core import (
+    routing,
+    rules,
+    settings,
+    sources,
+    todos,
+    webhook_config,
+)
 from switchboard_local.core.errors import InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.rules import Condition
 from switchboard_local.core.todos import Lease
-from switchboard_local.core import webhook_config
+from switchboard_local.http import verifiers as webhooks
+
+from support.cli import as_json
+from support.sql import count, counts
 
 pytestmark = pytest.mark.anyio
 

@@ -12,15 +12,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.sql import rows, run
-from support.store import hold_the_thread
 
 from switchboard_local.core import sqlite as store_module
-from switchboard_local.core.store import default_path
 from switchboard_local.core import todos
-from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
-from switchboard_local.core.store import Store
+from switchboard_local.core.errors import (
+    Conflict,
+    InvalidArgument,
+    StoreUnusable,
+    Unavailable,
+)
+from switchboard_local.core.store import Store, default_path
 from switchboard_local.core.todo_model import NewTodo
+
+from support.sql import rows, run
+from support.store import hold_the_thread
 
 pytestmark = pytest.mark.anyio
 

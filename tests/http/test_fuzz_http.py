@@ -25,13 +25,13 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
-from support.fuzz import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
-from support.receiver import Receiver, ServeProcess, serve_process
-from support.signing import github, secret_for
 
 from support.cli import invoke
+from support.fuzz import fuzz_settings
+from support.receiver import Receiver, ServeProcess, serve_process
+from support.signing import github, secret_for
 
 pytestmark = pytest.mark.fuzz
 

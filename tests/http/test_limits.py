@@ -12,12 +12,13 @@ import socket
 import time
 
 import pytest
-from support.receiver import Receiver, add_source, serve_process, serving
-from support.sql import counts
-from support.signing import github, secret_for
 
 from switchboard_local.http import app as web
+
 from support.cli import invoke
+from support.receiver import Receiver, add_source, serve_process, serving
+from support.signing import github, secret_for
+from support.sql import counts
 
 pytestmark = pytest.mark.anyio
 

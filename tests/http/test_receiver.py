@@ -27,15 +27,15 @@ from urllib.parse import urlencode
 
 import anyio
 import pytest
+
+from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
+from switchboard_local.core import rules, sources, webhook_config
+from switchboard_local.core.text import SafeFormatter
+
 from support.cli import invoke
 from support.receiver import Answer, Receiver, add_source, serve_process, serving
-from support.sql import counts, rows, run
 from support.signing import github, secret_for, slack
-
-from switchboard_local.core import sources, rules
-from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
-from switchboard_local.core.text import SafeFormatter
-from switchboard_local.core import webhook_config
+from support.sql import counts, rows, run
 
 pytestmark = pytest.mark.anyio
 

@@ -19,12 +19,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import support.signing as signing
-from support.receiver import add_source, serving
-from support.sql import counts, records
-from support.signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
 
 from switchboard_local.core import sources
+
+import support.signing as signing
+from support.receiver import add_source, serving
+from support.signing import KIND_OPTIONS, Delivery, delivery, secret_for, signed_headers
+from support.sql import counts, records
 
 pytestmark = pytest.mark.anyio
 

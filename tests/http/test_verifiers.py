@@ -13,15 +13,16 @@ from __future__ import annotations
 import base64
 
 import pytest
-import support.signing as signing
-from support.signing import KIND_OPTIONS, delivery, secret_for
 
-from switchboard_local.http import verifiers as webhooks
-from switchboard_local.core.sources import Source
+from switchboard_local.core import webhook_config
 from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import body_hash
+from switchboard_local.core.sources import Source
+from switchboard_local.http import verifiers as webhooks
 from switchboard_local.http.verifiers import SecretUnavailable, Unverified, Verified
-from switchboard_local.core import webhook_config
+
+import support.signing as signing
+from support.signing import KIND_OPTIONS, delivery, secret_for
 
 NOW = 1_767_225_600  # seconds
 

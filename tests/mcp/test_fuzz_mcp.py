@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fuzz import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
+
+from support.fuzz import fuzz_settings
 from support.mcp import RawServer
 
 pytestmark = pytest.mark.fuzz

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from support.mcp import Rings, call, claim_attempts, connect, refused
 
-from switchboard_local.core import agents, routing, todos
+from switchboard_local.core import agents, routing, todos, webhook_config
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
-from switchboard_local.core import webhook_config
+
+from support.mcp import Rings, call, claim_attempts, connect, refused
 
 pytestmark = pytest.mark.anyio
 
@@ -252,7 +252,7 @@ async def test_an_agent_cannot_squat_the_key_a_future_delivery_will_derive(store
 
 
 async def test_replay_by_an_agent_makes_todos_only_in_its_queues(store) -> None:
-    from switchboard_local.core import sources, rules
+    from switchboard_local.core import rules, sources
 
     await sources.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
                        config=webhook_config.source_config("open", {}))  # fmt: skip

@@ -16,12 +16,13 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from support.mcp import Rings, call, child_env, claim_attempts, connect, stdio_params
 
 from switchboard_local.core import agents, todos
-from switchboard_local.mcp.server import INSTRUCTIONS
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.mcp.server import INSTRUCTIONS
+
+from support.mcp import Rings, call, child_env, claim_attempts, connect, stdio_params
 
 pytestmark = pytest.mark.anyio
 

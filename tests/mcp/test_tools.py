@@ -7,15 +7,16 @@ import re
 
 import anyio
 import pytest
-from support.mcp import call, claim_attempts, connect, refused
 
-from switchboard_local.mcp import tools as mcp_tools
 from switchboard_local.core import routing, todos
 from switchboard_local.core.agents import TOOL_NAMES
 from switchboard_local.core.events import NewEvent
-from switchboard_local.mcp.server import INSTRUCTIONS
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
+from switchboard_local.mcp import tools as mcp_tools
+from switchboard_local.mcp.server import INSTRUCTIONS
+
+from support.mcp import call, claim_attempts, connect, refused
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support.sql import rows
-from support.waits import STALL, until_async
 from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.core import redis_config, sources
 from switchboard_local.core.store import Store
+
+from support.sql import rows
+from support.waits import STALL, until_async
 
 
 async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "orders", **options) -> sources.Source:

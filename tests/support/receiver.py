@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from switchboard_local.core import sources
 from switchboard_local import process
-from switchboard_local.http import app as web
+from switchboard_local.core import sources, webhook_config
 from switchboard_local.core.sources import Source
 from switchboard_local.core.store import Store
-from switchboard_local.core import webhook_config
+from switchboard_local.http import app as web
 
 
 @dataclass(frozen=True)
