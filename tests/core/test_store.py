@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import sqlite as store_module
-from switchboard_local.core import todos
+from switchboard_local.core import sources, todos
 from switchboard_local.core.errors import (
     Conflict,
     InvalidArgument,
@@ -142,6 +142,17 @@ async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, c
     keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
     assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
     assert rows(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
+
+
+async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, clock):
+    make_v1_file(db_path)
+    run(db_path, "INSERT INTO adapters (name, family, kind, trust_mode, config, created_at, updated_at) "
+                 "VALUES ('gh', 'webhook', 'github', 'github', '{\"queue\": \"review\"}', 0, 0)")  # fmt: skip
+    async with await Store.open(db_path, clock=clock) as opened:
+        found = await sources.get(opened, "gh")
+    assert (found.kind, found.config) == ("github", {"queue": "review"})
+    tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "sources" in tables and "adapters" not in tables
 
 
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
