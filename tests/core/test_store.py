@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import sqlite as store_module
 from switchboard_local.core import sources, todos
+from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.errors import (
     Conflict,
     InvalidArgument,
