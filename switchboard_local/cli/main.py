@@ -15,15 +15,16 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..core import todos
+from ..core import todos, watch
 from ..core.clock import rfc3339
 from ..core.errors import SwitchboardError
-from ..core.store import default_path
+from ..core.store import Store, default_path
 from ..core.todo_model import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_CAP_SECONDS,
     MAX_ATTEMPTS_CAP,
     MAX_LIST_LIMIT,
+    MAX_WAIT_SECONDS,
     STATES,
     NewTodo,
     Todo,
@@ -147,9 +148,17 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 @click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
 @click.option("--owner", default=None, help="Who claims (default: your user name).")
 @click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
+@click.option("--wait", type=click.FloatRange(0, MAX_WAIT_SECONDS), default=0.0, show_default=True,
+              help="Seconds to wait for a todo to become claimable (a long poll; not with ID).")  # fmt: skip
 @common
 def todo_claim(
-    db: Path | None, as_json: bool | None, todo_id: int | None, queues: tuple[str, ...], owner: str | None, lease: float | None
+    db: Path | None,
+    as_json: bool | None,
+    todo_id: int | None,
+    queues: tuple[str, ...],
+    owner: str | None,
+    lease: float | None,
+    wait: float,
 ) -> None:
     """Claim a todo by ID, or the next one in priority order.
 
@@ -160,11 +169,17 @@ def todo_claim(
     owner = owner or _default_owner()
     if todo_id is not None and queues:
         raise click.UsageError("give an ID or --queue, not both")
+    if todo_id is not None and wait:
+        raise click.UsageError("--wait waits for the next todo; it does not go with an ID")
     if todo_id is not None:
         claimed: Todo | None = out.run(lambda store: todos.claim(store, todo_id, owner=owner, lease=lease))
+        empty: list[str] = []
     else:
-        claimed = out.run(lambda store: todos.claim_next(store, owner=owner, queues=queues or None, lease=lease))
+        claimed, empty = out.run(lambda store: _claim_next(store, NextClaim(owner, queues or None, lease), wait))
     if claimed is None:
+        if empty:  # said on stderr: the answer on stdout stays "nothing" (JSON null)
+            click.echo(f"switchboard-local: no todos at all on {', '.join(repr(q) for q in empty)} (a misspelt queue?)",
+                       err=True)  # fmt: skip
         out.emit(None, "nothing to claim")
         return
     text = (
@@ -173,6 +188,17 @@ def todo_claim(
         f"lease token: {claimed.lease_token}"
     )
     out.emit(claimed.to_dict(), text)
+
+
+async def _claim_next(store: Store, claim: NextClaim, wait: float) -> tuple[Todo | None, list[str]]:
+    """The next claimable todo (waiting up to ``wait`` s for one), and the named queues that hold no todo at all."""
+    if wait > 0:
+        async with watch.following(store) as changes:
+            claimed = await todos.claim_next_waiting(store, claim, wait=wait, changes=changes)
+    else:
+        claimed = await todos.claim_next(store, owner=claim.owner, queues=claim.queues, lease=claim.lease)
+    empty = [] if claimed is not None or not claim.queues else await todos.queues_without_todos(store, claim.queues)
+    return claimed, empty
 
 
 token_option = click.option("--token", "lease_token", required=True, help="The lease token from the claim.")

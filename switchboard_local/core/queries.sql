@@ -348,6 +348,9 @@ LIMIT 1;
 -- connection's own commits; the store counts those itself).
 PRAGMA data_version;
 
+-- name: any_todo_on_queue
+SELECT 1 FROM todos WHERE queue = :queue LIMIT 1;
+
 -- name: last_todo_id
 SELECT COALESCE(MAX(id), 0) AS id FROM todos;
 

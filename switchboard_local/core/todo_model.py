@@ -22,6 +22,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 MAX_ATTEMPTS_CAP = 1000  # the most max_attempts a todo may ask for
 DEFAULT_LEASE_SECONDS = 300.0
 LEASE_CAP_SECONDS = 12 * 3600.0  # total lease of one attempt, heartbeats included (as SQS)
+MAX_WAIT_SECONDS = 20.0  # the longest a claim may wait for work (SQS's long poll is at most 20 s too)
 BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_CAP_SECONDS = 15 * 60.0
 MAX_TITLE_LENGTH = 1000

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,6 +45,7 @@ from .todo_model import (
     require_name,
     require_seconds,
 )
+from .watch import Changes
 
 # ---------------------------------------------------------------- create
 
@@ -215,6 +217,33 @@ async def claim_next(
     Returns None when nothing is claimable; that is not an error.
     """
     return await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
+
+
+# A waiting claim re-tries at least this often even when nothing commits: a
+# delayed todo or a retry after backoff becomes claimable by time alone.
+RECHECK_SECONDS = 1.0
+
+
+async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, changes: Changes) -> Todo | None:
+    """``claim_next``, waiting up to ``wait`` seconds for something claimable (a long poll).
+
+    Each commit to the file, from any process, wakes it to try again
+    (``changes`` must be running); so does every RECHECK_SECONDS. None when
+    nothing became claimable in time.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        seen = changes.count  # before the attempt: a commit during it still wakes the wait below
+        todo = await claim_next(store, owner=claim.owner, queues=claim.queues, lease=claim.lease, agent=claim.agent)
+        remaining = deadline - time.monotonic()
+        if todo is not None or remaining <= 0:
+            return todo
+        await changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+
+
+async def queues_without_todos(store: Store, queues: Sequence[str]) -> list[str]:
+    """Which of ``queues`` hold no todo at all, in any state (a misspelt name, often)."""
+    return [q for q in queues if await store.read_one(Q.any_todo_on_queue, {"queue": q}) is None]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ in one process share one poller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from .queries import Q
@@ -60,6 +61,20 @@ class Changes:
         except TimeoutError:
             pass
         return self.count
+
+
+@contextlib.asynccontextmanager
+async def following(store: Store) -> AsyncIterator[Changes]:
+    """``Changes`` running for as long as the block runs (from the first version read)."""
+    changes = Changes(store)
+    poller = asyncio.create_task(changes.run())
+    try:
+        await changes.ready.wait()
+        yield changes
+    finally:
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from ..core.todo_model import (
     INT64_MIN,
     LEASE_CAP_SECONDS,
     MAX_DELAY_SECONDS,
+    MAX_WAIT_SECONDS,
     NewTodo,
     State,
 )
@@ -48,10 +49,6 @@ from .models import (
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
 MAX_PAGE = 200
-MAX_WAIT_SECONDS = 20.0
-# A long poll re-tries its claim at least this often even when nothing
-# commits: a delayed todo or a retry after backoff becomes claimable by time alone.
-RECHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -177,7 +174,6 @@ async def claim_next(
     queues). Returns it in full with its payload and a lease_token. With wait_seconds (up to 20) it waits for work
     to arrive; when nothing does it returns {"todo": null, "empty": true}, which is not an error."""
     s = _session(ctx)
-    deadline = anyio.current_time() + wait_seconds
     if queue is not None and not s.scope.has_queue(queue):
         await anyio.sleep(wait_seconds)  # answered like a queue that exists but stays empty
         return ClaimNextResult(todo=None, empty=True)
@@ -185,17 +181,9 @@ async def claim_next(
     polled = None if queues is None else frozenset(queues)
     s.polling.append(polled)
     try:
-        while True:
-            seen = s.changes.count  # before the attempt: a commit during it still wakes the wait below
-            todo = await todos.claim_next(
-                s.store, owner=s.owner, queues=queues, lease=lease_seconds, agent=s.scope.agent
-            )
-            if todo is not None:
-                return ClaimNextResult(todo=TodoFull.of(todo), empty=False)
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                return ClaimNextResult(todo=None, empty=True)
-            await s.changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+        claim = NextClaim(s.owner, queues, lease_seconds, s.scope.agent)
+        todo = await todos.claim_next_waiting(s.store, claim, wait=wait_seconds, changes=s.changes)
+        return ClaimNextResult(todo=None if todo is None else TodoFull.of(todo), empty=todo is None)
     finally:
         s.polling.remove(polled)
 

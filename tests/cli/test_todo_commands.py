@@ -286,3 +286,39 @@ def test_todo_output_escapes_line_and_paragraph_separators(cli, db_path: Path) -
         assert "\u2028" not in result.stdout and "\u2029" not in result.stdout, args
     assert len(run_cli("todo", "list", db=db_path).stdout.splitlines()) == 2  # splitlines() breaks at U+2028 too
     assert json.loads(run_cli("todo", "show", "1", "--json", db=db_path).stdout)["queue"] == "q\u2028forged row"
+
+
+def test_claim_with_wait_takes_a_todo_another_process_creates_while_it_waits(cli, db_path: Path) -> None:
+    as_json(cli, "todo", "create", "--queue", "other", "--title", "not this one")  # the file exists, q is empty
+    env = {**os.environ, "SWITCHBOARD_DB": str(db_path)}
+    waiting = subprocess.Popen([sys.executable, "-m", "switchboard_local", "todo", "claim", "--queue", "q", "--wait", "20",
+                                "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        # Started with nothing to claim: it must still be waiting, not answering "nothing".
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=1.5)
+        created = run_cli("todo", "create", "--queue", "q", "--title", "late", "--json", db=db_path)
+        assert created.returncode == 0, created.stderr
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    claimed = json.loads(out)
+    assert claimed["id"] == json.loads(created.stdout)["id"] and claimed["state"] == "claimed" and claimed["lease_token"]
+
+
+def test_claim_with_wait_answers_nothing_when_nothing_arrives(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "t", "--delay", "3600")
+    assert as_json(cli, "todo", "claim", "--queue", "q", "--wait", "0.3") is None
+
+
+def test_claim_on_a_queue_without_any_todo_says_so(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "review", "--title", "t", "--delay", "3600")
+    code, out, err, _ = cli("todo", "claim", "--queue", "reveiw", "--queue", "review")
+    assert code == 0 and out.strip() == "nothing to claim"
+    assert "no todos at all on 'reveiw'" in err and "'review'" not in err  # review has a todo, only not yet visible
+
+
+def test_claim_by_id_refuses_wait(cli) -> None:
+    code, _, err, _ = cli("todo", "claim", "1", "--wait", "5")
+    assert code == 2 and "--wait" in err
