@@ -125,7 +125,8 @@ CREATE TABLE IF NOT EXISTS agents (
     queues         TEXT    NOT NULL,              -- JSON array of queue names
     tools          TEXT,                          -- JSON array of tool names, or NULL for all
     created_at     INTEGER NOT NULL,
-    create_queues  TEXT                           -- JSON array: where create_for may put todos; NULL: its queues
+    create_queues  TEXT,                          -- JSON array: where create_for may put todos; NULL: its queues
+    owner          TEXT                           -- the person it works for (shown on its claims); NULL: nobody named
 );
 
 -- The sources: configured producers of events. Webhook sources (family

@@ -69,6 +69,7 @@ def _agent_text(agent: Agent) -> str:
             f"  queues   {', '.join(agent.queues)}",
             f"  creates  {', '.join(agent.creates_in)} (where its create_for may put todos)",
             f"  tools    {tools}",
+            f"  owner    {agent.owner or '-'}",
             f"  created  {when(agent.created_at)}",
         ]
     )
@@ -90,15 +91,17 @@ def _agent_text(agent: Agent) -> str:
     multiple=True,
     help="A queue its create_for may put todos on (repeatable; default: its own queues).",
 )
+@click.option("--owner", default=None, help="The person it works for (shown with its claims and in its lease owner).")
 @common
 def agent_add(
     db: Path | None, as_json: bool | None, name: str, queues: tuple[str, ...], tools: tuple[str, ...],
-    create_queues: tuple[str, ...],
+    create_queues: tuple[str, ...], owner: str | None,
 ) -> None:  # fmt: skip
     """Create the profile NAME (`mcp --agent NAME` then serves only its queues and tools)."""
     out = Out(db, as_json)
     agent = out.run(
-        lambda store: agents.add(store, name, queues=queues, tools=tools or None, create_queues=create_queues or None)
+        lambda store: agents.add(store, name, queues=queues, tools=tools or None, create_queues=create_queues or None,
+                                 owner=owner)  # fmt: skip
     )
     out.emit(agent.to_dict(), f"added {_agent_text(agent)}")
 
@@ -109,8 +112,8 @@ def agent_list(db: Path | None, as_json: bool | None) -> None:
     """List the agent profiles."""
     out = Out(db, as_json)
     found = out.run(agents.list_agents)
-    rows = [[a.name, ",".join(a.queues), "*" if a.tools is None else ",".join(a.tools)] for a in found]
-    out.emit([a.to_dict() for a in found], table(["NAME", "QUEUES", "TOOLS"], rows) if rows else "no agents")
+    rows = [[a.name, ",".join(a.queues), "*" if a.tools is None else ",".join(a.tools), a.owner or "-"] for a in found]
+    out.emit([a.to_dict() for a in found], table(["NAME", "QUEUES", "TOOLS", "OWNER"], rows) if rows else "no agents")
 
 
 @agent_group.command("show")

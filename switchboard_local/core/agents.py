@@ -52,6 +52,7 @@ class Agent:
     tools: tuple[str, ...] | None  # None: every tool
     created_at: int
     create_queues: tuple[str, ...] | None = None  # None: its own queues
+    owner: str | None = None  # the person it works for; shown with its claims
 
     def may_use(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
@@ -70,6 +71,7 @@ class Agent:
             tools=None if tools is None else tuple(json.loads(tools)),
             created_at=row["created_at"],
             create_queues=None if create_queues is None else tuple(json.loads(create_queues)),
+            owner=row["owner"],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class Agent:
             "queues": list(self.queues),
             "create_queues": list(self.creates_in),
             "tools": None if self.tools is None else list(self.tools),
+            "owner": self.owner,
             "created_at": rfc3339(self.created_at),
         }
 
@@ -123,11 +126,15 @@ async def add(
     queues: Sequence[str],
     tools: Sequence[str] | None = None,
     create_queues: Sequence[str] | None = None,
+    owner: str | None = None,
 ) -> Agent:
     """Create a profile; an existing name is refused (remove it first).
 
-    ``create_queues``: where its create_for may put todos (None: its own queues).
+    ``create_queues``: where its create_for may put todos (None: its own
+    queues). ``owner``: the person the agent works for, shown with its claims.
     """
+    if owner is not None:
+        require_name("owner", owner)
     params = {
         "name": _check_name(name),
         "queues": json.dumps(_check_queues(queues), ensure_ascii=False),
@@ -135,6 +142,7 @@ async def add(
         "create_queues": None
         if create_queues is None
         else json.dumps(_check_queues(create_queues, "create queue"), ensure_ascii=False),
+        "owner": owner,
     }
 
     def body(tx: Transaction) -> Agent:

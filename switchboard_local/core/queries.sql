@@ -308,8 +308,8 @@ WHERE name = :name;
 
 -- name: insert_agent
 -- An existing name inserts nothing and returns no row.
-INSERT INTO agents (name, queues, tools, create_queues, created_at)
-VALUES (:name, :queues, :tools, :create_queues, :now)
+INSERT INTO agents (name, queues, tools, create_queues, owner, created_at)
+VALUES (:name, :queues, :tools, :create_queues, :owner, :now)
 ON CONFLICT (name) DO NOTHING
 RETURNING *;
 

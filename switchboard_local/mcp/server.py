@@ -64,6 +64,8 @@ def build_server(
     """
     scope = Scope.of(agent)
     owner = f"{scope.agent}/{session_id or secrets.token_hex(3)}"
+    if agent is not None and agent.owner:  # every claim says whom the agent works for
+        owner = f"{owner} ({agent.owner})"
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Session]) -> AsyncIterator[Session]:

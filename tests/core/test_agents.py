@@ -94,3 +94,21 @@ def test_agent_commands_do_not_import_the_mcp_sdk(db_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_agent_add_owner_names_the_person_it_works_for(cli) -> None:
+    added = as_json(cli, "agent", "add", "reviewer", "--queue", "review", "--owner", "alice")
+    assert added["owner"] == "alice"
+    assert as_json(cli, "agent", "add", "helper", "--queue", "help")["owner"] is None
+    code, out, _, _ = cli("agent", "show", "reviewer")
+    assert code == 0 and "owner    alice" in out
+    code, out, _, _ = cli("agent", "list")
+    assert "OWNER" in out and "alice" in out
+
+
+async def test_an_agents_owner_must_be_one_line_of_text(store) -> None:
+    with pytest.raises(InvalidArgument, match="owner"):
+        await agents.add(store, "reviewer", queues=["review"], owner="alice\x1b[2J")
+    with pytest.raises(InvalidArgument, match="owner"):
+        await agents.add(store, "reviewer", queues=["review"], owner=" ")
+    assert await agents.list_agents(store) == []

@@ -141,7 +141,7 @@ async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, c
     assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
     keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
     assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
-    assert rows(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
+    assert rows(db_path, "SELECT name, create_queues, owner FROM agents") == [("reviewer", None, None)]
 
 
 async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, clock):

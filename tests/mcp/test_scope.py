@@ -291,3 +291,13 @@ async def test_the_doorbell_stays_silent_for_what_the_sessions_own_long_poll_han
         received = await rings.until(elsewhere.id)
     assert answer["todo"]["id"] == polled.id
     assert [r.meta["todo_id"] for r in received] == [str(elsewhere.id)]
+
+
+async def test_an_owned_agents_claims_say_whom_it_works_for(store) -> None:
+    reviewer = await agents.add(store, "reviewer", queues=["review"], owner="alice")
+    created = await new(store, "review", "Review PR 42")
+    async with connect(store, reviewer) as client:
+        claimed = await call(client, "claim_next")
+    assert claimed["todo"]["owner"] == "reviewer/s1 (alice)"
+    history = (await todos.get(store, created.id)).attempts
+    assert [a.owner for a in history] == ["reviewer/s1 (alice)"]
