@@ -12,7 +12,7 @@ from .. import process
 from ..core import redis_config, sources
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
-from .common import Out, common, table, warn, when
+from .common import Out, common, operator, table, warn, when
 
 
 def register(main: click.Group) -> None:
@@ -81,7 +81,8 @@ def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any
     except SwitchboardError as exc:
         out.fail(exc)
     added = out.run(
-        lambda store: sources.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
+        lambda store: sources.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config,
+                                  by=operator())
     )
     env = config.get("redis_url_env")
     if env and not os.environ.get(env):  # serve may have it: keep the row, but say so
@@ -130,7 +131,7 @@ def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove an adapter (its consumer group and pending entries stay in Redis)."""
     out = Out(db, as_json)
-    out.run(lambda store: sources.remove(store, name, family="queue"))
+    out.run(lambda store: sources.remove(store, name, family="queue", by=operator()))
     out.emit({"removed": name}, f"removed adapter {name}")
 
 
@@ -139,7 +140,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="queue"))
+        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="queue", by=operator()))
         out.emit(_view(changed), f"adapter {name} {'enabled' if enabled else 'disabled'} (a running serve follows within seconds)")
 
     return command

@@ -15,7 +15,7 @@ from ..core import agents
 from ..core.agents import TOOL_NAMES, Agent
 from ..core.errors import SwitchboardError
 from ..core.store import DB_ENV
-from .common import Out, common, exit_status, printable, table, when
+from .common import Out, common, exit_status, operator, printable, table, when
 
 AGENT_ENV = "SWITCHBOARD_AGENT"
 
@@ -101,7 +101,7 @@ def agent_add(
     out = Out(db, as_json)
     agent = out.run(
         lambda store: agents.add(store, name, queues=queues, tools=tools or None, create_queues=create_queues or None,
-                                 owner=owner)  # fmt: skip
+                                 owner=owner, by=operator())  # fmt: skip
     )
     out.emit(agent.to_dict(), f"added {_agent_text(agent)}")
 
@@ -132,5 +132,5 @@ def agent_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def agent_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Delete an agent profile (its todos and their history stay)."""
     out = Out(db, as_json)
-    agent = out.run(lambda store: agents.remove(store, name))
+    agent = out.run(lambda store: agents.remove(store, name, by=operator()))
     out.emit(agent.to_dict(), f"removed agent {agent.name}")

@@ -13,6 +13,7 @@ and payloads come from outside and may hold escape sequences.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import re
@@ -58,6 +59,14 @@ EXIT_STATUS: tuple[tuple[type[SwitchboardError], int], ...] = (
     (Unavailable, EXIT_UNUSABLE),
     (Busy, EXIT_BUSY),
 )
+
+
+def operator() -> str:
+    """Who runs this command: the OS user, as the audit trail and claims name them."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return "cli"
 
 
 def exit_status(exc: SwitchboardError) -> int:

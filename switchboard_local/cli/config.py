@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..core import settings
-from .common import Out, common, table
+from .common import Out, common, operator, table
 
 
 def register(main: click.Group) -> None:
@@ -52,7 +52,7 @@ def config_get(db: Path | None, as_json: bool | None, name: str) -> None:
 def config_set(db: Path | None, as_json: bool | None, name: str, value: str) -> None:
     """Set NAME to VALUE (sizes: bytes, or 512KiB, 2MiB…); running processes use it from their next write."""
     out = Out(db, as_json)
-    changed = out.run(lambda store: settings.set_value(store, name, value))
+    changed = out.run(lambda store: settings.set_value(store, name, value, by=operator()))
     out.emit(changed.to_dict(), _text(changed))
 
 
@@ -62,5 +62,5 @@ def config_set(db: Path | None, as_json: bool | None, name: str, value: str) -> 
 def config_unset(db: Path | None, as_json: bool | None, name: str) -> None:
     """Back to the default."""
     out = Out(db, as_json)
-    changed = out.run(lambda store: settings.unset(store, name))
+    changed = out.run(lambda store: settings.unset(store, name, by=operator()))
     out.emit(changed.to_dict(), _text(changed))

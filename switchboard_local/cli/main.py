@@ -7,7 +7,6 @@ The MCP SDK is never imported here: it costs about a second per command.
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 from typing import Any
@@ -30,16 +29,9 @@ from ..core.todo_model import (
     Todo,
 )
 from ..core.todos import Lease, NextClaim
-from .common import ID, Commands, JsonValue, Out, common, table, when
+from .common import ID, Commands, JsonValue, Out, common, operator, table, when
 
 # ---------------------------------------------------------------- text for people
-
-
-def _default_owner() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in this environment
-        return "cli"
 
 
 def _state(todo: Todo) -> str:
@@ -166,7 +158,7 @@ def todo_claim(
     release require. Nothing claimable is not an error (JSON: null).
     """
     out = Out(db, as_json)
-    owner = owner or _default_owner()
+    owner = owner or operator()
     if todo_id is not None and queues:
         raise click.UsageError("give an ID or --queue, not both")
     if todo_id is not None and wait:
@@ -237,7 +229,7 @@ def _finish(
         found = out.run(lambda store: finish(store, None)).todo
         out.emit(found.to_dict(), text(found))
         return
-    then = NextClaim(owner=owner or _default_owner(), queues=queues or None, lease=lease)
+    then = NextClaim(owner=owner or operator(), queues=queues or None, lease=lease)
     finished = out.run(lambda store: finish(store, then))
     found, following = finished.todo, finished.next
     lines = [text(found)]
@@ -315,7 +307,7 @@ def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_toke
 def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
     """Send a dead letter back to pending with a fresh attempt budget."""
     out = Out(db, as_json)
-    found = out.run(lambda store: todos.redrive(store, todo_id))
+    found = out.run(lambda store: todos.redrive(store, todo_id, by=operator()))
     out.emit(found.to_dict(), f"todo {found.id} redriven: pending, {found.max_attempts} attempts left")
 
 

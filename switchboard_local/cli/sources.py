@@ -13,7 +13,7 @@ from ..core import routing, rules, sources, webhook_config
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
 from ..core.todo_model import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_CAP
-from .common import ID, Duration, JsonValue, Out, common, table, warn, when
+from .common import ID, Duration, JsonValue, Out, common, operator, table, warn, when
 
 
 def _secret_options(fn: Any) -> Any:
@@ -137,7 +137,8 @@ def source_add(
         out.fail(exc)
     trust = kind
     added = out.run(
-        lambda store: sources.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets)
+        lambda store: sources.add(store, name, family="webhook", kind=kind, trust_mode=trust, config=config, secrets=secrets,
+                              by=operator())
     )
     for ref in secrets:
         _warn_unreadable(name, ref)
@@ -170,7 +171,7 @@ def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove a source and its rules (its stored events stay)."""
     out = Out(db, as_json)
-    out.run(lambda store: sources.remove(store, name, family="webhook"))
+    out.run(lambda store: sources.remove(store, name, family="webhook", by=operator()))
     out.emit({"removed": name}, f"removed source {name}")
 
 
@@ -179,7 +180,7 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="webhook"))
+        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="webhook", by=operator()))
         out.emit(changed.to_dict(), f"source {name} {'enabled' if enabled else 'disabled'}")
 
     return command
@@ -199,7 +200,7 @@ def source_rotate(
     """Add a second active secret; both verify until `retire-secret`."""
     out = Out(db, as_json)
     ref = _ref(out, secret_env, secret_file, secret_value)
-    changed = out.run(lambda store: sources.rotate_secret(store, name, ref))
+    changed = out.run(lambda store: sources.rotate_secret(store, name, ref, by=operator()))
     _warn_unreadable(name, ref)
     out.emit(changed.to_dict(), f"source {name} now verifies with {len(changed.secrets)} secrets")
 
@@ -210,7 +211,7 @@ def source_rotate(
 def source_retire(db: Path | None, as_json: bool | None, name: str) -> None:
     """Drop the older secret after a rotation."""
     out = Out(db, as_json)
-    changed = out.run(lambda store: sources.retire_secret(store, name))
+    changed = out.run(lambda store: sources.retire_secret(store, name, by=operator()))
     out.emit(changed.to_dict(), f"source {name} now verifies with its newest secret only")
 
 
@@ -254,7 +255,7 @@ def _rules_text(found: list[rules.Rule]) -> str:
 def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tuple[str, ...], **fields: Any) -> None:
     """Append a rule. Every matching rule adds a todo, until --stop or --drop."""
     out = Out(db, as_json)
-    added = out.run(lambda store: rules.add(store, type=type_, where=list(where), **fields))
+    added = out.run(lambda store: rules.add(store, type=type_, where=list(where), by=operator(), **fields))
     out.emit(added.to_dict(), f"added rule {added.id} at position {added.position}\n" + _rules_text([added]))
 
 
@@ -274,7 +275,7 @@ def rule_list(db: Path | None, as_json: bool | None, source: str | None) -> None
 def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
     """Remove a rule."""
     out = Out(db, as_json)
-    out.run(lambda store: rules.remove(store, rule_id))
+    out.run(lambda store: rules.remove(store, rule_id, by=operator()))
     out.emit({"removed": rule_id}, f"removed rule {rule_id}")
 
 
@@ -285,7 +286,7 @@ def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
 def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> None:
     """Move a rule to another position."""
     out = Out(db, as_json)
-    found = out.run(lambda store: rules.move(store, rule_id, to))
+    found = out.run(lambda store: rules.move(store, rule_id, to, by=operator()))
     out.emit([r.to_dict() for r in found], _rules_text(found))
 
 

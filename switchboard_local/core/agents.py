@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import audit
 from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
 from .queries import Q
@@ -127,6 +128,7 @@ async def add(
     tools: Sequence[str] | None = None,
     create_queues: Sequence[str] | None = None,
     owner: str | None = None,
+    by: str | None = None,
 ) -> Agent:
     """Create a profile; an existing name is refused (remove it first).
 
@@ -146,10 +148,15 @@ async def add(
     }
 
     def body(tx: Transaction) -> Agent:
-        row = tx.one(Q.insert_agent, {**params, "now": store.clock.now_ms()})
+        now = store.clock.now_ms()
+        row = tx.one(Q.insert_agent, {**params, "now": now})
         if row is None:
             raise Conflict(f"agent {name!r} exists already; remove it first to change it")
-        return Agent.from_row(row)
+        agent = Agent.from_row(row)
+        if by is not None:
+            audit.record(tx, now, by=by, action="agent.add", subject=name, queues=list(agent.queues),
+                         tools=None if agent.tools is None else list(agent.tools), owner=agent.owner)  # fmt: skip
+        return agent
 
     return await store.write(body)
 
@@ -166,13 +173,15 @@ async def list_agents(store: Store) -> list[Agent]:
     return [Agent.from_row(r) for r in rows]
 
 
-async def remove(store: Store, name: str) -> Agent:
+async def remove(store: Store, name: str, *, by: str | None = None) -> Agent:
     """Delete a profile. Todos assigned to the name and their history stay."""
 
     def body(tx: Transaction) -> Agent:
         row = tx.one(Q.delete_agent, {"name": name})
         if row is None:
             raise NotFound(f"agent {name!r} does not exist")
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="agent.remove", subject=name)
         return Agent.from_row(row)
 
     return await store.write(body)

@@ -227,6 +227,14 @@ WHERE NOT EXISTS (SELECT 1 FROM events WHERE source = :source AND external_id = 
       WHERE source = :source AND (key = :pruned_key OR (key = :body_key AND seen_at >= :window_start)))
 RETURNING id;
 
+-- name: insert_operator_event
+-- An operator's action (audit.py): always new, trusted as the operator's own.
+INSERT INTO events (source, family, type, external_id, trust_mode, verified, verify_detail,
+                    content_type, headers, body, size, received_at)
+VALUES (:source, 'operator', :type, :external_id, 'operator', 1, 'an action of this machine''s operator',
+        'application/json', :headers, :body, :size, :now)
+RETURNING id;
+
 -- name: seen_delivery
 -- The event a delivery repeats (see insert_event).
 SELECT id AS event_id FROM events WHERE source = :source AND external_id = :external_id

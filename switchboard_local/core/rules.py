@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any
 
+from . import audit
 from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .store import Store, Transaction
@@ -210,6 +211,7 @@ async def add(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     stop: bool = False,
     drop: bool = False,
+    by: str | None = None,
 ) -> Rule:
     """Append a rule; everything about it is checked now, not at delivery time."""
     conditions = [Condition.parse(w) for w in where]
@@ -238,7 +240,11 @@ async def add(
     def body(tx: Transaction) -> Rule:
         if tx.one(Q.get_source, {"name": source}) is None:
             raise InvalidArgument(f"no source named {source!r}; add it first")
-        return Rule.from_row(tx.one(Q.insert_rule, {**params, "now": store.clock.now_ms()}))
+        now = store.clock.now_ms()
+        rule = Rule.from_row(tx.one(Q.insert_rule, {**params, "now": now}))
+        if by is not None:
+            audit.record(tx, now, by=by, action="rule.add", subject=rule.id, source=source, queue=queue, drop=drop)
+        return rule
 
     return await store.write(body)
 
@@ -252,16 +258,18 @@ def rules_of(tx: Transaction, source: str) -> list[Rule]:
     return [Rule.from_row(r) for r in tx.all(Q.rules_of_source, {"source": source})]
 
 
-async def remove(store: Store, rule_id: int) -> None:
+async def remove(store: Store, rule_id: int, *, by: str | None = None) -> None:
     def body(tx: Transaction) -> None:
         if tx.run(Q.delete_rule, {"id": rule_id}) == 0:
             raise NotFound(f"rule {rule_id} does not exist")
         _renumber(tx, [r["id"] for r in tx.all(Q.list_rules, {"source": None})])
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="rule.remove", subject=rule_id)
 
     await store.write(body)
 
 
-async def move(store: Store, rule_id: int, to: int) -> list[Rule]:
+async def move(store: Store, rule_id: int, to: int, *, by: str | None = None) -> list[Rule]:
     """Move a rule to a 1-based position; the others keep their order."""
 
     def body(tx: Transaction) -> list[Rule]:
@@ -273,6 +281,8 @@ async def move(store: Store, rule_id: int, to: int) -> list[Rule]:
         ids.remove(rule_id)
         ids.insert(to - 1, rule_id)
         _renumber(tx, ids)
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="rule.move", subject=rule_id, to=to)
         return [Rule.from_row(r) for r in tx.all(Q.list_rules, {"source": None})]
 
     return await store.write(body)

@@ -13,6 +13,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from . import audit
 from .errors import InvalidArgument
 from .queries import Q
 from .store import Store, Transaction
@@ -115,17 +116,29 @@ async def get(store: Store, name: str) -> Value:
     return next(v for v in await get_all(store) if v.setting is setting)
 
 
-async def set_value(store: Store, name: str, text: str) -> Value:
+async def set_value(store: Store, name: str, text: str, *, by: str | None = None) -> Value:
     setting = _known(name)
     value = setting.parse(text)
-    await store.write(lambda tx: tx.run(Q.set_setting, {"name": name, "value": str(value)}))
+
+    def body(tx: Transaction) -> None:
+        tx.run(Q.set_setting, {"name": name, "value": str(value)})
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="setting.set", subject=name, value=str(value))
+
+    await store.write(body)
     store.cache.pop(("setting", name), None)  # this process sees its own change at once
     return Value(setting, value, False)
 
 
-async def unset(store: Store, name: str) -> Value:
+async def unset(store: Store, name: str, *, by: str | None = None) -> Value:
     setting = _known(name)
-    await store.write(lambda tx: tx.run(Q.delete_setting, {"name": name}))
+
+    def body(tx: Transaction) -> None:
+        tx.run(Q.delete_setting, {"name": name})
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="setting.unset", subject=name)
+
+    await store.write(body)
     store.cache.pop(("setting", name), None)
     return Value(setting, setting.default, True)
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import audit
 from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
 from .queries import Q
@@ -159,9 +160,10 @@ def require_queue(option: str, value: str) -> None:
         raise InvalidArgument(f"{option} holds a control character ({found})")
 
 
-# Keys derived from a Redis source's messages start 'event:redis:{adapter}:':
-# a source of that name would derive keys of the same form.
-RESERVED_NAMES = frozenset({"redis"})
+# Names no source may take: keys derived from a Redis source's messages start
+# 'event:redis:{source}:' (a source named redis would derive keys of that
+# form), and the audit trail's events come from 'operator'.
+RESERVED_NAMES = {"redis": "keys of Redis sources' todos start with it", audit.OPERATOR: "the audit trail's events come from it"}
 
 
 def _require_name(name: str) -> None:
@@ -170,7 +172,7 @@ def _require_name(name: str) -> None:
             f"the name {name!r} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     if name.lower() in RESERVED_NAMES:
-        raise InvalidArgument(f"the name {name!r} is reserved (keys of Redis adapters' todos start with it)")
+        raise InvalidArgument(f"the name {name!r} is reserved ({RESERVED_NAMES[name.lower()]})")
 
 
 async def add(
@@ -182,7 +184,9 @@ async def add(
     trust_mode: str,
     config: dict[str, Any],
     secrets: list[dict[str, str]] = (),  # type: ignore[assignment]
+    by: str | None = None,
 ) -> Source:
+    """Register a producer; ``by`` (an operator) is recorded in the audit trail."""
     _require_name(name)
     if family not in FAMILIES:
         raise InvalidArgument(f"family must be one of {', '.join(FAMILIES)}")
@@ -202,6 +206,8 @@ async def add(
             if taken == family:
                 raise Conflict(f"{a_noun(family)} named {name!r} exists already")
             raise Conflict(f"the name {name!r} is taken by {a_noun(taken)}")
+        if by is not None:
+            audit.record(tx, row["created_at"], by=by, action="source.add", subject=name, family=family, kind=kind)
         return Source.from_row(row)
 
     return await store.write(body)
@@ -228,27 +234,34 @@ async def list_sources(store: Store, *, family: str | None = None) -> list[Sourc
     return [Source.from_row(r) for r in rows]
 
 
-async def remove(store: Store, name: str, *, family: str | None = None) -> None:
+async def remove(store: Store, name: str, *, family: str | None = None, by: str | None = None) -> None:
     """Remove a source and its rules (its stored events stay)."""
 
     def body(tx: Transaction) -> None:
         _found(tx.one(Q.get_source, {"name": name}), name, family)
         tx.run(Q.delete_source, {"name": name})
-        tx.run(Q.delete_rules_of_source, {"name": name})
+        rules = tx.run(Q.delete_rules_of_source, {"name": name})
+        if by is not None:
+            audit.record(tx, store.clock.now_ms(), by=by, action="source.remove", subject=name, rules_removed=rules)
 
     await store.write(body)
 
 
-async def set_enabled(store: Store, name: str, enabled: bool, *, family: str | None = None) -> Source:
+async def set_enabled(
+    store: Store, name: str, enabled: bool, *, family: str | None = None, by: str | None = None
+) -> Source:
     def body(tx: Transaction) -> Source:
         _found(tx.one(Q.get_source, {"name": name}), name, family)
-        row = tx.one(Q.set_source_enabled, {"name": name, "enabled": int(enabled), "now": store.clock.now_ms()})
+        now = store.clock.now_ms()
+        row = tx.one(Q.set_source_enabled, {"name": name, "enabled": int(enabled), "now": now})
+        if by is not None:
+            audit.record(tx, now, by=by, action="source.enable" if enabled else "source.disable", subject=name)
         return Source.from_row(row)
 
     return await store.write(body)
 
 
-async def rotate_secret(store: Store, name: str, ref: dict[str, str]) -> Source:
+async def rotate_secret(store: Store, name: str, ref: dict[str, str], *, by: str | None = None) -> Source:
     """Add a second active secret; both verify until the older one is retired."""
 
     def change(secrets: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -256,10 +269,11 @@ async def rotate_secret(store: Store, name: str, ref: dict[str, str]) -> Source:
             raise Conflict(f"{name!r} has {len(secrets)} active secrets already; retire the older one first")
         return [*secrets, ref]
 
-    return await _change_secrets(store, name, change)
+    # The audit trail says what kind of reference was added (env, file, value), never the reference.
+    return await _change_secrets(store, name, change, by, "source.rotate_secret", {"reference": sorted(ref)})
 
 
-async def retire_secret(store: Store, name: str) -> Source:
+async def retire_secret(store: Store, name: str, *, by: str | None = None) -> Source:
     """Drop the oldest active secret (the one a rotation replaced)."""
 
     def change(secrets: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -267,10 +281,12 @@ async def retire_secret(store: Store, name: str) -> Source:
             raise Conflict(f"{name!r} has {len(secrets)} active secret(s); there is no older one to retire")
         return secrets[1:]
 
-    return await _change_secrets(store, name, change)
+    return await _change_secrets(store, name, change, by, "source.retire_secret", {})
 
 
-async def _change_secrets(store: Store, name: str, change: Any) -> Source:
+async def _change_secrets(
+    store: Store, name: str, change: Any, by: str | None, action: str, detail: dict[str, Any]
+) -> Source:
     def body(tx: Transaction) -> Source:
         row = tx.one(Q.get_source, {"name": name})
         if row is None:
@@ -278,7 +294,10 @@ async def _change_secrets(store: Store, name: str, change: Any) -> Source:
         if row["family"] != "webhook":
             raise Conflict(f"{name!r} is {a_noun(row['family'])}; only webhook sources have secrets")
         secrets = change(Source.from_row(row).secrets)
-        updated = tx.one(Q.set_source_secrets, {"name": name, "secrets": json.dumps(secrets), "now": store.clock.now_ms()})
+        now = store.clock.now_ms()
+        updated = tx.one(Q.set_source_secrets, {"name": name, "secrets": json.dumps(secrets), "now": now})
+        if by is not None:
+            audit.record(tx, now, by=by, action=action, subject=name, **detail)
         return Source.from_row(updated)
 
     return await store.write(body)

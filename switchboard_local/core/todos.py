@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import settings
+from . import audit, settings
 from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound
 from .queries import Q
@@ -471,7 +471,7 @@ def _why_token_refused(tx: Transaction, todo_id: int, token_hash: str) -> Except
 # ---------------------------------------------------------------- operator verbs
 
 
-async def redrive(store: Store, todo_id: int) -> Todo:
+async def redrive(store: Store, todo_id: int, *, by: str | None = None) -> Todo:
     """A dead letter back to pending with a fresh attempt budget."""
 
     def body(tx: Transaction) -> Todo:
@@ -484,6 +484,8 @@ async def redrive(store: Store, todo_id: int) -> Todo:
                 f"todo {todo_id} cannot be redriven: a newer live todo holds its idempotency key"
             ) from None
         if row is not None:
+            if by is not None:
+                audit.record(tx, now, by=by, action="todo.redrive", subject=todo_id, queue=row["queue"])
             return Todo.from_row(row)
         current = tx.one(Q.get_todo, {"id": todo_id})
         if current is None:

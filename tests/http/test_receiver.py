@@ -486,12 +486,12 @@ def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_t
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, stderr
-    stored = rows(db_path, "SELECT external_id, verified, body FROM events ORDER BY id")
-    assert [(r[0], r[1], bytes(r[2])) for r in stored] == [("d-1", 1, first), ("d-2", 1, second)]
+    stored = rows(db_path, "SELECT id, external_id, verified, body FROM events WHERE source = 'gh' ORDER BY id")
+    assert [(r[1], r[2], bytes(r[3])) for r in stored] == [("d-1", 1, first), ("d-2", 1, second)]
     assert secret not in stderr
     logged = [line for line in stderr.splitlines() if "source=gh" in line]
     assert len(logged) == 2, stderr  # one line per delivery: source, type, event id, outcome
-    for line, event_id in zip(logged, (1, 2)):
+    for line, event_id in zip(logged, (r[0] for r in stored)):
         assert all(part in line for part in ("type=pull_request", f"event={event_id}", "outcome=stored")), line
 
 

@@ -47,6 +47,8 @@ def records(db: Path | str, sql: str, params: Iterable[Any] = ()) -> list[sqlite
 
 
 def counts(db: Path | str) -> tuple[int, int]:
-    """(events, todos): what deliveries have stored."""
-    ((events, todos),) = rows(db, "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM todos)")
+    """(events, todos): what deliveries have stored (the operator's audit events left out)."""
+    ((events, todos),) = rows(
+        db, "SELECT (SELECT count(*) FROM events WHERE family <> 'operator'), (SELECT count(*) FROM todos)"
+    )
     return events, todos
