@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from switchboard_local.core import queues, todos
 from switchboard_local.core import sqlite as store_module
-from switchboard_local.core import todos
 from switchboard_local.core.errors import (
     Conflict,
     InvalidArgument,
@@ -142,6 +142,28 @@ async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, c
     keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
     assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
     assert rows(db_path, "SELECT name, create_queues FROM agents") == [("reviewer", None)]
+
+
+async def test_a_version_1_file_upgraded_can_pause_a_queue(db_path, clock):
+    make_v1_file(db_path)
+    async with await Store.open(db_path, clock=clock) as opened:
+        await queues.pause(opened, "q", by="op")
+        assert await todos.claim_next(opened, owner="w", queues=["q"]) is None
+        assert (await todos.claim_next(opened, owner="w")).title == "live derived"
+
+
+async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, clock):
+    async with await Store.open(db_path, clock=clock) as current:
+        todo, _ = await todos.create(current, NewTodo(queue="q", title="from version 3"))
+    run(db_path, "DROP TABLE queues")
+    run(db_path, "PRAGMA user_version = 3")
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        paused = await queues.pause(upgraded, "q", by="op")
+        assert (paused.paused, paused.has_todos) == (True, True)
+        with pytest.raises(Conflict):
+            await todos.claim(upgraded, todo.id, owner="w")
+    assert rows(db_path, "PRAGMA user_version") == [(4,)]
+    assert rows(db_path, "SELECT name, paused_by FROM queues") == [("q", "op")]
 
 
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
@@ -376,7 +398,7 @@ async def test_a_closed_store_refuses_reads(db_path) -> None:
 LEFT_OPEN = """
 import asyncio, sys
 from switchboard_local.core.store import Store
-from switchboard_local.core import todos
+from switchboard_local.core import queues, todos
 
 async def main():
     store = await Store.open(sys.argv[1])
