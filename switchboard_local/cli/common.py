@@ -13,6 +13,7 @@ and payloads come from outside and may hold escape sequences.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import re
@@ -89,6 +90,14 @@ def json_text(value: Any, **options: Any) -> str:
 def warn(message: str) -> None:
     """One line on stderr for something done but likely not what was meant."""
     click.echo(f"switchboard-local: warning: {printable(message, one_line=True)}", err=True)
+
+
+def default_owner() -> str:
+    """Who a command acts as when not told: the user name."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return "cli"
 
 
 # ---------------------------------------------------------------- parameters

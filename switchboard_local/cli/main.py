@@ -7,7 +7,6 @@ The MCP SDK is never imported here: it costs about a second per command.
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,9 @@ from ..core.todo_model import (
     Todo,
 )
 from ..core.todos import Lease, NextClaim
-from .common import ID, Commands, JsonValue, Out, common, table, when
+from .common import ID, Commands, JsonValue, Out, common, default_owner, table, when
 
 # ---------------------------------------------------------------- text for people
-
-
-def _default_owner() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in this environment
-        return "cli"
 
 
 def _state(todo: Todo) -> str:
@@ -157,7 +149,7 @@ def todo_claim(
     release require. Nothing claimable is not an error (JSON: null).
     """
     out = Out(db, as_json)
-    owner = owner or _default_owner()
+    owner = owner or default_owner()
     if todo_id is not None and queues:
         raise click.UsageError("give an ID or --queue, not both")
     if todo_id is not None:
@@ -211,7 +203,7 @@ def _finish(
         found = out.run(lambda store: finish(store, None)).todo
         out.emit(found.to_dict(), text(found))
         return
-    then = NextClaim(owner=owner or _default_owner(), queues=queues or None, lease=lease)
+    then = NextClaim(owner=owner or default_owner(), queues=queues or None, lease=lease)
     finished = out.run(lambda store: finish(store, then))
     found, following = finished.todo, finished.next
     lines = [text(found)]
@@ -296,7 +288,7 @@ def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 @main.command("stats")
 @common
 def stats_command(db: Path | None, as_json: bool | None) -> None:
-    """Counts per queue and state, dead letters, oldest pending age."""
+    """Counts per queue and state, dead letters, oldest pending age, paused or not."""
     out = Out(db, as_json)
     found = out.run(todos.stats)
     rows = [
@@ -308,10 +300,11 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
             s.failed,
             s.dead_letters,
             "-" if s.oldest_pending_age_seconds is None else f"{s.oldest_pending_age_seconds:.0f}s",
+            "paused" if s.paused else "",
         ]
         for s in found
     ]
-    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING"]
+    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING", "PAUSED"]
     out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 
@@ -337,6 +330,7 @@ def _register_edges() -> None:
     from . import agents as cli_agents
     from . import config as cli_config
     from . import events as cli_events
+    from . import queues as cli_queues
     from . import sources as cli_sources
 
     cli_sources.register(main)
@@ -344,6 +338,7 @@ def _register_edges() -> None:
     cli_adapters.register(main)
     cli_events.register(main)
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body
+    cli_queues.register(main)
 
 
 _register_edges()
