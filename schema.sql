@@ -191,3 +191,13 @@ CREATE TABLE IF NOT EXISTS settings (
     name   TEXT PRIMARY KEY,
     value  TEXT NOT NULL
 ) WITHOUT ROWID;
+
+-- Queues an operator paused (`queue pause`): no claim takes from a paused
+-- queue, while todos keep arriving on it. A queue exists by having todos; a
+-- row here holds an operator's setting for one, and may name a queue with no
+-- todo yet. paused_at is NULL once it is resumed.
+CREATE TABLE IF NOT EXISTS queues (
+    name       TEXT    PRIMARY KEY CHECK (name <> ''),
+    paused_at  INTEGER,                        -- set while paused
+    paused_by  TEXT                            -- who paused it
+) WITHOUT ROWID;

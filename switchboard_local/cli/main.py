@@ -314,7 +314,7 @@ def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 @main.command("stats")
 @common
 def stats_command(db: Path | None, as_json: bool | None) -> None:
-    """Counts per queue and state, dead letters, oldest pending age."""
+    """Counts per queue and state, dead letters, oldest pending age, paused or not."""
     out = Out(db, as_json)
     found = out.run(todos.stats)
     rows = [
@@ -326,10 +326,11 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
             s.failed,
             s.dead_letters,
             "-" if s.oldest_pending_age_seconds is None else f"{s.oldest_pending_age_seconds:.0f}s",
+            "paused" if s.paused else "",
         ]
         for s in found
     ]
-    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING"]
+    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING", "PAUSED"]
     out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 
@@ -355,6 +356,7 @@ def _register_edges() -> None:
     from . import agents as cli_agents
     from . import config as cli_config
     from . import events as cli_events
+    from . import queues as cli_queues
     from . import sources as cli_sources
 
     cli_sources.register(main)
@@ -362,6 +364,7 @@ def _register_edges() -> None:
     cli_adapters.register(main)
     cli_events.register(main)
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body
+    cli_queues.register(main)
 
 
 _register_edges()

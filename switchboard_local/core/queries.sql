@@ -74,6 +74,8 @@ WHERE state = 'claimed' AND lease_expires_at <= :now;
 SELECT 1 FROM todos WHERE state = 'claimed' AND lease_expires_at <= :now LIMIT 1;
 
 -- name: claim_by_id
+-- Every claim leaves a paused queue alone (schema.sql's queues), in the
+-- claiming statement itself: a pause committed before it is always seen.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
@@ -81,24 +83,29 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
 WHERE id = :id
   AND visible_at <= :now
   AND (assignee IS NULL OR assignee = :agent)
+  AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
 RETURNING *;
 
 -- name: claim_next_any
--- The oldest highest-priority visible todo in any queue.
+-- The oldest highest-priority visible todo in any queue that is not paused
+-- (one primary-key look per candidate; the walk passes over the visible todos
+-- of paused queues that rank ahead).
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 WHERE id = (
-    SELECT id FROM todos INDEXED BY todos_ready
+    SELECT id FROM todos AS t INDEXED BY todos_ready
     WHERE visible_at <= :now
       AND (assignee IS NULL OR assignee = :agent)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = t.queue AND queues.paused_at IS NOT NULL)
     ORDER BY priority DESC, id
     LIMIT 1)
 RETURNING *;
 
 -- name: claim_next_in_queue
--- The oldest highest-priority visible todo in one queue.
+-- The oldest highest-priority visible todo in one queue, unless it is paused
+-- (a constant condition, looked at once).
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
@@ -108,6 +115,7 @@ WHERE id = (
     WHERE queue = :queue
       AND visible_at <= :now
       AND (assignee IS NULL OR assignee = :agent)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
     ORDER BY priority DESC, id
     LIMIT 1)
 RETURNING *;
@@ -115,7 +123,8 @@ RETURNING *;
 -- name: claim_next_in_queues
 -- The oldest highest-priority visible todo in any of several queues
 -- (:queues is a JSON array of names): one index seek per queue for its head,
--- then the best of those heads, so a deep backlog is never sorted.
+-- then the best of those heads, so a deep backlog is never sorted. A paused
+-- queue gets no seek.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
@@ -130,6 +139,7 @@ WHERE id = (
           AND (assignee IS NULL OR assignee = :agent)
         ORDER BY priority DESC, id
         LIMIT 1)
+    WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.value AND queues.paused_at IS NOT NULL)
     ORDER BY head.priority DESC, head.id
     LIMIT 1)
 RETURNING *;
@@ -196,18 +206,52 @@ RETURNING *;
 -- todo whose lease lapsed counts as what the next claim will make of it
 -- (pending again, or a dead letter when its attempts are used up). Dead
 -- letters are the failed todos with no retry time; the oldest pending todo's
--- creation time gives its age.
-SELECT queue,
-       SUM(state = 'pending' OR (lapsed AND attempt < max_attempts))          AS pending,
-       SUM(state = 'claimed' AND NOT lapsed)                                   AS claimed,
-       SUM(state = 'done')                                                     AS done,
-       SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts))          AS failed,
-       SUM((state = 'failed' AND visible_at IS NULL) OR (lapsed AND attempt >= max_attempts)) AS dead_letters,
-       MIN(CASE WHEN state = 'pending' OR (lapsed AND attempt < max_attempts) THEN created_at END)
-                                                                               AS oldest_pending_created_at
-FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM todos)
-GROUP BY queue
-ORDER BY queue;
+-- creation time gives its age. A paused queue is listed even with no todos,
+-- with zero counts; paused_at is NULL unless the queue is paused.
+WITH counts AS (
+    SELECT queue,
+           SUM(state = 'pending' OR (lapsed AND attempt < max_attempts))          AS pending,
+           SUM(state = 'claimed' AND NOT lapsed)                                   AS claimed,
+           SUM(state = 'done')                                                     AS done,
+           SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts))          AS failed,
+           SUM((state = 'failed' AND visible_at IS NULL) OR (lapsed AND attempt >= max_attempts)) AS dead_letters,
+           MIN(CASE WHEN state = 'pending' OR (lapsed AND attempt < max_attempts) THEN created_at END)
+                                                                                   AS oldest_pending_created_at
+    FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM todos)
+    GROUP BY queue
+), names AS (
+    SELECT queue FROM counts
+    UNION
+    SELECT name FROM queues WHERE paused_at IS NOT NULL
+)
+SELECT names.queue,
+       COALESCE(counts.pending, 0) AS pending, COALESCE(counts.claimed, 0) AS claimed,
+       COALESCE(counts.done, 0) AS done, COALESCE(counts.failed, 0) AS failed,
+       COALESCE(counts.dead_letters, 0) AS dead_letters, counts.oldest_pending_created_at,
+       queues.paused_at, queues.paused_by
+FROM names
+LEFT JOIN counts ON counts.queue = names.queue
+LEFT JOIN queues ON queues.name = names.queue AND queues.paused_at IS NOT NULL
+ORDER BY names.queue;
+
+-- ---- queues (an operator's settings for a queue: paused or not) ----
+
+-- name: get_queue
+SELECT * FROM queues WHERE name = :name;
+
+-- name: pause_queue
+-- Paused now by :by; a queue paused already keeps when and by whom.
+INSERT INTO queues (name, paused_at, paused_by) VALUES (:name, :now, :by)
+ON CONFLICT (name) DO UPDATE
+SET paused_at = COALESCE(queues.paused_at, excluded.paused_at),
+    paused_by = CASE WHEN queues.paused_at IS NULL THEN excluded.paused_by ELSE queues.paused_by END
+RETURNING *;
+
+-- name: resume_queue
+UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name RETURNING *;
+
+-- name: queue_has_todos
+SELECT 1 FROM todos WHERE queue = :queue LIMIT 1;
 
 -- name: insert_event
 -- A new event, unless the delivery was seen: a stored event with the same
@@ -355,9 +399,6 @@ LIMIT 1;
 -- Changes when another connection commits to the file (not for this
 -- connection's own commits; the store counts those itself).
 PRAGMA data_version;
-
--- name: any_todo_on_queue
-SELECT 1 FROM todos WHERE queue = :queue LIMIT 1;
 
 -- name: last_todo_id
 SELECT COALESCE(MAX(id), 0) AS id FROM todos;

@@ -45,7 +45,7 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for anoth
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -75,6 +75,13 @@ PRAGMA application_id = 1396853841;
 ALTER TABLE adapters RENAME TO sources;
 """,
     4: """
+CREATE TABLE IF NOT EXISTS queues (
+    name       TEXT    PRIMARY KEY CHECK (name <> ''),
+    paused_at  INTEGER,
+    paused_by  TEXT
+) WITHOUT ROWID;
+""",
+    5: """
 ALTER TABLE agents ADD COLUMN owner TEXT;
 """,
 }

@@ -275,6 +275,22 @@ class QueueStats:
     failed: int
     dead_letters: int
     oldest_pending_age_seconds: float | None
+    paused: bool = False  # an operator paused the queue: nothing is claimed from it
+
+    @classmethod
+    def from_row(cls, row: Any, now: int) -> QueueStats:
+        """A row of the stats statement, as it stands at ``now``."""
+        oldest = row["oldest_pending_created_at"]
+        return cls(
+            queue=row["queue"],
+            pending=row["pending"],
+            claimed=row["claimed"],
+            done=row["done"],
+            failed=row["failed"],
+            dead_letters=row["dead_letters"],
+            oldest_pending_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
+            paused=row["paused_at"] is not None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

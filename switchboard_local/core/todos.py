@@ -243,7 +243,7 @@ async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, cha
 
 async def queues_without_todos(store: Store, queues: Sequence[str]) -> list[str]:
     """Which of ``queues`` hold no todo at all, in any state (a misspelt name, often)."""
-    return [q for q in queues if await store.read_one(Q.any_todo_on_queue, {"queue": q}) is None]
+    return [q for q in queues if await store.read_one(Q.queue_has_todos, {"queue": q}) is None]
 
 
 @dataclass(frozen=True)
@@ -334,6 +334,11 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
     todo = Todo.from_row(row)
     if todo.assignee is not None and todo.assignee != agent:
         return Forbidden(f"todo {todo_id} is assigned to {todo.assignee!r}")
+    paused = tx.one(Q.get_queue, {"name": todo.queue})
+    if paused is not None and paused["paused_at"] is not None:
+        return Conflict(
+            f"todo {todo_id} is on queue {todo.queue!r}, which is paused: nothing is claimed from it until it is resumed"
+        )
     if todo.state == "claimed":
         return Conflict(f"todo {todo_id} is claimed by {todo.owner} until {rfc3339(todo.lease_expires_at)}")
     if todo.state == "done":
@@ -502,25 +507,12 @@ async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[Qu
 
     A pure read: a todo whose lease lapsed counts as what the next claim will
     make of it (pending again, or the dead letter it is when that was its
-    last attempt). ``queues`` limits the answer to a scope (each of its
+    last attempt). Each queue says whether it is paused; a paused queue is
+    listed even with no todos. ``queues`` limits the answer to a scope (each of its
     queues listed, empty ones with zero counts).
     """
     now = store.clock.now_ms()
-    rows = await store.read_all(Q.stats, {"now": now})
-    found = [
-        QueueStats(
-            queue=r["queue"],
-            pending=r["pending"],
-            claimed=r["claimed"],
-            done=r["done"],
-            failed=r["failed"],
-            dead_letters=r["dead_letters"],
-            oldest_pending_age_seconds=(
-                None if r["oldest_pending_created_at"] is None else max(0, now - r["oldest_pending_created_at"]) / 1000
-            ),
-        )
-        for r in rows
-    ]
+    found = [QueueStats.from_row(r, now) for r in await store.read_all(Q.stats, {"now": now})]
     if queues is None:
         return found
     by_queue = {s.queue: s for s in found}

@@ -203,6 +203,7 @@ class QueueStatsRow(Out):
     failed: int
     dead_letters: int
     oldest_pending_age_seconds: float | None
+    paused: bool = Field(description="true while an operator has paused the queue: nothing is claimed from it")
 
     @classmethod
     def of(cls, stats: QueueStats) -> QueueStatsRow:

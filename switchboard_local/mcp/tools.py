@@ -145,7 +145,8 @@ async def get_todo(ctx: Context, id: Id) -> TodoFull:
 
 async def queue_stats(ctx: Context) -> QueueStatsResult:
     """Counts per queue in your scope: pending, claimed, done, failed, dead letters (failed for good, waiting for
-    an operator), and the age in seconds of the oldest pending todo."""
+    an operator), the age in seconds of the oldest pending todo, and paused (an operator paused it: nothing can be
+    claimed from it until it is resumed)."""
     s = _session(ctx)
     return QueueStatsResult(queues=[QueueStatsRow.of(q) for q in await todos.stats(s.store, queues=s.scope.queues)])
 

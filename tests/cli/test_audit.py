@@ -48,6 +48,8 @@ def test_every_operator_action_is_recorded_with_who_what_and_on_what(cli, db_pat
         (("agent", "remove", "reviewer"), "agent.remove", "reviewer"),
         (("config", "set", "limits.max_payload", "2MiB"), "setting.set", "limits.max_payload"),
         (("config", "unset", "limits.max_payload"), "setting.unset", "limits.max_payload"),
+        (("queue", "pause", "review"), "queue.pause", "review"),
+        (("queue", "resume", "review"), "queue.resume", "review"),
         (("source", "remove", "gh"), "source.remove", "gh"),
     ]
     for args, _, _ in steps:

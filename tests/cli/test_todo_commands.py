@@ -120,7 +120,7 @@ def test_fail_to_dead_letter_then_redrive(cli) -> None:
     stats = as_json(cli, "stats")["queues"]
     assert stats == [
         {"queue": "q", "pending": 0, "claimed": 0, "done": 0, "failed": 1, "dead_letters": 1,
-         "oldest_pending_age_seconds": None}
+         "oldest_pending_age_seconds": None, "paused": False}
     ]  # fmt: skip
     redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
     assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)

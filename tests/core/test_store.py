@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import sources, todos
+from switchboard_local.core import queues, sources, todos
 from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.errors import (
     Conflict,
@@ -153,6 +153,28 @@ async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, 
     assert (found.kind, found.config) == ("github", {"queue": "review"})
     tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "sources" in tables and "adapters" not in tables
+
+
+async def test_a_version_1_file_upgraded_can_pause_a_queue(db_path, clock):
+    make_v1_file(db_path)
+    async with await Store.open(db_path, clock=clock) as opened:
+        await queues.pause(opened, "q", by="op")
+        assert await todos.claim_next(opened, owner="w", queues=["q"]) is None
+        assert (await todos.claim_next(opened, owner="w")).title == "live derived"
+
+
+async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, clock):
+    async with await Store.open(db_path, clock=clock) as current:
+        todo, _ = await todos.create(current, NewTodo(queue="q", title="from version 3"))
+    run(db_path, "DROP TABLE queues")
+    run(db_path, "PRAGMA user_version = 3")
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        paused = await queues.pause(upgraded, "q", by="op")
+        assert (paused.paused, paused.has_todos) == (True, True)
+        with pytest.raises(Conflict):
+            await todos.claim(upgraded, todo.id, owner="w")
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "SELECT name, paused_by FROM queues") == [("q", "op")]
 
 
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
@@ -387,7 +409,7 @@ async def test_a_closed_store_refuses_reads(db_path) -> None:
 LEFT_OPEN = """
 import asyncio, sys
 from switchboard_local.core.store import Store
-from switchboard_local.core import todos
+from switchboard_local.core import queues, todos
 
 async def main():
     store = await Store.open(sys.argv[1])
