@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,16 +12,22 @@ from typing import Any
 
 import click
 
-from ..core import events, retention, routing, sources
+from ..core import events, retention, routing, sources, watch
+from ..core.store import Store
 from ..core.text import SafeFormatter, escape_controls
-from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT
-from .common import EXIT_CANNOT_LISTEN, ID, Out, common, table, when
+from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
+from . import live
+from .common import EXIT_CANNOT_LISTEN, ID, Duration, Out, common, table, when
 
 
 class SinceValue(click.ParamType):
-    """An event id (events after it) or an RFC 3339 / ISO time (events since it)."""
+    """An event id (events after it), an RFC 3339 / ISO time, or an age (``10m``, ``2h``, ``1d``: that long ago).
+
+    A bare number is an id; an age always has its unit (s, m, h or d).
+    """
 
     name = "TIME|ID"
+    AGE = re.compile(r"\s*[0-9]{1,9}\s*[smhd]\s*")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple):
@@ -29,10 +36,16 @@ class SinceValue(click.ParamType):
             if int(value) > INT64_MAX:
                 self.fail(f"{value} is beyond any event id", param, ctx)
             return ("id", int(value))
+        if self.AGE.fullmatch(value):
+            return ("ago", Duration().convert(value, param, ctx))
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            self.fail(f"{value!r} is neither an event id nor a time like 2026-11-29T12:00:00Z", param, ctx)
+            self.fail(
+                f"{value!r} is neither an event id, a time like 2026-11-29T12:00:00Z, nor an age like 10m, 2h or 1d",
+                param,
+                ctx,
+            )
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
         return ("time", round(moment.timestamp() * 1000))
@@ -46,13 +59,14 @@ def register(main: click.Group) -> None:
 
 @click.group("events")
 def events_group() -> None:
-    """Stored deliveries: list, show, replay."""
+    """Stored deliveries: list, tail, show, replay."""
 
 
 @events_group.command("list")
 @click.option("--source", default=None)
 @click.option("--type", "type_", default=None)
-@click.option("--since", type=SinceValue(), default=None, help="Events after this id, or received since this time.")
+@click.option("--since", type=SinceValue(), default=None,
+              help="Events after this id, or received since this time or age (10m, 2h, 1d: that long ago).")  # fmt: skip
 @click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
 @common
 def events_list(db: Path | None, as_json: bool | None, source: str | None, type_: str | None, since: Any, limit: int) -> None:
@@ -62,10 +76,16 @@ def events_list(db: Path | None, as_json: bool | None, source: str | None, type_
         found = out.run(lambda store: events.recent_events(store, source=source, type=type_, limit=limit))
     else:
         kind, value = since
-        after_id, since_ms = (value, None) if kind == "id" else (None, value)
+        after_id = value if kind == "id" else None
+
+        def since_ms(store: Store) -> int | None:
+            if kind == "ago":  # measured on the store's clock, as received_at is
+                return store.clock.now_ms() - value * 1000
+            return value if kind == "time" else None
+
         found = out.run(
             lambda store: events.list_events(
-                store, source=source, type=type_, after_id=after_id, since=since_ms, limit=limit
+                store, source=source, type=type_, after_id=after_id, since=since_ms(store), limit=limit
             )
         )
     rows = [[e.id, when(e.received_at), e.source, e.type, "yes" if e.verified else "NO", e.size, e.external_id] for e in found]
@@ -73,22 +93,56 @@ def events_list(db: Path | None, as_json: bool | None, source: str | None, type_
     out.emit([e.summary() for e in found], text)
 
 
+@events_group.command("tail")
+@click.option("--source", default=None, help="Only this source (or adapter).")
+@click.option("--since-id", type=ID, default=None,
+              help="Start with event N (included), then follow. Default: only events stored from now on.")  # fmt: skip
+@common
+def events_tail(db: Path | None, as_json: bool | None, source: str | None, since_id: int | None) -> None:
+    """Follow new events as they are stored, from any process, one line each, until Ctrl-C.
+
+    --json writes one JSON object per line (JSON Lines; the fields of events
+    list --json). The view ends quietly (exit 0) once nothing reads its output
+    any more (piped to head, say).
+    """
+    out = Out(db, as_json)
+    live.follow(
+        out,
+        lambda store: watch.follow_events(store, from_id=since_id, source=source),
+        line=live.event_line,
+        to_json=events.Event.summary,
+    )
+
+
 @events_group.command("show")
 @click.argument("event_id", metavar="ID", type=ID)
 @click.option("--raw", is_flag=True, help="Write the body bytes exactly as received, and nothing else.")
 @common
 def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool) -> None:
-    """Show one event: its headers (redacted) and body."""
+    """Show one event: its headers (redacted), its body and the todos it produced."""
     out = Out(db, as_json)
-    event = out.run(lambda store: events.get_event(store, event_id))
     if raw:
+        event = out.run(lambda store: events.get_event(store, event_id))
         sys.stdout.buffer.write(event.body)
         sys.stdout.buffer.flush()
         return
-    view = event.full()
+
+    async def with_todos(store: Store) -> tuple[events.Event, list[Todo]]:
+        return await events.get_event(store, event_id), await events.todos_of_event(store, event_id)
+
+    event, made = out.run(with_todos)
+    made_view = [{"id": t.id, "queue": t.queue, "state": t.state, "dead_letter": t.dead_letter, "title": t.title}
+                 for t in made]  # fmt: skip
+    view = {**event.full(), "todos": made_view}
     lines = [f"event {event.id}: {event.type} from {event.source}"]
     shown = {**event.summary(), "verified": "yes" if event.verified else "NO"}
     lines += [f"  {k:<14} {v}" for k, v in shown.items() if k not in ("id", "type", "source")]
+    if made:
+        rows = [[t.id, "dead letter" if t.dead_letter else t.state, t.queue, t.title] for t in made]
+        lines.append("  todos:")
+        lines.append("    " + table(["ID", "STATE", "QUEUE", "TITLE"], rows).replace("\n", "\n    "))
+    else:
+        lines.append(f"  {'todos':<14} none")
     lines += [f"  header {k}: {v}" for k, v in event.headers.items()]
     lines.append(f"  body ({view['body_encoding']}):")
     lines.append("    " + view["body"].replace("\n", "\n    "))

@@ -29,6 +29,7 @@ from ..core.todo_model import (
     Todo,
 )
 from ..core.todos import Lease, NextClaim
+from . import live
 from .common import ID, Commands, JsonValue, Out, common, operator, table, when
 
 # ---------------------------------------------------------------- text for people
@@ -123,6 +124,27 @@ def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: s
     rows = [[t.id, _state(t), t.queue, t.priority, f"{t.attempt}/{t.max_attempts}", t.title] for t in found]
     text = table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "TITLE"], rows) if rows else "no todos"
     out.emit([t.to_dict() for t in found], text)
+
+
+@todo.command("watch")
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--since-id", type=ID, default=None,
+              help="Start with todo N (included), then follow. Default: only todos created from now on.")  # fmt: skip
+@common
+def todo_watch(db: Path | None, as_json: bool | None, queue: str | None, since_id: int | None) -> None:
+    """Follow new todos as they land, from any process, one line each, until Ctrl-C.
+
+    Each todo is shown once, in the state it has when seen. --json writes one
+    JSON object per line (JSON Lines). The view ends quietly (exit 0) once
+    nothing reads its output any more (piped to head, say).
+    """
+    out = Out(db, as_json)
+    live.follow(
+        out,
+        lambda store: watch.follow_todos(store, from_id=since_id, queue=queue),
+        line=live.todo_line,
+        to_json=Todo.to_dict,
+    )
 
 
 @todo.command("show")

@@ -27,7 +27,7 @@ from .errors import InvalidArgument, NotFound
 from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
 from .store import Store, Transaction
-from .todo_model import MAX_LIST_LIMIT, NewTodo
+from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
 from .todos import insert_id
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
@@ -219,6 +219,15 @@ async def get_event(store: Store, event_id: int, *, queues: Sequence[str] | None
     if row is None:
         raise NotFound(f"event {event_id} does not exist")
     return Event.from_row(row)
+
+
+async def todos_of_event(store: Store, event_id: int) -> list[Todo]:
+    """The todos an event produced, as they are now, by id: its first delivery's and its replays'.
+
+    Empty for an event that made none (dropped, unroutable) or is unknown;
+    a todo pruned since is no longer among them.
+    """
+    return [Todo.from_row(r) for r in await store.read_all(Q.todos_of_event, {"event_id": event_id})]
 
 
 async def list_events(

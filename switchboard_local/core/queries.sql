@@ -304,6 +304,14 @@ SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY positi
 -- name: get_event
 SELECT * FROM events WHERE id = :id;
 
+-- name: todos_of_event
+-- The todos an event produced, by id: those its first delivery answered with
+-- (event_todos) and those its replays added since (todos.event_id).
+SELECT * FROM todos
+WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
+   OR event_id = :event_id
+ORDER BY id;
+
 -- name: event_in_scope
 -- Whether a todo in one of :queues (a JSON array) came from the event.
 SELECT 1 FROM todos
@@ -402,6 +410,20 @@ PRAGMA data_version;
 
 -- name: last_todo_id
 SELECT COALESCE(MAX(id), 0) AS id FROM todos;
+
+-- name: last_event_id
+SELECT COALESCE(MAX(id), 0) AS id FROM events;
+
+-- name: todos_after
+-- Todos created after :after_id (ids only grow, and a commit holds the write
+-- lock, so an id seen means every smaller one is committed or never will be),
+-- in :queue (NULL: every queue), oldest first, as they are now: what
+-- `todo watch` follows.
+SELECT * FROM todos
+WHERE id > :after_id
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY id
+LIMIT :limit;
 
 -- name: todo_arrivals
 -- Todos created after :after_id that :agent could claim (no assignee, or

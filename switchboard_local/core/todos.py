@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import audit, settings
 from .clock import rfc3339
@@ -45,7 +45,9 @@ from .todo_model import (
     require_name,
     require_seconds,
 )
-from .watch import Changes
+
+if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time
+    from .watch import Changes
 
 # ---------------------------------------------------------------- create
 

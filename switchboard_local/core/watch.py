@@ -1,10 +1,13 @@
-"""Noticing commits from any process: the long poll's wake-up and the doorbell's feed.
+"""Noticing commits from any process: the long poll's wake-up, the doorbell's feed, the live views.
 
 SQLite has no cross-process notifications, but ``PRAGMA data_version`` is a
 cheap read that changes whenever another connection commits. ``Changes`` polls
 it (plus this store's own commit count) on a short interval, never holding a
 transaction open, and wakes whoever waits for the next commit. Several waiters
-in one process share one poller.
+in one process share one poller. ``follow`` turns it into a feed of new rows
+by id (``todo watch``, ``events tail``): ids only grow, and every write holds
+the one write lock, so once an id is committed every smaller one is committed
+too or never will be, and a cursor on the last id seen misses nothing.
 """
 
 from __future__ import annotations
@@ -12,13 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
+from .events import Event, list_events
 from .queries import Q
 from .store import Store
+from .todo_model import Todo
 
 POLL_INTERVAL_SECONDS = 0.1
+# With no commit for this long a feed yields an empty batch: its reader may look around.
+IDLE_SECONDS = 1.0
+FOLLOW_BATCH = 100
 
 
 class Changes:
@@ -109,3 +119,98 @@ async def arrivals(
     }
     rows = await store.read_all(Q.todo_arrivals, params)
     return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"]) for r in rows]
+
+
+# ---------------------------------------------------------------- the live views
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> int: ...
+
+
+Row = TypeVar("Row", bound=_HasId)
+
+
+async def follow(
+    store: Store,
+    read: Callable[[int], Awaitable[Sequence[Row]]],
+    *,
+    after_id: int,
+    idle: float = IDLE_SECONDS,
+    interval: float = POLL_INTERVAL_SECONDS,
+) -> AsyncIterator[list[Row]]:
+    """What ``read`` finds after ``after_id``, batch by batch, for as long as the caller iterates.
+
+    ``read(after)`` answers rows with ids above ``after``, oldest first; the
+    cursor moves past each batch. Between looks it waits on ``Changes`` for a
+    commit from any process. When none comes within ``idle`` seconds it yields
+    an empty batch, so that the caller can look around (is its reader still
+    there?). A failed poll of the file ends the feed with its error. Iterate
+    it inside ``contextlib.aclosing``: its poller stops when the feed is closed.
+    """
+    changes = Changes(store, interval=interval)
+    poller = asyncio.create_task(changes.run())
+    ready = asyncio.create_task(changes.ready.wait())
+    try:
+        await asyncio.wait({poller, ready}, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            if poller.done():
+                poller.result()  # it can only have failed: raise its error here
+            seen = changes.count  # before the look: a commit during it still wakes the wait below
+            batch = list(await read(after_id))
+            if batch:
+                after_id = batch[-1].id
+                yield batch  # and look again at once: a full batch may have more behind it
+            elif await changes.wait(seen, timeout=idle) == seen:
+                yield []
+    finally:
+        ready.cancel()
+        poller.cancel()
+        if poller.done() and not poller.cancelled():
+            poller.exception()  # retrieved: a failure already raised is not logged again
+
+
+async def last_event_id(store: Store) -> int:
+    row = await store.read_one(Q.last_event_id)
+    return 0 if row is None else int(row["id"])
+
+
+async def todos_after(
+    store: Store, *, after_id: int, queue: str | None = None, limit: int = FOLLOW_BATCH
+) -> list[Todo]:
+    """Todos created after ``after_id``, oldest first, as they are now; ``queue`` None: every queue."""
+    params = {"after_id": after_id, "queue": queue, "limit": limit}
+    return [Todo.from_row(r) for r in await store.read_all(Q.todos_after, params)]
+
+
+async def follow_todos(
+    store: Store, *, from_id: int | None = None, queue: str | None = None, idle: float = IDLE_SECONDS
+) -> AsyncIterator[list[Todo]]:
+    """New todos as they land, from any process (``follow``), each once, in the state it had when read.
+
+    ``from_id``: start with that id (included) and go on from there; None:
+    only the todos created from now on.
+    """
+    after_id = from_id - 1 if from_id is not None else await last_todo_id(store)
+
+    async def read(after: int) -> list[Todo]:
+        return await todos_after(store, after_id=after, queue=queue)
+
+    async with aclosing(follow(store, read, after_id=after_id, idle=idle)) as batches:
+        async for batch in batches:
+            yield batch
+
+
+async def follow_events(
+    store: Store, *, from_id: int | None = None, source: str | None = None, idle: float = IDLE_SECONDS
+) -> AsyncIterator[list[Event]]:
+    """New events as they are stored, from any process (``follow``); ``from_id`` as in ``follow_todos``."""
+    after_id = from_id - 1 if from_id is not None else await last_event_id(store)
+
+    async def read(after: int) -> list[Event]:
+        return await list_events(store, source=source, after_id=after, limit=FOLLOW_BATCH)
+
+    async with aclosing(follow(store, read, after_id=after_id, idle=idle)) as batches:
+        async for batch in batches:
+            yield batch

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.fuzz
 EXIT_STATUSES = {0, 1, 2, 3, 4}
 ERROR_LINE = re.compile(r"^switchboard-local: [a-z_]+: \S")
 RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-LONG_RUNNING = {"serve", "mcp"}  # servers: they run until stopped, fuzzed by their own suites
+LONG_RUNNING = {"serve", "mcp", "watch", "tail"}  # servers and live views: they run until stopped
 
 
 def _leaves(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
@@ -147,7 +147,7 @@ def values_for(param: click.Parameter, world: World) -> st.SearchStrategy[str | 
     if isinstance(kind, click.Path):
         return st.sampled_from(world.files) | NAMES
     if kind.name == "TIME|ID":  # events --since
-        return NUMBERS | st.sampled_from(["2026-11-29T12:00:00Z", "9999-12-31T23:59:59", "0001-01-01"]) | NAMES
+        return NUMBERS | st.sampled_from(["2026-11-29T12:00:00Z", "9999-12-31T23:59:59", "0001-01-01", "10m", "999999999d"]) | NAMES
     return NAMES
 
 

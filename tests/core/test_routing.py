@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import (
+    events,
     routing,
     rules,
     settings,
@@ -165,6 +166,26 @@ async def test_replay_routes_the_stored_event_again_without_a_second_event(store
     assert (await routing.deliver(store, event(PR))).todo_ids == first.todo_ids
     with pytest.raises(NotFound):
         await routing.replay(store, 999)
+
+
+async def test_an_events_todos_are_its_first_deliverys_and_its_replays_as_they_are_now(store) -> None:
+    await add_source(store)
+    await rules.add(store, source="gh", type="pull_request", queue="review", title="Review #{number}")
+    await rules.add(store, source="gh", type="pull_request", queue="triage")
+    await rules.add(store, source="gh", type="push", drop=True)
+    first = await routing.deliver(store, event(PR))
+    original = await todos.claim_next(store, owner="a", queues=["review"])
+    await todos.complete(store, Lease.of(original))
+    replayed = await routing.replay(store, first.event_id)
+    made = await events.todos_of_event(store, first.event_id)
+    assert [t.id for t in made] == sorted([*first.todo_ids, *replayed])
+    assert [(t.queue, t.state, t.title) for t in made] == [
+        ("review", "done", "Review #42"), ("triage", "pending", "gh: pull_request opened"),
+        ("review", "pending", "Review #42"), ("triage", "pending", "gh: pull_request opened"),
+    ]  # fmt: skip
+    dropped = await routing.deliver(store, event({}, type="push", delivery="d-2"))
+    assert await events.todos_of_event(store, dropped.event_id) == []
+    assert await events.todos_of_event(store, 999) == []
 
 
 async def test_rule_order_can_be_changed_and_rules_removed(store) -> None:

@@ -1,13 +1,16 @@
-"""Noticing commits from any process (the long poll's and the doorbell's feed)."""
+"""Noticing commits from any process (the long poll's, the doorbell's and the live views' feeds)."""
 
 from __future__ import annotations
 
 import sqlite3
+from contextlib import aclosing
 
 import anyio
 import pytest
 
-from switchboard_local.core import todos, watch
+from switchboard_local.core import events, todos, watch
+from switchboard_local.core.events import NewEvent
+from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
 
 pytestmark = pytest.mark.anyio
@@ -47,3 +50,78 @@ async def test_arrivals_are_the_newer_todos_the_agent_could_claim_in_its_queues(
     found = await watch.arrivals(store, after_id=1, agent="me", queues=["a"])
     assert [(a.id, a.title, a.source) for a in found] == [(4, "a me", None), (5, "a None", None)]
     assert await watch.last_todo_id(store) == 5
+
+
+# ---------------------------------------------------------------- the live views' feeds
+
+
+def todo_elsewhere(db_path, title: str, queue: str = "q") -> None:
+    """A todo committed through a separate connection, as another process would commit it."""
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at) VALUES (?, ?, 'pending', 0, 0, 0)",
+            (queue, title),
+        )
+
+
+async def next_rows(feed) -> list:
+    """The next batch that has rows in it (an idle feed yields empty ones meanwhile)."""
+    with anyio.fail_after(30):
+        async for batch in feed:
+            if batch:
+                return batch
+    raise AssertionError("the feed ended")
+
+
+async def test_todos_after_are_the_newer_todos_oldest_first_in_their_state_now(store) -> None:
+    for queue, title in [("a", "one"), ("b", "two"), ("a", "three"), ("a", "four")]:
+        await todos.create(store, NewTodo(queue=queue, title=title))
+    await todos.claim(store, 3, owner="me")
+    assert [(t.id, t.state) for t in await watch.todos_after(store, after_id=1)] == [
+        (2, "pending"), (3, "claimed"), (4, "pending"),
+    ]  # fmt: skip
+    assert [t.title for t in await watch.todos_after(store, after_id=1, queue="a")] == ["three", "four"]
+    assert [t.id for t in await watch.todos_after(store, after_id=0, limit=2)] == [1, 2]
+
+
+async def test_follow_todos_from_now_brings_only_todos_committed_later_by_any_connection(store, db_path) -> None:
+    await todos.create(store, NewTodo(queue="q", title="before"))
+    async with aclosing(watch.follow_todos(store, idle=0.05)) as feed:
+        assert await anext(feed) == []  # it has started: "now" is taken
+        todo_elsewhere(db_path, "from another connection")
+        assert [t.title for t in await next_rows(feed)] == ["from another connection"]
+        await todos.create(store, NewTodo(queue="q", title="from this store"))
+        assert [t.title for t in await next_rows(feed)] == ["from this store"]
+
+
+async def test_follow_todos_from_an_id_starts_with_that_todo_and_keeps_to_its_queue(store, db_path) -> None:
+    for title in ("one", "two", "three"):
+        await todos.create(store, NewTodo(queue="q", title=title))
+    async with aclosing(watch.follow_todos(store, from_id=2, queue="q", idle=0.05)) as feed:
+        assert [t.title for t in await next_rows(feed)] == ["two", "three"]
+        todo_elsewhere(db_path, "elsewhere", queue="other")
+        todo_elsewhere(db_path, "four")
+        assert [t.title for t in await next_rows(feed)] == ["four"]
+
+
+async def test_a_quiet_feed_yields_empty_batches_so_its_reader_can_look_around(store) -> None:
+    async with aclosing(watch.follow_todos(store, idle=0.01)) as feed:
+        with anyio.fail_after(30):
+            assert await anext(feed) == []
+
+
+async def test_follow_events_brings_events_stored_by_another_store_on_the_file(store, db_path) -> None:
+    def event(delivery: str, source: str = "gh") -> NewEvent:
+        return NewEvent(source=source, family="webhook", type="push", external_id=delivery, trust_mode="github",
+                        verified=True, body=b"{}")  # fmt: skip
+
+    await events.ingest(store, event("d-0"), [])
+    async with aclosing(watch.follow_events(store, source="gh", idle=0.05)) as feed:
+        assert await anext(feed) == []  # it has started: "now" is taken
+        async with await Store.open(db_path) as other:
+            await events.ingest(other, event("d-1", source="elsewhere"), [])
+            await events.ingest(other, event("d-2"), [])
+        assert [e.external_id for e in await next_rows(feed)] == ["d-2"]
+    async with aclosing(watch.follow_events(store, from_id=1, idle=0.05)) as feed:
+        assert [e.external_id for e in await next_rows(feed)] == ["d-0", "d-1", "d-2"]
+    assert await watch.last_event_id(store) == 3
