@@ -167,6 +167,7 @@ async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, cl
     async with await Store.open(db_path, clock=clock) as current:
         todo, _ = await todos.create(current, NewTodo(queue="q", title="from version 3"))
     run(db_path, "DROP TABLE queues")
+    run(db_path, "ALTER TABLE agents DROP COLUMN owner")  # version 3's shape
     run(db_path, "PRAGMA user_version = 3")
     async with await Store.open(db_path, clock=clock) as upgraded:
         paused = await queues.pause(upgraded, "q", by="op")
