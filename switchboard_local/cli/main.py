@@ -8,6 +8,7 @@ The MCP SDK is never imported here: it costs about a second per command.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +116,36 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
 @todo.command("list")
 @click.option("--queue", default=None, help="Only this queue.")
 @click.option("--state", type=click.Choice(STATES), default=None, help="Only this state.")
+@click.option("--ready", "timing", flag_value="ready", default=None, help="Only todos claimable now.")
+@click.option("--delayed", "timing", flag_value="delayed", help="Only todos claimable later (a delay, or a retry's backoff).")
+@click.option("--dead", "timing", flag_value="dead", help="Only dead letters.")
 @click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
 @common
-def todo_list(db: Path | None, as_json: bool | None, queue: str | None, state: str | None, limit: int) -> None:
-    """List todos, newest first."""
+def todo_list(
+    db: Path | None, as_json: bool | None, queue: str | None, state: str | None, timing: str | None, limit: int
+) -> None:
+    """List todos, newest first; WAITS says when a delayed or retrying todo can be claimed."""
     out = Out(db, as_json)
-    found = out.run(lambda store: todos.list_todos(store, queue=queue, state=state, limit=limit))
-    rows = [[t.id, _state(t), t.queue, t.priority, f"{t.attempt}/{t.max_attempts}", t.title] for t in found]
-    text = table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "TITLE"], rows) if rows else "no todos"
+    found = out.run(lambda store: todos.list_todos(store, queue=queue, state=state, limit=limit, timing=timing))
+    now = round(time.time() * 1000)
+    rows = [[t.id, _state(t), t.queue, t.priority, f"{t.attempt}/{t.max_attempts}", _waits(t, now), t.title]
+            for t in found]  # fmt: skip
+    text = table(["ID", "STATE", "QUEUE", "PRIORITY", "ATTEMPT", "WAITS", "TITLE"], rows) if rows else "no todos"
     out.emit([t.to_dict() for t in found], text)
+
+
+def _waits(todo: Todo, now: int) -> str:
+    """When a todo not yet visible can be claimed: "retry in 4m", "delayed 2h"; "-" otherwise."""
+    if todo.visible_at is None or todo.visible_at <= now:
+        return "-"
+    seconds = (todo.visible_at - now) / 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            span = f"{seconds / size:.0f}{unit}"
+            break
+    else:
+        span = f"{max(seconds, 1):.0f}s"
+    return f"retry in {span}" if todo.attempt > 0 else f"delayed {span}"
 
 
 @todo.command("watch")

@@ -39,10 +39,16 @@ SELECT * FROM todos WHERE id = :id;
 
 -- name: list_todos
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
--- may be NULL; :queues is a JSON array of names (an agent's scope).
+-- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
+-- 'ready' (claimable now), 'delayed' (claimable later: a delay or a retry's
+-- backoff), 'dead' (a dead letter).
 SELECT * FROM todos
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR state = :state)
+  AND (:timing IS NULL
+       OR (:timing = 'ready' AND visible_at <= :now)
+       OR (:timing = 'delayed' AND visible_at > :now)
+       OR (:timing = 'dead' AND state = 'failed' AND visible_at IS NULL))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC

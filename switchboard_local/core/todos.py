@@ -143,6 +143,9 @@ async def get(store: Store, todo_id: int, *, queues: Sequence[str] | None = None
     return replace(Todo.from_row(row), attempts=attempts)
 
 
+TIMINGS = ("ready", "delayed", "dead")  # list_todos's filter on when a todo can be claimed
+
+
 async def list_todos(
     store: Store,
     *,
@@ -151,14 +154,19 @@ async def list_todos(
     limit: int = 50,
     queues: Sequence[str] | None = None,
     before_id: int | None = None,
+    timing: str | None = None,
 ) -> list[Todo]:
     """Newest first, optionally filtered by queue and state.
 
     ``queues`` limits the answer to a scope; ``before_id`` pages backwards
-    (the last id of the previous page).
+    (the last id of the previous page). ``timing``: ``ready`` (claimable
+    now), ``delayed`` (claimable later: a delay, or a retry's backoff) or
+    ``dead`` (dead letters).
     """
     if state is not None and state not in STATES:
         raise InvalidArgument(f"state must be one of {', '.join(STATES)}, got {state!r}")
+    if timing is not None and timing not in TIMINGS:
+        raise InvalidArgument(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
     require_int("limit", limit, low=1, high=MAX_LIST_LIMIT)
     params = {
         "queue": queue,
@@ -166,6 +174,8 @@ async def list_todos(
         "limit": limit,
         "queues": None if queues is None else json.dumps(list(queues)),
         "before_id": before_id,
+        "timing": timing,
+        "now": store.clock.now_ms(),
     }
     await _settle_lapsed(store)
     rows = await store.read_all(Q.list_todos, params)

@@ -322,3 +322,24 @@ def test_claim_on_a_queue_without_any_todo_says_so(cli) -> None:
 def test_claim_by_id_refuses_wait(cli) -> None:
     code, _, err, _ = cli("todo", "claim", "1", "--wait", "5")
     assert code == 2 and "--wait" in err
+
+
+def test_todo_list_filters_by_when_a_todo_can_be_claimed_and_says_how_long_it_waits(cli) -> None:
+    ids = {title: as_json(cli, "todo", "create", "--queue", "q", "--title", title, *extra)["id"]
+           for title, extra in (("now", ()), ("later", ("--delay", "7200")), ("retry", ("--max-attempts", "3")),
+                                ("dead", ("--max-attempts", "1")))}  # fmt: skip
+    for title in ("retry", "dead"):
+        claimed = as_json(cli, "todo", "claim", str(ids[title]))
+        as_json(cli, "todo", "fail", str(ids[title]), "--token", claimed["lease_token"], "--error", "boom")
+
+    def listed(*flags: str) -> list[str]:
+        return [t["title"] for t in as_json(cli, "todo", "list", *flags)]
+
+    assert listed("--ready") == ["now"]
+    assert listed("--delayed") == ["retry", "later"]
+    assert listed("--dead") == ["dead"]
+    assert listed("--delayed", "--state", "pending") == ["later"]
+    code, out, _, _ = cli("todo", "list")
+    lines = {line.split()[-1]: line for line in out.splitlines()[1:]}
+    assert "delayed 2h" in lines["later"] and "retry in " in lines["retry"]
+    assert " - " in lines["now"] and " - " in lines["dead"]

@@ -1405,3 +1405,8 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
     with pytest.raises(Conflict) as refused:
         await todos.claim(store, todo.id, owner="w")
     assert refused.value.message == f"todo {todo.id} is a dead letter after 2 attempts; redrive it first"
+
+
+async def test_list_todos_refuses_an_unknown_timing(store) -> None:
+    with pytest.raises(InvalidArgument, match="timing"):
+        await todos.list_todos(store, timing="soon")
