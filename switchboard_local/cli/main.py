@@ -8,6 +8,7 @@ The MCP SDK is never imported here: it costs about a second per command.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ..core.todo_model import (
 from ..core.todos import Lease, NextClaim
 from . import live
 from .common import ID, Commands, JsonValue, Out, common, operator, table, when
+from .events import SinceValue
 
 # ---------------------------------------------------------------- text for people
 
@@ -346,13 +348,62 @@ def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_toke
 
 
 @todo.command("redrive")
-@click.argument("todo_id", metavar="ID", type=ID)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.option("--queue", default=None, help="With --dead: every dead letter of this queue.")
+@click.option("--dead", is_flag=True, help="Redrive the queue's dead letters (the filters narrow them).")
+@click.option("--kind", default=None, help="Only dead letters of this kind.")
+@click.option("--since", type=SinceValue(), default=None, help="Only those dead since this time or age (10m, 2h, 1d).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be redriven.")
+@click.option("--yes", is_flag=True, help="Do it without asking (required when stdin is not a terminal).")
 @common
-def todo_redrive(db: Path | None, as_json: bool | None, todo_id: int) -> None:
-    """Send a dead letter back to pending with a fresh attempt budget."""
+def todo_redrive(
+    db: Path | None, as_json: bool | None, todo_id: int | None, queue: str | None, dead: bool, kind: str | None,
+    since: Any, dry_run: bool, yes: bool,
+) -> None:  # fmt: skip
+    """Send a dead letter (ID), or a queue's dead letters (--queue Q --dead), back to pending with a fresh budget.
+
+    A bulk redrive counts first, then asks (or takes --yes), and works a
+    bounded batch per transaction, so a large one never holds the file's
+    write lock for long.
+    """
     out = Out(db, as_json)
-    found = out.run(lambda store: todos.redrive(store, todo_id, by=operator()))
-    out.emit(found.to_dict(), f"todo {found.id} redriven: pending, {found.max_attempts} attempts left")
+    bulk = queue is not None or dead or kind is not None or since is not None or dry_run or yes
+    if todo_id is not None:
+        if bulk:
+            raise click.UsageError("give an ID, or --queue Q --dead with its filters, not both")
+        found = out.run(lambda store: todos.redrive(store, todo_id, by=operator()))
+        out.emit(found.to_dict(), f"todo {found.id} redriven: pending, {found.max_attempts} attempts left")
+        return
+    if queue is None or not dead:
+        raise click.UsageError("give an ID, or --queue Q --dead to redrive a queue's dead letters")
+    if since is not None and since[0] == "id":
+        raise click.UsageError("--since takes a time or an age (10m, 2h, 1d) here, not an id")
+
+    def since_ms(store: Store) -> int | None:
+        if since is None:
+            return None
+        kind_of, value = since
+        return store.clock.now_ms() - value * 1000 if kind_of == "ago" else value
+
+    matched = out.run(lambda store: todos.count_dead_letters(store, queue=queue, kind=kind, since=since_ms(store)))
+    what = f"{matched} dead letter{'s' if matched != 1 else ''} on {queue}"
+    if dry_run or not matched:
+        out.emit({"matched": matched, "redriven": 0, "skipped": 0, "dry_run": dry_run},
+                 f"{what} would be redriven" if dry_run else f"no dead letters on {queue} match")  # fmt: skip
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"{what} match; add --yes to redrive them (stdin is not a terminal to ask on)")
+        click.confirm(f"redrive {what}?", abort=True, err=True)
+
+    def progress(done: int) -> None:
+        if matched > todos.REDRIVE_BATCH:
+            click.echo(f"redriven {done} of {matched}…", err=True)
+
+    result = out.run(lambda store: todos.redrive_many(store, queue=queue, kind=kind, since=since_ms(store),
+                                                      by=operator(), progress=progress))  # fmt: skip
+    held = f"; {result.skipped} held back (a newer live todo holds the key)" if result.skipped else ""
+    out.emit(result.to_dict(), f"redriven {result.redriven} of {result.matched} dead letters on {queue}{held}")
 
 
 @main.command("stats")

@@ -207,6 +207,21 @@ SET state = 'pending', attempt = 0, visible_at = :now, updated_at = :now
 WHERE id = :id AND state = 'failed' AND visible_at IS NULL
 RETURNING *;
 
+-- name: dead_letters
+-- A queue's dead letters after :after_id, oldest first, a batch at a time;
+-- :kind and :since (died at or after, in ms) may be NULL.
+SELECT id FROM todos
+WHERE queue = :queue AND state = 'failed' AND visible_at IS NULL
+  AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR updated_at >= :since)
+  AND id > :after_id
+ORDER BY id
+LIMIT :limit;
+
+-- name: count_dead_letters
+SELECT count(*) FROM todos
+WHERE queue = :queue AND state = 'failed' AND visible_at IS NULL
+  AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR updated_at >= :since);
+
 -- name: stats
 -- Counts per queue and state as they stand at :now, without writing: a claimed
 -- todo whose lease lapsed counts as what the next claim will make of it

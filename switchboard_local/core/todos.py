@@ -514,6 +514,81 @@ async def redrive(store: Store, todo_id: int, *, by: str | None = None) -> Todo:
     return await store.write(body)
 
 
+REDRIVE_BATCH = 500  # dead letters per transaction: a large redrive never holds the write lock for long
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """What a bulk redrive did: dead letters matched, redriven, and held back
+    (a newer live todo holds the key; each stays a dead letter)."""
+
+    matched: int
+    redriven: int
+    skipped: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"matched": self.matched, "redriven": self.redriven, "skipped": self.skipped}
+
+
+def _dead_filter(queue: str, kind: str | None, since: int | None) -> dict[str, Any]:
+    require_name("queue", queue)
+    if kind is not None:
+        require_name("kind", kind)
+    return {"queue": queue, "kind": kind, "since": since}
+
+
+async def count_dead_letters(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
+    """How many dead letters of ``queue`` (of ``kind``, dead since ``since`` ms) a bulk redrive would take."""
+    await _settle_lapsed(store)
+    row = await store.read_one(Q.count_dead_letters, _dead_filter(queue, kind, since))
+    return int(row[0]) if row is not None else 0
+
+
+async def redrive_many(
+    store: Store,
+    *,
+    queue: str,
+    kind: str | None = None,
+    since: int | None = None,
+    by: str | None = None,
+    batch: int = REDRIVE_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> Redriven:
+    """Every matching dead letter back to pending with a fresh budget, ``batch`` per transaction.
+
+    Each transaction is recorded in the audit trail (with the ids) when ``by``
+    is given; ``progress`` hears the running count after each one.
+    """
+    params = _dead_filter(queue, kind, since)
+    require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
+    totals = [0, 0, 0]  # matched, redriven, skipped
+    after_id = 0
+
+    def body(tx: Transaction) -> tuple[int, int, int, int]:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        ids = [r["id"] for r in tx.all(Q.dead_letters, {**params, "after_id": after_id, "limit": batch})]
+        done: list[int] = []
+        for todo_id in ids:
+            try:
+                if tx.one(Q.redrive, {"id": todo_id, "now": now}) is not None:
+                    done.append(todo_id)
+            except Conflict:  # a newer live todo holds its idempotency key: it stays a dead letter
+                pass
+        if by is not None and ids:
+            audit.record(tx, now, by=by, action="todo.redrive", subject=queue, ids=done, skipped=len(ids) - len(done))
+        return len(ids), len(done), len(ids) - len(done), ids[-1] if ids else after_id
+
+    while True:
+        matched, redriven, skipped, after_id = await store.write(body)
+        for i, n in enumerate((matched, redriven, skipped)):
+            totals[i] += n
+        if progress is not None and matched:
+            progress(totals[1])
+        if matched < batch:
+            return Redriven(*totals)
+
+
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
     """Counts per queue and state, dead letters, and the oldest pending todo's age.
 

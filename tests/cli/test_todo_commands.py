@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import as_json, invoke, run_cli
-from support.sql import count, run
+from support.sql import count, rows, run
 
 TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
@@ -343,3 +343,54 @@ def test_todo_list_filters_by_when_a_todo_can_be_claimed_and_says_how_long_it_wa
     lines = {line.split()[-1]: line for line in out.splitlines()[1:]}
     assert "delayed 2h" in lines["later"] and "retry in " in lines["retry"]
     assert " - " in lines["now"] and " - " in lines["dead"]
+
+
+def make_dead(cli, queue: str, title: str, *extra: str) -> int:
+    todo = as_json(cli, "todo", "create", "--queue", queue, "--title", title, "--max-attempts", "1", *extra)
+    claimed = as_json(cli, "todo", "claim", str(todo["id"]))
+    as_json(cli, "todo", "fail", str(todo["id"]), "--token", claimed["lease_token"], "--error", "bad deploy")
+    return todo["id"]
+
+
+def test_bulk_redrive_sends_a_queues_dead_letters_back_and_nothing_else(cli, db_path: Path) -> None:
+    dead = [make_dead(cli, "q", f"dead {i}") for i in range(3)]
+    elsewhere = make_dead(cli, "other", "not this queue")
+    retrying = as_json(cli, "todo", "create", "--queue", "q", "--title", "retrying", "--max-attempts", "3")["id"]
+    claimed = as_json(cli, "todo", "claim", str(retrying))
+    as_json(cli, "todo", "fail", str(retrying), "--token", claimed["lease_token"])
+    answer = as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--yes")
+    assert answer == {"matched": 3, "redriven": 3, "skipped": 0}
+    states = dict(rows(db_path, "SELECT id, state FROM todos"))
+    assert [states[i] for i in dead] == ["pending"] * 3
+    assert states[elsewhere] == "failed" and states[retrying] == "failed"  # a dead letter elsewhere; a retry
+    assert [t["id"] for t in as_json(cli, "todo", "list", "--dead")] == [elsewhere]
+
+
+def test_bulk_redrive_dry_run_only_counts(cli) -> None:
+    make_dead(cli, "q", "dead")
+    assert as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--dry-run") == {
+        "matched": 1, "redriven": 0, "skipped": 0, "dry_run": True}  # fmt: skip
+    assert len(as_json(cli, "todo", "list", "--dead")) == 1
+
+
+def test_bulk_redrive_without_yes_off_a_terminal_is_refused_and_changes_nothing(db_path: Path, cli) -> None:
+    make_dead(cli, "q", "dead")
+    refused = run_cli("todo", "redrive", "--queue", "q", "--dead", db=db_path, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2 and "1 dead letter on q match; add --yes" in refused.stderr
+    assert len(as_json(cli, "todo", "list", "--dead")) == 1
+
+
+def test_bulk_redrive_filters_by_kind_and_by_when_it_died(cli) -> None:
+    make_dead(cli, "q", "build", "--kind", "build")
+    make_dead(cli, "q", "deploy", "--kind", "deploy")
+    assert as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--kind", "build", "--yes")["redriven"] == 1
+    assert [t["title"] for t in as_json(cli, "todo", "list", "--dead")] == ["deploy"]
+    assert as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--since", "2999-01-01T00:00:00Z",
+                   "--dry-run")["matched"] == 0  # fmt: skip
+    assert as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--since", "1h", "--yes")["redriven"] == 1
+
+
+def test_bulk_redrive_needs_the_queue_and_dead_or_an_id_alone(cli) -> None:
+    for args in (("--queue", "q"), ("--dead",), ("1", "--queue", "q", "--dead"), ("--queue", "q", "--dead", "--since", "7")):
+        code, _, err, _ = cli("todo", "redrive", *args)
+        assert code == 2, (args, err)

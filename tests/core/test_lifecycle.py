@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from switchboard_local.core.todo_model import NewTodo, QueueStats
 from switchboard_local.core.todos import Lease, NextClaim
 
 from support.cli import as_json
+from support.sql import rows
 
 pytestmark = pytest.mark.anyio
 
@@ -1410,3 +1412,28 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
 async def test_list_todos_refuses_an_unknown_timing(store) -> None:
     with pytest.raises(InvalidArgument, match="timing"):
         await todos.list_todos(store, timing="soon")
+
+
+# ---------------------------------------------------------------- bulk redrive
+
+
+async def test_bulk_redrive_works_a_batch_per_transaction_and_records_each_with_its_ids(store, db_path) -> None:
+    dead = [(await _dead_letter(store, await new(store, f"dead {i}", max_attempts=1))).id for i in range(5)]
+    assert await todos.count_dead_letters(store, queue="q") == 5
+    seen: list[int] = []
+    done = await todos.redrive_many(store, queue="q", by="alice", batch=2, progress=seen.append)
+    assert (done.matched, done.redriven, done.skipped) == (5, 5, 0)
+    assert seen == [2, 4, 5]
+    bodies = rows(db_path, "SELECT body FROM events WHERE source = 'operator' ORDER BY id")
+    audited = [json.loads(bytes(body)) for (body,) in bodies]
+    assert [a["ids"] for a in audited] == [dead[:2], dead[2:4], dead[4:]]
+    assert {a["by"] for a in audited} == {"alice"}
+
+
+async def test_bulk_redrive_holds_back_a_dead_letter_whose_key_a_newer_todo_holds(store) -> None:
+    old = await _dead_letter(store, await new(store, "old", idempotency_key="k", max_attempts=1))
+    newer = await new(store, "newer", idempotency_key="k")
+    done = await todos.redrive_many(store, queue="q")
+    assert (done.matched, done.redriven, done.skipped) == (1, 0, 1)
+    assert (await todos.get(store, old.id)).dead_letter and (await todos.get(store, newer.id)).state == "pending"
+
