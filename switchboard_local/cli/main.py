@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -391,19 +392,62 @@ def todo_redrive(
         out.emit({"matched": matched, "redriven": 0, "skipped": 0, "dry_run": dry_run},
                  f"{what} would be redriven" if dry_run else f"no dead letters on {queue} match")  # fmt: skip
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"{what} match; add --yes to redrive them (stdin is not a terminal to ask on)")
-        click.confirm(f"redrive {what}?", abort=True, err=True)
-
-    def progress(done: int) -> None:
-        if matched > todos.REDRIVE_BATCH:
-            click.echo(f"redriven {done} of {matched}…", err=True)
-
+    _confirm_bulk("redrive", what, yes)
     result = out.run(lambda store: todos.redrive_many(store, queue=queue, kind=kind, since=since_ms(store),
-                                                      by=operator(), progress=progress))  # fmt: skip
+                                                      by=operator(), progress=_progress("redriven", matched)))  # fmt: skip
     held = f"; {result.skipped} held back (a newer live todo holds the key)" if result.skipped else ""
     out.emit(result.to_dict(), f"redriven {result.redriven} of {result.matched} dead letters on {queue}{held}")
+
+
+@todo.command("purge")
+@click.option("--queue", required=True, help="The queue whose finished todos go.")
+@click.option("--state", type=click.Choice(todos.PURGEABLE), required=True, help="done, or failed (dead letters).")
+@click.option("--older-than", type=click.FloatRange(0, 36500), default=None, help="Only those last touched DAYS ago or more.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.option("--yes", is_flag=True, help="Do it without asking (required when stdin is not a terminal).")
+@common
+def todo_purge(
+    db: Path | None, as_json: bool | None, queue: str, state: str, older_than: float | None, dry_run: bool, yes: bool
+) -> None:
+    """Delete a queue's finished todos (done, or dead letters) and their attempt history; never a live one.
+
+    Counts first, then asks (or takes --yes); a bounded batch per transaction.
+    """
+    out = Out(db, as_json)
+
+    def before(store: Store) -> int | None:
+        return None if older_than is None else store.clock.now_ms() - round(older_than * 86_400_000)
+
+    matched = out.run(lambda store: todos.count_purgeable(store, queue=queue, state=state, before=before(store)))
+    noun = "done todo" if state == "done" else "dead letter"
+    what = f"{matched} {noun}{'s' if matched != 1 else ''} on {queue}"
+    if dry_run or not matched:
+        out.emit({"matched": matched, "purged": 0, "dry_run": dry_run},
+                 f"{what} would be deleted" if dry_run else f"no {noun}s on {queue} match")  # fmt: skip
+        return
+    _confirm_bulk("delete", what, yes)
+    purged = out.run(lambda store: todos.purge(store, queue=queue, state=state, before=before(store), by=operator(),
+                                               progress=_progress("deleted", matched)))  # fmt: skip
+    out.emit({"matched": matched, "purged": purged}, f"deleted {purged} {noun}s on {queue}")
+
+
+def _confirm_bulk(verb: str, what: str, yes: bool) -> None:
+    """A bulk change goes ahead with --yes, or once a person at the terminal says so."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{what} match; add --yes to {verb} them (stdin is not a terminal to ask on)")
+    click.confirm(f"{verb} {what}?", abort=True, err=True)
+
+
+def _progress(done_word: str, matched: int) -> Callable[[int], None]:
+    """Progress on stderr for a bulk change longer than one transaction."""
+
+    def say(done: int) -> None:
+        if matched > todos.REDRIVE_BATCH:
+            click.echo(f"{done_word} {done} of {matched}…", err=True)
+
+    return say
 
 
 @main.command("stats")

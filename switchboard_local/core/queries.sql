@@ -222,6 +222,23 @@ SELECT count(*) FROM todos
 WHERE queue = :queue AND state = 'failed' AND visible_at IS NULL
   AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR updated_at >= :since);
 
+-- name: purge_todos
+-- A queue's finished todos (done, or dead letters: :state 'done' or 'failed'),
+-- last touched before :before (NULL: any time), oldest first, a batch at a
+-- time. Live todos are never purged; attempts and event links go with them.
+DELETE FROM todos WHERE id IN (
+    SELECT id FROM todos
+    WHERE queue = :queue AND state = :state AND state IN ('done', 'failed') AND visible_at IS NULL
+      AND (:before IS NULL OR updated_at < :before)
+    ORDER BY id
+    LIMIT :limit)
+RETURNING id;
+
+-- name: count_purgeable
+SELECT count(*) FROM todos
+WHERE queue = :queue AND state = :state AND state IN ('done', 'failed') AND visible_at IS NULL
+  AND (:before IS NULL OR updated_at < :before);
+
 -- name: stats
 -- Counts per queue and state as they stand at :now, without writing: a claimed
 -- todo whose lease lapsed counts as what the next claim will make of it

@@ -589,6 +589,59 @@ async def redrive_many(
             return Redriven(*totals)
 
 
+PURGEABLE = ("done", "failed")  # finished states a purge may delete (failed: dead letters only)
+
+
+def _purge_filter(queue: str, state: str, before: int | None) -> dict[str, Any]:
+    require_name("queue", queue)
+    if state not in PURGEABLE:
+        raise InvalidArgument(f"only finished todos can be purged: state must be one of {', '.join(PURGEABLE)}")
+    return {"queue": queue, "state": state, "before": before}
+
+
+async def count_purgeable(store: Store, *, queue: str, state: str, before: int | None = None) -> int:
+    """How many finished todos of ``queue`` in ``state``, last touched before ``before`` (ms), a purge would delete."""
+    await _settle_lapsed(store)
+    row = await store.read_one(Q.count_purgeable, _purge_filter(queue, state, before))
+    return int(row[0]) if row is not None else 0
+
+
+async def purge(
+    store: Store,
+    *,
+    queue: str,
+    state: str,
+    before: int | None = None,
+    by: str | None = None,
+    batch: int = REDRIVE_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete finished todos (with their attempts), ``batch`` per transaction; how many.
+
+    Each transaction is recorded in the audit trail when ``by`` is given.
+    """
+    params = _purge_filter(queue, state, before)
+    require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
+
+    def body(tx: Transaction) -> int:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        ids = [r["id"] for r in tx.all(Q.purge_todos, {**params, "limit": batch})]
+        if by is not None and ids:
+            audit.record(tx, now, by=by, action="todo.purge", subject=queue, state=state, count=len(ids),
+                         first_id=ids[0], last_id=ids[-1])  # fmt: skip
+        return len(ids)
+
+    total = 0
+    while True:
+        deleted = await store.write(body)
+        total += deleted
+        if progress is not None and deleted:
+            progress(total)
+        if deleted < batch:
+            return total
+
+
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
     """Counts per queue and state, dead letters, and the oldest pending todo's age.
 

@@ -394,3 +394,30 @@ def test_bulk_redrive_needs_the_queue_and_dead_or_an_id_alone(cli) -> None:
     for args in (("--queue", "q"), ("--dead",), ("1", "--queue", "q", "--dead"), ("--queue", "q", "--dead", "--since", "7")):
         code, _, err, _ = cli("todo", "redrive", *args)
         assert code == 2, (args, err)
+
+
+def test_purge_deletes_a_queues_finished_todos_of_one_state_and_never_a_live_one(cli, db_path: Path) -> None:
+    done = as_json(cli, "todo", "create", "--queue", "q", "--title", "done")
+    claimed = as_json(cli, "todo", "claim", str(done["id"]))
+    as_json(cli, "todo", "complete", str(done["id"]), "--token", claimed["lease_token"])
+    dead = make_dead(cli, "q", "dead")
+    live = as_json(cli, "todo", "create", "--queue", "q", "--title", "live")["id"]
+    other = as_json(cli, "todo", "create", "--queue", "other", "--title", "elsewhere")["id"]
+    assert as_json(cli, "todo", "purge", "--queue", "q", "--state", "done", "--dry-run")["matched"] == 1
+    assert as_json(cli, "todo", "purge", "--queue", "q", "--state", "done", "--yes") == {"matched": 1, "purged": 1}
+    assert sorted(i for (i,) in rows(db_path, "SELECT id FROM todos")) == sorted([dead, live, other])
+    assert rows(db_path, "SELECT count(*) FROM attempts WHERE todo_id = ?", (done["id"],)) == [(0,)]
+    assert as_json(cli, "todo", "purge", "--queue", "q", "--state", "failed", "--yes")["purged"] == 1
+    assert sorted(i for (i,) in rows(db_path, "SELECT id FROM todos")) == sorted([live, other])
+    audited = [json.loads(bytes(b)) for (b,) in rows(db_path, "SELECT body FROM events WHERE type = 'todo.purge'")]
+    assert [(a["state"], a["count"]) for a in audited] == [("done", 1), ("failed", 1)]
+
+
+def test_purge_respects_older_than_and_refuses_without_yes_off_a_terminal(cli, db_path: Path) -> None:
+    make_dead(cli, "q", "dead")
+    assert as_json(cli, "todo", "purge", "--queue", "q", "--state", "failed", "--older-than", "1", "--yes")["matched"] == 0
+    refused = run_cli("todo", "purge", "--queue", "q", "--state", "failed", db=db_path, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2 and "add --yes to delete them" in refused.stderr
+    code, _, err, _ = cli("todo", "purge", "--queue", "q", "--state", "pending", "--yes")
+    assert code == 2 and "--state" in err
+    assert len(as_json(cli, "todo", "list", "--dead")) == 1
