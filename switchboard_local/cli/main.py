@@ -444,7 +444,7 @@ def _progress(done_word: str, matched: int) -> Callable[[int], None]:
     """Progress on stderr for a bulk change longer than one transaction."""
 
     def say(done: int) -> None:
-        if matched > todos.REDRIVE_BATCH:
+        if matched > todos.BULK_BATCH:
             click.echo(f"{done_word} {done} of {matched}…", err=True)
 
     return say

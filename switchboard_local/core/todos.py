@@ -514,7 +514,7 @@ async def redrive(store: Store, todo_id: int, *, by: str | None = None) -> Todo:
     return await store.write(body)
 
 
-REDRIVE_BATCH = 500  # dead letters per transaction: a large redrive never holds the write lock for long
+BULK_BATCH = 500  # todos per transaction of a bulk change: it never holds the write lock for long
 
 
 @dataclass(frozen=True)
@@ -551,7 +551,7 @@ async def redrive_many(
     kind: str | None = None,
     since: int | None = None,
     by: str | None = None,
-    batch: int = REDRIVE_BATCH,
+    batch: int = BULK_BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> Redriven:
     """Every matching dead letter back to pending with a fresh budget, ``batch`` per transaction.
@@ -560,33 +560,53 @@ async def redrive_many(
     is given; ``progress`` hears the running count after each one.
     """
     params = _dead_filter(queue, kind, since)
+
+    def step(after_id: int) -> Callable[[Transaction], tuple[int, int, int]]:
+        def body(tx: Transaction) -> tuple[int, int, int]:
+            now = store.clock.now_ms()
+            _recover_lapsed(tx, now)
+            ids = [r["id"] for r in tx.all(Q.dead_letters, {**params, "after_id": after_id, "limit": batch})]
+            done: list[int] = []
+            for todo_id in ids:
+                try:
+                    if tx.one(Q.redrive, {"id": todo_id, "now": now}) is not None:
+                        done.append(todo_id)
+                except Conflict:  # a newer live todo holds its idempotency key: it stays a dead letter
+                    pass
+            if by is not None and ids:
+                audit.record(tx, now, by=by, action="todo.redrive", subject=queue, ids=done,
+                             skipped=len(ids) - len(done))  # fmt: skip
+            return len(ids), len(done), ids[-1] if ids else after_id  # past the held-back ones next time
+
+        return body
+
+    matched, redriven = await _in_batches(store, step, batch=batch, progress=progress)
+    return Redriven(matched, redriven, matched - redriven)
+
+
+async def _in_batches(
+    store: Store,
+    step: Callable[[int], Callable[[Transaction], tuple[int, int, int]]],
+    *,
+    batch: int,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, int]:
+    """A bulk change, one bounded batch per transaction, until a batch comes back short.
+
+    ``step(cursor)`` makes one batch's body, which answers (taken, done, next
+    cursor); the cursor is carried out here, not kept by the body, since a
+    body may run more than once (group commit). ``progress`` hears the
+    running count done. Answers the totals (taken, done).
+    """
     require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
-    totals = [0, 0, 0]  # matched, redriven, skipped
-    after_id = 0
-
-    def body(tx: Transaction) -> tuple[int, int, int, int]:
-        now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
-        ids = [r["id"] for r in tx.all(Q.dead_letters, {**params, "after_id": after_id, "limit": batch})]
-        done: list[int] = []
-        for todo_id in ids:
-            try:
-                if tx.one(Q.redrive, {"id": todo_id, "now": now}) is not None:
-                    done.append(todo_id)
-            except Conflict:  # a newer live todo holds its idempotency key: it stays a dead letter
-                pass
-        if by is not None and ids:
-            audit.record(tx, now, by=by, action="todo.redrive", subject=queue, ids=done, skipped=len(ids) - len(done))
-        return len(ids), len(done), len(ids) - len(done), ids[-1] if ids else after_id
-
+    taken = done = cursor = 0
     while True:
-        matched, redriven, skipped, after_id = await store.write(body)
-        for i, n in enumerate((matched, redriven, skipped)):
-            totals[i] += n
-        if progress is not None and matched:
-            progress(totals[1])
-        if matched < batch:
-            return Redriven(*totals)
+        n, d, cursor = await store.write(step(cursor))
+        taken, done = taken + n, done + d
+        if progress is not None and n:
+            progress(done)
+        if n < batch:
+            return taken, done
 
 
 PURGEABLE = ("done", "failed")  # finished states a purge may delete (failed: dead letters only)
@@ -613,7 +633,7 @@ async def purge(
     state: str,
     before: int | None = None,
     by: str | None = None,
-    batch: int = REDRIVE_BATCH,
+    batch: int = BULK_BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Delete finished todos (with their attempts), ``batch`` per transaction; how many.
@@ -621,25 +641,21 @@ async def purge(
     Each transaction is recorded in the audit trail when ``by`` is given.
     """
     params = _purge_filter(queue, state, before)
-    require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
 
-    def body(tx: Transaction) -> int:
-        now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
-        ids = [r["id"] for r in tx.all(Q.purge_todos, {**params, "limit": batch})]
-        if by is not None and ids:
-            audit.record(tx, now, by=by, action="todo.purge", subject=queue, state=state, count=len(ids),
-                         first_id=ids[0], last_id=ids[-1])  # fmt: skip
-        return len(ids)
+    def step(_: int) -> Callable[[Transaction], tuple[int, int, int]]:
+        def body(tx: Transaction) -> tuple[int, int, int]:
+            now = store.clock.now_ms()
+            _recover_lapsed(tx, now)
+            ids = [r["id"] for r in tx.all(Q.purge_todos, {**params, "limit": batch})]
+            if by is not None and ids:
+                audit.record(tx, now, by=by, action="todo.purge", subject=queue, state=state, count=len(ids),
+                             first_id=ids[0], last_id=ids[-1])  # fmt: skip
+            return len(ids), len(ids), 0  # what is deleted is gone: no cursor needed
 
-    total = 0
-    while True:
-        deleted = await store.write(body)
-        total += deleted
-        if progress is not None and deleted:
-            progress(total)
-        if deleted < batch:
-            return total
+        return body
+
+    _, purged = await _in_batches(store, step, batch=batch, progress=progress)
+    return purged
 
 
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
