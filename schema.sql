@@ -35,11 +35,13 @@ CREATE INDEX IF NOT EXISTS events_received ON events (received_at);
 
 -- A durable unit of work.
 --
--- visible_at is set exactly while the todo waits to be claimed: a pending todo
--- (now, or after its delay) or a failed one awaiting its retry. It is NULL
--- while claimed, when done, and for a dead letter (state 'failed' with no
--- retry time). Claiming is therefore "visible_at <= now", served by one
--- partial index that done rows never enter.
+-- States: pending (waiting to be claimed: now, after a delay, or after a failed
+-- attempt's backoff), claimed, and the finished ones: done, failed (a dead
+-- letter: its attempts are used up) and cancelled (by an operator).
+--
+-- visible_at is set exactly while the todo is pending: when it becomes
+-- claimable. Claiming is therefore "visible_at <= now", served by one partial
+-- index that finished rows never enter.
 CREATE TABLE IF NOT EXISTS todos (
     id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune
     queue            TEXT    NOT NULL CHECK (queue <> ''),
@@ -49,7 +51,7 @@ CREATE TABLE IF NOT EXISTS todos (
     payload          TEXT    NOT NULL DEFAULT 'null',  -- JSON
     event_id         INTEGER REFERENCES events (id) ON DELETE SET NULL,
     idempotency_key  TEXT,
-    state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed')),
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
     priority         INTEGER NOT NULL DEFAULT 0,  -- higher first
     attempt          INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
     max_attempts     INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
@@ -62,11 +64,12 @@ CREATE TABLE IF NOT EXISTS todos (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
     claimed_at       INTEGER,                     -- start of the current (or last) attempt
-    completed_at     INTEGER,
+    completed_at     INTEGER,                     -- when it was done
+    cancelled_by     TEXT,                        -- who cancelled it, and why: told to a holder
+    cancel_reason    TEXT,                        --   whose lease the cancel ended
     CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
     CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
-    CHECK (visible_at IS NULL OR state IN ('pending', 'failed')),
-    CHECK (state <> 'pending' OR visible_at IS NOT NULL)
+    CHECK ((state = 'pending') = (visible_at IS NOT NULL))
 );
 
 -- Claim order within one queue, and across all queues: priority, then oldest.
@@ -82,8 +85,8 @@ CREATE INDEX IF NOT EXISTS todos_leases
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS todos_by_state ON todos (queue, state);
 
--- Idempotency: one live todo per (queue, key). Live = pending, claimed, or
--- failed awaiting a retry; done todos and dead letters free the key. Keys of
+-- Idempotency: one live todo per (queue, key). Live = pending or claimed;
+-- finished todos (done, dead letters, cancelled) free the key. Keys of
 -- todos derived from events start with 'event:', a prefix no direct producer
 -- (CLI, agent) may use, so a direct create can never squat a key a future
 -- delivery will derive.
@@ -111,7 +114,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     owner       TEXT    NOT NULL,
     claimed_at  INTEGER NOT NULL,
     ended_at    INTEGER,                          -- NULL while the attempt is open
-    outcome     TEXT CHECK (outcome IN ('completed', 'failed', 'released', 'lease_expired')),
+    outcome     TEXT CHECK (outcome IN ('completed', 'failed', 'released', 'lease_expired',
+                                        'released_by_operator', 'cancelled')),
     error       TEXT,
     CHECK ((ended_at IS NULL) = (outcome IS NULL))
 );

@@ -25,7 +25,7 @@ from .common import Out, json_text, printable, when
 
 T = TypeVar("T")
 
-STATE_COLOURS = {"pending": "yellow", "claimed": "cyan", "done": "green", "failed": "red", "dead letter": "magenta"}
+STATE_COLOURS = {"pending": "yellow", "claimed": "cyan", "done": "green", "dead letter": "red", "cancelled": "magenta"}
 
 
 def follow(

@@ -60,6 +60,8 @@ def _todo_text(todo: Todo) -> str:
         ("key", todo.idempotency_key),
         ("event", todo.event_id),
         ("last error", todo.last_error),
+        ("cancelled by", todo.cancelled_by),
+        ("reason", todo.cancel_reason),
     ]
     lines += [f"  {name:<12} {value}" for name, value in optional if value is not None]
     lines.append(f"  created      {when(todo.created_at)}")
@@ -111,7 +113,7 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
         new = NewTodo(delay=delay, **fields)
     except SwitchboardError as exc:
         out.fail(exc)
-    todo, created = out.run(lambda store: todos.create(store, new))
+    todo, created = out.run(lambda store: todos.create(store, new, by=operator()))
     verb = "created" if created else f"exists already (key {todo.idempotency_key!r}):"
     out.emit({**todo.to_dict(), "created": created}, f"{verb} todo {todo.id} on {todo.queue}: {todo.title}")
 
@@ -314,7 +316,8 @@ def todo_complete(
 def _failed_text(found: Todo) -> str:
     if found.dead_letter:
         return f"todo {found.id} failed for good after {found.attempt} attempts (dead letter; see 'todo redrive')"
-    return f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}; retry from {when(found.visible_at)}"
+    return (f"todo {found.id} failed attempt {found.attempt} of {found.max_attempts}: "
+            f"pending, retried from {when(found.visible_at)}")  # fmt: skip
 
 
 @todo.command("fail")
@@ -327,7 +330,7 @@ def todo_fail(
     db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, error: str | None, claim_next: bool,
     queues: tuple[str, ...], owner: str | None, lease: float | None,
 ) -> None:  # fmt: skip
-    """Fail the attempt: retried after backoff, or a dead letter at the cap."""
+    """Fail the attempt: pending again after a backoff, or failed for good (a dead letter) at the cap."""
     _finish(
         Out(db, as_json),
         lambda store, then: todos.fail(store, Lease(todo_id, lease_token), error=error, then=then),
@@ -338,14 +341,87 @@ def todo_fail(
 
 @todo.command("release")
 @click.argument("todo_id", metavar="ID", type=ID)
-@token_option
+@click.option("--token", "lease_token", default=None, help="The lease token from the claim.")
+@click.option("--force", is_flag=True, help="Without the token (an operator's release): the holder's token is void.")
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
 @common
-def todo_release(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, delay: float) -> None:
-    """Give a claimed todo back untouched; the attempt is refunded."""
+def todo_release(
+    db: Path | None, as_json: bool | None, todo_id: int, lease_token: str | None, force: bool, delay: float
+) -> None:
+    """Give a claimed todo back untouched; the attempt is refunded.
+
+    With --force, an operator takes it back from a holder that lost its token
+    or hangs: pending at once, recorded in the audit trail.
+    """
     out = Out(db, as_json)
+    if force:
+        if lease_token is not None or delay:
+            raise click.UsageError("--force releases without a token, at once: not with --token or --delay")
+        found = out.run(lambda store: todos.force_release(store, todo_id, by=operator()))
+        out.emit(found.to_dict(), f"todo {found.id} released by force: pending now; its holder's token is void")
+        return
+    if lease_token is None:
+        raise click.UsageError("give the lease token (--token), or --force to release without it")
     found = out.run(lambda store: todos.release(store, Lease(todo_id, lease_token), delay=delay))
     out.emit(found.to_dict(), f"todo {found.id} released: pending from {when(found.visible_at)}")
+
+
+@todo.command("cancel")
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.option("--reason", default=None, help="Why: kept on the todo, told to its holder, in the audit trail.")
+@click.option("--queue", default=None, help="With --state pending: the queue's pending todos.")
+@click.option("--state", type=click.Choice(["pending"]), default=None, help="pending: cancel a queue's pending todos.")
+@click.option("--kind", default=None, help="Only todos of this kind.")
+@click.option("--since", type=SinceValue(), default=None, help="Only those created since this time or age (10m, 2h).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be cancelled.")
+@click.option("--yes", is_flag=True, help="Do it without asking (required when stdin is not a terminal).")
+@common
+def todo_cancel(
+    db: Path | None, as_json: bool | None, todo_id: int | None, reason: str | None, queue: str | None,
+    state: str | None, kind: str | None, since: Any, dry_run: bool, yes: bool,
+) -> None:  # fmt: skip
+    """Cancel a pending or claimed todo (ID), or a queue's pending todos (--queue Q --state pending).
+
+    A cancelled todo is finished: it frees its idempotency key, and a holder
+    is refused (told it was cancelled) on its next heartbeat, complete or
+    fail. A bulk cancel counts first, then asks (or takes --yes).
+    """
+    out = Out(db, as_json)
+    bulk = queue is not None or state is not None or kind is not None or since is not None or dry_run or yes
+    if todo_id is not None:
+        if bulk:
+            raise click.UsageError("give an ID, or --queue Q --state pending with its filters, not both")
+        found = out.run(lambda store: todos.cancel(store, todo_id, by=operator(), reason=reason))
+        out.emit(found.to_dict(), f"todo {found.id} cancelled")
+        return
+    if queue is None or state is None:
+        raise click.UsageError("give an ID, or --queue Q --state pending to cancel a queue's pending todos")
+    since_ms = _since_ms(since)
+    matched = out.run(lambda store: todos.count_pending(store, queue=queue, kind=kind, since=since_ms(store)))
+    what = f"{matched} pending todo{'s' if matched != 1 else ''} on {queue}"
+    if dry_run or not matched:
+        out.emit({"matched": matched, "cancelled": 0, "dry_run": dry_run},
+                 f"{what} would be cancelled" if dry_run else f"no pending todos on {queue} match")  # fmt: skip
+        return
+    _confirm_bulk("cancel", what, yes)
+    cancelled = out.run(lambda store: todos.cancel_many(store, queue=queue, kind=kind, since=since_ms(store),
+                                                        reason=reason, by=operator(),
+                                                        progress=_progress("cancelled", matched)))  # fmt: skip
+    out.emit({"matched": matched, "cancelled": cancelled}, f"cancelled {cancelled} pending todos on {queue}")
+
+
+def _since_ms(since: Any) -> Callable[[Store], int | None]:
+    """--since as milliseconds on the store's clock (an age counts back from now); ids are refused."""
+    if since is not None and since[0] == "id":
+        raise click.UsageError("--since takes a time or an age (10m, 2h, 1d) here, not an id")
+
+    def since_ms(store: Store) -> int | None:
+        if since is None:
+            return None
+        kind_of, value = since
+        return store.clock.now_ms() - value * 1000 if kind_of == "ago" else value
+
+    return since_ms
 
 
 @todo.command("redrive")
@@ -377,14 +453,7 @@ def todo_redrive(
         return
     if queue is None or not dead:
         raise click.UsageError("give an ID, or --queue Q --dead to redrive a queue's dead letters")
-    if since is not None and since[0] == "id":
-        raise click.UsageError("--since takes a time or an age (10m, 2h, 1d) here, not an id")
-
-    def since_ms(store: Store) -> int | None:
-        if since is None:
-            return None
-        kind_of, value = since
-        return store.clock.now_ms() - value * 1000 if kind_of == "ago" else value
+    since_ms = _since_ms(since)
 
     matched = out.run(lambda store: todos.count_dead_letters(store, queue=queue, kind=kind, since=since_ms(store)))
     what = f"{matched} dead letter{'s' if matched != 1 else ''} on {queue}"
@@ -401,7 +470,8 @@ def todo_redrive(
 
 @todo.command("purge")
 @click.option("--queue", required=True, help="The queue whose finished todos go.")
-@click.option("--state", type=click.Choice(todos.PURGEABLE), required=True, help="done, or failed (dead letters).")
+@click.option("--state", type=click.Choice(todos.PURGEABLE), required=True,
+              help="done, failed (dead letters) or cancelled.")  # fmt: skip
 @click.option("--older-than", type=click.FloatRange(0, 36500), default=None, help="Only those last touched DAYS ago or more.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("--yes", is_flag=True, help="Do it without asking (required when stdin is not a terminal).")
@@ -409,7 +479,7 @@ def todo_redrive(
 def todo_purge(
     db: Path | None, as_json: bool | None, queue: str, state: str, older_than: float | None, dry_run: bool, yes: bool
 ) -> None:
-    """Delete a queue's finished todos (done, or dead letters) and their attempt history; never a live one.
+    """Delete a queue's finished todos (done, dead letters or cancelled) and their attempt history; never a live one.
 
     Counts first, then asks (or takes --yes); a bounded batch per transaction.
     """
@@ -419,7 +489,7 @@ def todo_purge(
         return None if older_than is None else store.clock.now_ms() - round(older_than * 86_400_000)
 
     matched = out.run(lambda store: todos.count_purgeable(store, queue=queue, state=state, before=before(store)))
-    noun = "done todo" if state == "done" else "dead letter"
+    noun = {"done": "done todo", "failed": "dead letter", "cancelled": "cancelled todo"}[state]
     what = f"{matched} {noun}{'s' if matched != 1 else ''} on {queue}"
     if dry_run or not matched:
         out.emit({"matched": matched, "purged": 0, "dry_run": dry_run},
@@ -453,23 +523,28 @@ def _progress(done_word: str, matched: int) -> Callable[[int], None]:
 @main.command("stats")
 @common
 def stats_command(db: Path | None, as_json: bool | None) -> None:
-    """Counts per queue and state, dead letters, oldest pending age, paused or not."""
+    """Counts per queue: ready, delayed (a delay or a retry's backoff), claimed, done, dead, cancelled.
+
+    OLDEST READY is the age of the oldest todo claimable now (since it was
+    created); a paused queue says so.
+    """
     out = Out(db, as_json)
     found = out.run(todos.stats)
     rows = [
         [
             s.queue,
-            s.pending,
+            s.ready,
+            s.delayed,
             s.claimed,
             s.done,
-            s.failed,
-            s.dead_letters,
-            "-" if s.oldest_pending_age_seconds is None else f"{s.oldest_pending_age_seconds:.0f}s",
+            s.dead,
+            s.cancelled,
+            "-" if s.oldest_ready_age_seconds is None else f"{s.oldest_ready_age_seconds:.0f}s",
             "paused" if s.paused else "",
         ]
         for s in found
     ]
-    headers = ["QUEUE", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD", "OLDEST PENDING", "PAUSED"]
+    headers = ["QUEUE", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST READY", "PAUSED"]
     out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 

@@ -66,13 +66,14 @@ def queue_list(db: Path | None, as_json: bool | None) -> None:
         [
             q.name,
             f"since {when(q.paused_at)} by {q.paused_by}" if q.paused else "no",
-            q.stats.pending,
+            q.stats.ready,
+            q.stats.delayed,
             q.stats.claimed,
             q.stats.done,
-            q.stats.failed,
-            q.stats.dead_letters,
+            q.stats.dead,
+            q.stats.cancelled,
         ]
         for q in found
     ]
-    headers = ["QUEUE", "PAUSED", "PENDING", "CLAIMED", "DONE", "FAILED", "DEAD"]
+    headers = ["QUEUE", "PAUSED", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED"]
     out.emit({"queues": [q.to_dict() for q in found]}, table(headers, rows) if rows else "no queues")

@@ -28,8 +28,12 @@ WHERE :idempotency_key IS NULL OR NOT EXISTS (
       AND (state = 'claimed' OR visible_at IS NOT NULL))
 RETURNING id;
 
+-- name: set_todo_event
+-- A direct create's event, recorded after its todo (audit.py).
+UPDATE todos SET event_id = :event_id WHERE id = :id RETURNING *;
+
 -- name: live_todo_by_key
--- The live (pending, claimed, or awaiting retry) todo holding a key.
+-- The live (pending or claimed) todo holding a key.
 SELECT * FROM todos
 WHERE queue = :queue AND idempotency_key = :idempotency_key
   AND (state = 'claimed' OR visible_at IS NOT NULL);
@@ -41,14 +45,14 @@ SELECT * FROM todos WHERE id = :id;
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
 -- 'ready' (claimable now), 'delayed' (claimable later: a delay or a retry's
--- backoff), 'dead' (a dead letter).
+-- backoff), 'dead' (a dead letter: state 'failed').
 SELECT * FROM todos
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR state = :state)
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
-       OR (:timing = 'dead' AND state = 'failed' AND visible_at IS NULL))
+       OR (:timing = 'dead' AND state = 'failed'))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -176,11 +180,12 @@ WHERE id = :id AND state = 'claimed'
 RETURNING *;
 
 -- name: fail
--- Below the cap the todo waits out an exponential backoff (base doubling per
--- attempt, capped, scaled by the caller's jitter factor); at the cap it is a
--- dead letter: failed with no retry time.
+-- Below the cap the todo is pending again after an exponential backoff (base
+-- doubling per attempt, capped, scaled by the caller's jitter factor); at the
+-- cap it is a dead letter: failed, with no retry time.
 UPDATE todos
-SET state = 'failed', last_error = :error, updated_at = :now,
+SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'pending' END,
+    last_error = :error, updated_at = :now,
     visible_at = CASE
         WHEN attempt >= max_attempts THEN NULL
         ELSE :now + CAST(MIN(:backoff_base_ms << MIN(attempt - 1, 20), :backoff_cap_ms) * :jitter AS INTEGER)
@@ -200,18 +205,57 @@ WHERE id = :id AND state = 'claimed'
   AND lease_token_hash = :lease_token_hash AND lease_expires_at > :now
 RETURNING *;
 
+-- name: force_release
+-- An operator's release, without the token: back to pending now, the attempt
+-- refunded (as a release is); the holder's token no longer matches anything.
+UPDATE todos
+SET state = 'pending', attempt = attempt - 1, visible_at = :now, updated_at = :now,
+    owner = NULL, lease_token_hash = NULL, lease_expires_at = NULL
+WHERE id = :id AND state = 'claimed'
+RETURNING *;
+
+-- name: cancel
+-- A pending or claimed todo finished by an operator: it frees its key, and a
+-- holder's token is refused from now on (told who cancelled it, and why).
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now,
+    visible_at = NULL, owner = NULL, lease_token_hash = NULL, lease_expires_at = NULL
+WHERE id = :id AND state IN ('pending', 'claimed')
+RETURNING *;
+
+-- name: cancel_pending
+-- A queue's pending todos (:kind and :since, created at or after, in ms, may
+-- be NULL), oldest first, a batch at a time.
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now, visible_at = NULL
+WHERE id IN (
+    SELECT id FROM todos
+    WHERE queue = :queue AND state = 'pending'
+      AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
+    ORDER BY id
+    LIMIT :limit)
+RETURNING id;
+
+-- name: count_pending
+SELECT count(*) FROM todos
+WHERE queue = :queue AND state = 'pending'
+  AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since);
+
+-- name: last_attempt
+SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY id DESC LIMIT 1;
+
 -- name: redrive
 -- A dead letter back to pending with a fresh attempt budget.
 UPDATE todos
 SET state = 'pending', attempt = 0, visible_at = :now, updated_at = :now
-WHERE id = :id AND state = 'failed' AND visible_at IS NULL
+WHERE id = :id AND state = 'failed'
 RETURNING *;
 
 -- name: dead_letters
 -- A queue's dead letters after :after_id, oldest first, a batch at a time;
 -- :kind and :since (died at or after, in ms) may be NULL.
 SELECT id FROM todos
-WHERE queue = :queue AND state = 'failed' AND visible_at IS NULL
+WHERE queue = :queue AND state = 'failed'
   AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR updated_at >= :since)
   AND id > :after_id
 ORDER BY id
@@ -219,16 +263,16 @@ LIMIT :limit;
 
 -- name: count_dead_letters
 SELECT count(*) FROM todos
-WHERE queue = :queue AND state = 'failed' AND visible_at IS NULL
+WHERE queue = :queue AND state = 'failed'
   AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR updated_at >= :since);
 
 -- name: purge_todos
--- A queue's finished todos (done, or dead letters: :state 'done' or 'failed'),
--- last touched before :before (NULL: any time), oldest first, a batch at a
--- time. Live todos are never purged; attempts and event links go with them.
+-- A queue's finished todos in :state ('done', 'failed' or 'cancelled'), last
+-- touched before :before (NULL: any time), oldest first, a batch at a time.
+-- Live todos are never purged; attempts and event links go with them.
 DELETE FROM todos WHERE id IN (
     SELECT id FROM todos
-    WHERE queue = :queue AND state = :state AND state IN ('done', 'failed') AND visible_at IS NULL
+    WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (:before IS NULL OR updated_at < :before)
     ORDER BY id
     LIMIT :limit)
@@ -236,26 +280,29 @@ RETURNING id;
 
 -- name: count_purgeable
 SELECT count(*) FROM todos
-WHERE queue = :queue AND state = :state AND state IN ('done', 'failed') AND visible_at IS NULL
+WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
   AND (:before IS NULL OR updated_at < :before);
 
 -- name: stats
--- Counts per queue and state as they stand at :now, without writing: a claimed
--- todo whose lease lapsed counts as what the next claim will make of it
--- (pending again, or a dead letter when its attempts are used up). Dead
--- letters are the failed todos with no retry time; the oldest pending todo's
--- creation time gives its age. A paused queue is listed even with no todos,
--- with zero counts; paused_at is NULL unless the queue is paused.
+-- Counts per queue as they stand at :now, without writing: a claimed todo
+-- whose lease lapsed counts as what the next claim will make of it (ready
+-- again, or a dead letter when its attempts are used up). Pending todos are
+-- ready (claimable now) or delayed (a delay, or a retry's backoff); the oldest
+-- ready todo's creation time gives its age. A paused queue is listed even with
+-- no todos, with zero counts; paused_at is NULL unless the queue is paused.
 WITH counts AS (
     SELECT queue,
-           SUM(state = 'pending' OR (lapsed AND attempt < max_attempts))          AS pending,
-           SUM(state = 'claimed' AND NOT lapsed)                                   AS claimed,
-           SUM(state = 'done')                                                     AS done,
-           SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts))          AS failed,
-           SUM((state = 'failed' AND visible_at IS NULL) OR (lapsed AND attempt >= max_attempts)) AS dead_letters,
-           MIN(CASE WHEN state = 'pending' OR (lapsed AND attempt < max_attempts) THEN created_at END)
-                                                                                   AS oldest_pending_created_at
-    FROM (SELECT *, (state = 'claimed' AND lease_expires_at <= :now) AS lapsed FROM todos)
+           SUM(ready)                                            AS ready,
+           SUM(state = 'pending' AND NOT ready)                  AS delayed,
+           SUM(state = 'claimed' AND NOT lapsed)                 AS claimed,
+           SUM(state = 'done')                                   AS done,
+           SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts)) AS dead,
+           SUM(state = 'cancelled')                              AS cancelled,
+           MIN(CASE WHEN ready THEN created_at END)              AS oldest_ready_created_at
+    FROM (SELECT *, lapsed AND attempt < max_attempts OR visible_at <= :now AS ready
+          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at,
+                       (state = 'claimed' AND lease_expires_at <= :now) AS lapsed
+                FROM todos))
     GROUP BY queue
 ), names AS (
     SELECT queue FROM counts
@@ -263,10 +310,10 @@ WITH counts AS (
     SELECT name FROM queues WHERE paused_at IS NOT NULL
 )
 SELECT names.queue,
-       COALESCE(counts.pending, 0) AS pending, COALESCE(counts.claimed, 0) AS claimed,
-       COALESCE(counts.done, 0) AS done, COALESCE(counts.failed, 0) AS failed,
-       COALESCE(counts.dead_letters, 0) AS dead_letters, counts.oldest_pending_created_at,
-       queues.paused_at, queues.paused_by
+       COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
+       COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
+       COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
+       counts.oldest_ready_created_at, queues.paused_at, queues.paused_by
 FROM names
 LEFT JOIN counts ON counts.queue = names.queue
 LEFT JOIN queues ON queues.name = names.queue AND queues.paused_at IS NOT NULL
@@ -499,10 +546,10 @@ UPDATE rules SET position = :position WHERE id = :id;
 -- ---- retention ----
 
 -- name: prune_finished_todos
--- Done todos and dead letters last touched before the cutoff. Live todos are
--- never pruned.
+-- Finished todos (done, dead letters, cancelled) last touched before the
+-- cutoff. Live todos are never pruned.
 DELETE FROM todos
-WHERE (state = 'done' OR (state = 'failed' AND visible_at IS NULL))
+WHERE state IN ('done', 'failed', 'cancelled')
   AND updated_at < :cutoff;
 
 -- name: prune_events

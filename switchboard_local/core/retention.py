@@ -37,7 +37,7 @@ async def prune(
 ) -> Pruned:
     """Delete finished todos and events older than the cutoff, and events past the cap.
 
-    Never a live todo (pending, claimed, failed awaiting retry), nor an event a
+    Never a live todo (pending or claimed), nor an event a
     live todo points to. Finished todos of a pruned event keep their row with
     no event. A pruned event's key is kept until ``dedup_horizon_days`` after
     it arrived.

@@ -45,7 +45,7 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for anoth
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -83,6 +83,80 @@ CREATE TABLE IF NOT EXISTS queues (
 """,
     5: """
 ALTER TABLE agents ADD COLUMN owner TEXT;
+""",
+    # Retries read as pending ('failed' is a dead letter and nothing else); new:
+    # 'cancelled', who cancelled and why, and the operator's attempt outcomes.
+    # A CHECK changes, so both tables are rebuilt (foreign keys are off while
+    # migrating): ids, the todo id sequence and every row are kept.
+    6: """
+CREATE TEMP TABLE migration_6_sequence AS SELECT seq FROM sqlite_sequence WHERE name = 'todos';
+CREATE TABLE todos_v6 (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue            TEXT    NOT NULL CHECK (queue <> ''),
+    assignee         TEXT,
+    title            TEXT    NOT NULL,
+    kind             TEXT,
+    payload          TEXT    NOT NULL DEFAULT 'null',
+    event_id         INTEGER REFERENCES events (id) ON DELETE SET NULL,
+    idempotency_key  TEXT,
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
+    priority         INTEGER NOT NULL DEFAULT 0,
+    attempt          INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts     INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    owner            TEXT,
+    lease_token_hash TEXT,
+    lease_expires_at INTEGER,
+    visible_at       INTEGER,
+    result           TEXT,
+    last_error       TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    claimed_at       INTEGER,
+    completed_at     INTEGER,
+    cancelled_by     TEXT,
+    cancel_reason    TEXT,
+    CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
+    CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
+    CHECK ((state = 'pending') = (visible_at IS NOT NULL))
+);
+INSERT INTO todos_v6 (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+                      attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+                      last_error, created_at, updated_at, claimed_at, completed_at)
+SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key,
+       CASE WHEN state = 'failed' AND visible_at IS NOT NULL THEN 'pending' ELSE state END, priority,
+       attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+       last_error, created_at, updated_at, claimed_at, completed_at
+FROM todos;
+DROP TABLE todos;
+ALTER TABLE todos_v6 RENAME TO todos;
+DELETE FROM sqlite_sequence WHERE name = 'todos';
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'todos', MAX(COALESCE((SELECT seq FROM migration_6_sequence), 0), COALESCE((SELECT MAX(id) FROM todos), 0));
+DROP TABLE migration_6_sequence;
+CREATE INDEX todos_ready_by_queue ON todos (queue, priority DESC, id) WHERE visible_at IS NOT NULL;
+CREATE INDEX todos_ready ON todos (priority DESC, id) WHERE visible_at IS NOT NULL;
+CREATE INDEX todos_leases ON todos (lease_expires_at) WHERE state = 'claimed';
+CREATE INDEX todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
+CREATE INDEX todos_by_state ON todos (queue, state);
+CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
+CREATE TABLE attempts_v6 (
+    id          INTEGER PRIMARY KEY,
+    todo_id     INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL,
+    owner       TEXT    NOT NULL,
+    claimed_at  INTEGER NOT NULL,
+    ended_at    INTEGER,
+    outcome     TEXT CHECK (outcome IN ('completed', 'failed', 'released', 'lease_expired',
+                                        'released_by_operator', 'cancelled')),
+    error       TEXT,
+    CHECK ((ended_at IS NULL) = (outcome IS NULL))
+);
+INSERT INTO attempts_v6 (id, todo_id, attempt, owner, claimed_at, ended_at, outcome, error)
+SELECT id, todo_id, attempt, owner, claimed_at, ended_at, outcome, error FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v6 RENAME TO attempts;
+CREATE INDEX attempts_by_todo ON attempts (todo_id, id);
 """,
 }
 
@@ -198,6 +272,9 @@ def _migrate(path: Path, busy_ms: int) -> None:
         _refuse_newer(path, version)
         for pragma in _pragmas("FULL", busy_ms):
             conn.execute(pragma)
+        # A migration may rebuild a table (a new CHECK): dropping the old one
+        # with foreign keys on would cascade into its children.
+        conn.execute("PRAGMA foreign_keys = OFF")
         conn.execute("BEGIN IMMEDIATE")
         try:
             version, app_id = _identity(conn)

@@ -15,7 +15,9 @@ from .clock import rfc3339
 from .errors import InvalidArgument
 from .text import first_control
 
-State = Literal["pending", "claimed", "done", "failed"]
+# failed: a dead letter (its attempts used up); a failed attempt with attempts
+# left makes the todo pending again, after a backoff.
+State = Literal["pending", "claimed", "done", "failed", "cancelled"]
 STATES: tuple[State, ...] = get_args(State)
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -78,14 +80,17 @@ class Todo:
     updated_at: int
     claimed_at: int | None
     completed_at: int | None
+    cancelled_by: str | None = None
+    cancel_reason: str | None = None
     # Only in the answer to a claim: the token is shown once and stored hashed.
     lease_token: str | None = None
     attempts: tuple[Attempt, ...] | None = field(default=None, compare=False)
 
     @property
     def dead_letter(self) -> bool:
-        """Failed with no retry coming: waits for an operator's redrive."""
-        return self.state == "failed" and self.visible_at is None
+        """Failed for good (its attempts used up): waits for an operator's redrive.
+        Kept beside ``state`` for clients of the time when a retry read as failed."""
+        return self.state == "failed"
 
     @classmethod
     def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
@@ -111,6 +116,8 @@ class Todo:
             updated_at=row["updated_at"],
             claimed_at=row["claimed_at"],
             completed_at=row["completed_at"],
+            cancelled_by=row["cancelled_by"],
+            cancel_reason=row["cancel_reason"],
             lease_token=lease_token,
         )
 
@@ -139,6 +146,8 @@ class Todo:
             "updated_at": rfc3339(self.updated_at),
             "claimed_at": rfc3339(self.claimed_at),
             "completed_at": rfc3339(self.completed_at),
+            "cancelled_by": self.cancelled_by,
+            "cancel_reason": self.cancel_reason,
         }
         if self.lease_token is not None:
             out["lease_token"] = self.lease_token
@@ -268,29 +277,43 @@ def hash_token(token: str) -> str:
 
 @dataclass(frozen=True)
 class QueueStats:
+    """One queue's todos by where they stand: pending ones split into ready
+    (claimable now) and delayed (a delay, or a retry's backoff)."""
+
     queue: str
-    pending: int
+    ready: int
+    delayed: int
     claimed: int
     done: int
-    failed: int
-    dead_letters: int
-    oldest_pending_age_seconds: float | None
+    dead: int  # failed for good: dead letters
+    cancelled: int
+    oldest_ready_age_seconds: float | None
     paused: bool = False  # an operator paused the queue: nothing is claimed from it
+
+    @classmethod
+    def empty(cls, queue: str) -> QueueStats:
+        return cls(queue, 0, 0, 0, 0, 0, 0, None)
 
     @classmethod
     def from_row(cls, row: Any, now: int) -> QueueStats:
         """A row of the stats statement, as it stands at ``now``."""
-        oldest = row["oldest_pending_created_at"]
+        oldest = row["oldest_ready_created_at"]
         return cls(
             queue=row["queue"],
-            pending=row["pending"],
+            ready=row["ready"],
+            delayed=row["delayed"],
             claimed=row["claimed"],
             done=row["done"],
-            failed=row["failed"],
-            dead_letters=row["dead_letters"],
-            oldest_pending_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
+            dead=row["dead"],
+            cancelled=row["cancelled"],
+            oldest_ready_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
             paused=row["paused_at"] is not None,
         )
 
+    @property
+    def pending(self) -> int:
+        """Waiting to be claimed: ready or delayed."""
+        return self.ready + self.delayed
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "pending": self.pending}

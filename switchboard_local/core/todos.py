@@ -1,10 +1,15 @@
 """Todos and their lifecycle: the verbs every edge calls.
 
     create ─▶ pending ─claim─▶ claimed ─complete─▶ done
-                 ▲  ▲            │  │
-                 │  └─release / ─┘  └─fail─▶ failed ─(attempt < max, after backoff)─┐
-                 │    lease lapse                      attempt ≥ max: dead letter   │
-                 └──────────────── retry ◀──────────────────────────────────────────┘
+               ▲  ▲ ▲            │  │  │
+               │  │ └─ release, ─┘  │  └─ fail, attempts left: pending after a backoff
+               │  │   lease lapse   │     fail on the last attempt ─▶ failed (a dead letter)
+               │  │                 │                                  │
+               │  └──────────── redrive (an operator) ◀────────────────┘
+               │
+        cancel (an operator, on pending or claimed) ─▶ cancelled
+
+done, failed and cancelled are finished: they free the idempotency key.
 
 Each verb is one ``BEGIN IMMEDIATE`` transaction around named statements from
 queries.sql. A verb whose UPDATE changes no row never reports success: it
@@ -44,6 +49,7 @@ from .todo_model import (
     require_int,
     require_name,
     require_seconds,
+    require_text,
 )
 
 if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time
@@ -52,12 +58,14 @@ if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no impo
 # ---------------------------------------------------------------- create
 
 
-async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
+async def create(store: Store, todo: NewTodo, *, by: str | None = None) -> tuple[Todo, bool]:
     """Create a pending todo directly (CLI, agent); returns it and whether it was created.
 
     A live todo already holding (queue, idempotency_key) is returned instead,
     with ``False``. Keys in the namespace of todos derived from events are
     refused: a direct producer may not squat a key a delivery will derive.
+    With ``by`` (an OS user, an agent) a new todo comes from an event of the
+    audit trail (``todo.create``), as a delivered one comes from its delivery.
     """
     if todo.idempotency_key is not None and todo.idempotency_key.startswith(DERIVED_KEY_PREFIX):
         raise InvalidArgument(
@@ -66,7 +74,13 @@ async def create(store: Store, todo: NewTodo) -> tuple[Todo, bool]:
 
     def body(tx: Transaction) -> tuple[Todo, bool]:
         settings.require_size(tx, "payload", todo.payload_json)
-        return insert(tx, todo, now=store.clock.now_ms())
+        now = store.clock.now_ms()
+        made, created = insert(tx, todo, now=now)
+        if by is None or not created:
+            return made, created
+        event_id = audit.record(tx, now, by=by, action="todo.create", subject=made.id, queue=made.queue,
+                                title=made.title)  # fmt: skip
+        return Todo.from_row(tx.one(Q.set_todo_event, {"id": made.id, "event_id": event_id})), True
 
     return await store.write(body)
 
@@ -355,6 +369,8 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
         return Conflict(f"todo {todo_id} is claimed by {todo.owner} until {rfc3339(todo.lease_expires_at)}")
     if todo.state == "done":
         return Conflict(f"todo {todo_id} is done")
+    if todo.state == "cancelled":
+        return Conflict(f"todo {todo_id} was cancelled{_by_and_why(todo)}")
     if todo.dead_letter:
         return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempt{'' if todo.attempt == 1 else 's'}; redrive it first")
     assert todo.visible_at is not None and todo.visible_at > now
@@ -408,7 +424,7 @@ async def complete(store: Store, lease: Lease, *, result: Any = None, then: Next
 
 
 async def fail(store: Store, lease: Lease, *, error: str | None = None, then: NextClaim | None = None) -> Finished:
-    """claimed → failed: retried after backoff, or a dead letter at the attempt cap.
+    """claimed → pending after a backoff, or → failed (a dead letter) at the attempt cap.
 
     ``then`` as for ``complete``.
     """
@@ -478,6 +494,11 @@ def _why_token_refused(tx: Transaction, todo_id: int, token_hash: str) -> Except
     if row is None:
         return NotFound(f"todo {todo_id} does not exist")
     todo = Todo.from_row(row)
+    if todo.state == "cancelled":
+        return Conflict(f"todo {todo_id} was cancelled{_by_and_why(todo)}; stop working on it")
+    last = tx.one(Q.last_attempt, {"todo_id": todo_id})
+    if todo.state != "claimed" and last is not None and last["outcome"] == "released_by_operator":
+        return Conflict(f"todo {todo_id} was released by an operator; the lease token is void")
     if todo.state != "claimed":
         return Conflict(f"todo {todo_id} is {todo.state}, not claimed; the lease token is stale")
     if row["lease_token_hash"] != token_hash:
@@ -508,10 +529,79 @@ async def redrive(store: Store, todo_id: int, *, by: str | None = None) -> Todo:
         if current is None:
             raise NotFound(f"todo {todo_id} does not exist")
         todo = Todo.from_row(current)
-        detail = "awaiting a retry" if todo.state == "failed" else todo.state
-        raise Conflict(f"todo {todo_id} is {detail}, not a dead letter; only dead letters can be redriven")
+        raise Conflict(f"todo {todo_id} is {todo.state}, not a dead letter; only dead letters can be redriven")
 
     return await store.write(body)
+
+
+async def force_release(store: Store, todo_id: int, *, by: str) -> Todo:
+    """An operator's release of a claimed todo, without its token (a holder lost
+    it, or hangs): pending again at once, the attempt refunded and ended as
+    ``released_by_operator``; the holder's token is refused from now on."""
+
+    def body(tx: Transaction) -> Todo:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        row = tx.one(Q.force_release, {"id": todo_id, "now": now})
+        if row is None:
+            raise _not_in(tx, todo_id, ("claimed",), "released")
+        holder = tx.one(Q.last_attempt, {"todo_id": todo_id})
+        tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": "released_by_operator", "error": None, "now": now})
+        audit.record(tx, now, by=by, action="todo.release", subject=todo_id, queue=row["queue"],
+                     holder=None if holder is None else holder["owner"])  # fmt: skip
+        return Todo.from_row(row)
+
+    return await store.write(body)
+
+
+MAX_REASON_LENGTH = 1000
+
+
+def _cancel_params(by: str, reason: str | None) -> dict[str, Any]:
+    require_name("by", by)
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise InvalidArgument("reason must be a string")
+        reason = " ".join(reason.split()) or None  # one line, as a title is
+        if reason is not None:
+            if len(reason) > MAX_REASON_LENGTH:
+                raise InvalidArgument(f"reason is longer than {MAX_REASON_LENGTH} characters")
+            require_text("reason", reason)
+    return {"by": by, "reason": reason}
+
+
+async def cancel(store: Store, todo_id: int, *, by: str, reason: str | None = None) -> Todo:
+    """A pending or claimed todo → cancelled (an operator's verb): its key is
+    freed, and a holder is told on its next heartbeat, complete or fail."""
+    params = _cancel_params(by, reason)
+
+    def body(tx: Transaction) -> Todo:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        row = tx.one(Q.cancel, {**params, "id": todo_id, "now": now})
+        if row is None:
+            raise _not_in(tx, todo_id, ("pending", "claimed"), "cancelled")
+        tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": "cancelled", "error": params["reason"], "now": now})
+        audit.record(tx, now, by=by, action="todo.cancel", subject=todo_id, queue=row["queue"],
+                     reason=params["reason"])  # fmt: skip
+        return Todo.from_row(row)
+
+    return await store.write(body)
+
+
+def _not_in(tx: Transaction, todo_id: int, states: tuple[str, ...], verb: str) -> Exception:
+    """Why a verb for todos in ``states`` found this one elsewhere."""
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None:
+        return NotFound(f"todo {todo_id} does not exist")
+    todo = Todo.from_row(row)
+    state = "a dead letter" if todo.dead_letter else todo.state
+    return Conflict(f"todo {todo_id} is {state}; only {' or '.join(states)} todos can be {verb}")
+
+
+def _by_and_why(todo: Todo) -> str:
+    by = f" by {todo.cancelled_by}" if todo.cancelled_by else ""
+    return by + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")
 
 
 BULK_BATCH = 500  # todos per transaction of a bulk change: it never holds the write lock for long
@@ -609,7 +699,7 @@ async def _in_batches(
             return taken, done
 
 
-PURGEABLE = ("done", "failed")  # finished states a purge may delete (failed: dead letters only)
+PURGEABLE = ("done", "failed", "cancelled")  # the finished states: what a purge may delete
 
 
 def _purge_filter(queue: str, state: str, before: int | None) -> dict[str, Any]:
@@ -658,12 +748,56 @@ async def purge(
     return purged
 
 
+def _pending_filter(queue: str, kind: str | None, since: int | None) -> dict[str, Any]:
+    require_name("queue", queue)
+    if kind is not None:
+        require_name("kind", kind)
+    return {"queue": queue, "kind": kind, "since": since}
+
+
+async def count_pending(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
+    """How many pending todos of ``queue`` (of ``kind``, created since ``since`` ms) a bulk cancel would take."""
+    await _settle_lapsed(store)
+    row = await store.read_one(Q.count_pending, _pending_filter(queue, kind, since))
+    return int(row[0]) if row is not None else 0
+
+
+async def cancel_many(
+    store: Store,
+    *,
+    queue: str,
+    by: str,
+    kind: str | None = None,
+    since: int | None = None,
+    reason: str | None = None,
+    batch: int = BULK_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Cancel a queue's pending todos (of ``kind``, created since ``since`` ms),
+    ``batch`` per transaction, each in the audit trail with its ids; how many."""
+    params = {**_pending_filter(queue, kind, since), **_cancel_params(by, reason), "limit": batch}
+
+    def step(_: int) -> Callable[[Transaction], tuple[int, int, int]]:
+        def body(tx: Transaction) -> tuple[int, int, int]:
+            now = store.clock.now_ms()
+            _recover_lapsed(tx, now)
+            ids = sorted(r["id"] for r in tx.all(Q.cancel_pending, {**params, "now": now}))
+            if ids:
+                audit.record(tx, now, by=by, action="todo.cancel", subject=queue, ids=ids, reason=params["reason"])
+            return len(ids), len(ids), 0  # what is cancelled is pending no more: no cursor needed
+
+        return body
+
+    _, cancelled = await _in_batches(store, step, batch=batch, progress=progress)
+    return cancelled
+
+
 async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[QueueStats]:
-    """Counts per queue and state, dead letters, and the oldest pending todo's age.
+    """Counts per queue: ready, delayed, claimed, done, dead, cancelled; the oldest ready todo's age.
 
     A pure read: a todo whose lease lapsed counts as what the next claim will
-    make of it (pending again, or the dead letter it is when that was its
-    last attempt). Each queue says whether it is paused; a paused queue is
+    make of it (ready again, or the dead letter it is when that was its last
+    attempt). Each queue says whether it is paused; a paused queue is
     listed even with no todos. ``queues`` limits the answer to a scope (each of its
     queues listed, empty ones with zero counts).
     """
@@ -672,4 +806,4 @@ async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[Qu
     if queues is None:
         return found
     by_queue = {s.queue: s for s in found}
-    return [by_queue.get(q) or QueueStats(q, 0, 0, 0, 0, 0, None) for q in sorted(set(queues))]
+    return [by_queue.get(q) or QueueStats.empty(q) for q in sorted(set(queues))]

@@ -37,14 +37,14 @@ class TodoRow(Out):
     title: str
     kind: str | None
     state: State
-    dead_letter: bool = Field(description="failed for good: no retry coming until an operator redrives it")
+    dead_letter: bool = Field(description="state is failed: no retry coming until an operator redrives it")
     priority: int
     assignee: str | None
     attempt: int
     max_attempts: int
     owner: str | None
     lease_expires_at: str | None
-    visible_at: str | None = Field(description="when a pending or failed todo becomes claimable")
+    visible_at: str | None = Field(description="when a pending todo becomes claimable (after a delay or a retry's backoff)")
     event_id: int | None
     last_error: str | None
     created_at: str
@@ -63,7 +63,7 @@ class AttemptOut(Out):
     owner: str
     claimed_at: str
     ended_at: str | None
-    outcome: Literal["completed", "failed", "released", "lease_expired"] | None
+    outcome: Literal["completed", "failed", "released", "lease_expired", "released_by_operator", "cancelled"] | None
     error: str | None
 
 
@@ -92,6 +92,8 @@ class TodoFull(Out):
     updated_at: str
     claimed_at: str | None
     completed_at: str | None
+    cancelled_by: str | None = None
+    cancel_reason: str | None = None
     lease_token: str | None = Field(
         default=None, description="only in a claim's answer: pass it to heartbeat, complete, fail, release"
     )
@@ -197,12 +199,14 @@ class Replayed(Out):
 
 class QueueStatsRow(Out):
     queue: str
-    pending: int
+    ready: int = Field(description="pending todos claimable now")
+    delayed: int = Field(description="pending todos claimable later: a delay, or a failed attempt's backoff")
+    pending: int = Field(description="ready + delayed")
     claimed: int
     done: int
-    failed: int
-    dead_letters: int
-    oldest_pending_age_seconds: float | None
+    dead: int = Field(description="dead letters: failed for good, waiting for an operator")
+    cancelled: int
+    oldest_ready_age_seconds: float | None
     paused: bool = Field(description="true while an operator has paused the queue: nothing is claimed from it")
 
     @classmethod

@@ -324,7 +324,7 @@ async def create_for(
         priority=priority,
         idempotency_key=idempotency_key,
     )
-    todo, created = await todos.create(s.store, new)
+    todo, created = await todos.create(s.store, new, by=s.owner)
     if not created and not s.scope.has_queue(todo.queue):
         # A live todo the agent cannot read holds the key: it learns that much
         # (what idempotency promises), and nothing of the todo.

@@ -57,8 +57,15 @@ def test_every_operator_action_is_recorded_with_who_what_and_on_what(cli, db_pat
         assert code == 0, (args, err)
     todo_id = dead_letter(cli)
     as_json(cli, "todo", "redrive", str(todo_id))
+    as_json(cli, "todo", "claim", "--queue", "q")
+    as_json(cli, "todo", "release", str(todo_id), "--force")
+    as_json(cli, "todo", "cancel", str(todo_id), "--reason", "not needed")
+    as_json(cli, "todo", "purge", "--queue", "q", "--state", "cancelled", "--yes")
     recorded = audit(db_path)
-    expected = [(action, subject) for _, action, subject in steps] + [("todo.redrive", todo_id)]
+    expected = [(action, subject) for _, action, subject in steps] + [
+        ("todo.create", todo_id), ("todo.redrive", todo_id), ("todo.release", todo_id), ("todo.cancel", todo_id),
+        ("todo.purge", "q"),
+    ]  # fmt: skip
     assert [(e["action"], e["subject"]) for e in recorded] == expected
     assert {e["by"] for e in recorded} == {operator()}
 
@@ -80,7 +87,8 @@ def test_an_action_refused_leaves_no_audit_event(cli, db_path: Path) -> None:
     code, _, err, _ = cli("todo", "redrive", str(todo["id"]))
     assert code == 1 and "not a dead letter" in err
     assert cli("rule", "remove", "7").code == 1
-    assert audit(db_path) == []
+    assert cli("todo", "release", str(todo["id"]), "--force").code == 1
+    assert [e["action"] for e in audit(db_path)] == ["todo.create"]  # the create alone
 
 
 def test_the_audit_trail_is_listed_as_the_operator_source(cli) -> None:

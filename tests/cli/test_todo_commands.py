@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from switchboard_local.cli.common import operator
+
 from support.cli import as_json, invoke, run_cli
 from support.sql import count, rows, run
 
@@ -26,6 +28,7 @@ TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
     "attempt", "max_attempts", "owner", "lease_expires_at", "visible_at", "idempotency_key",
     "event_id", "result", "last_error", "created_at", "updated_at", "claimed_at", "completed_at",
+    "cancelled_by", "cancel_reason",
 }  # fmt: skip
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -119,8 +122,8 @@ def test_fail_to_dead_letter_then_redrive(cli) -> None:
     assert failed["state"] == "failed" and failed["dead_letter"] is True and failed["last_error"] == "boom"
     stats = as_json(cli, "stats")["queues"]
     assert stats == [
-        {"queue": "q", "pending": 0, "claimed": 0, "done": 0, "failed": 1, "dead_letters": 1,
-         "oldest_pending_age_seconds": None, "paused": False}
+        {"queue": "q", "ready": 0, "delayed": 0, "pending": 0, "claimed": 0, "done": 0, "dead": 1, "cancelled": 0,
+         "oldest_ready_age_seconds": None, "paused": False}
     ]  # fmt: skip
     redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
     assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)
@@ -338,7 +341,8 @@ def test_todo_list_filters_by_when_a_todo_can_be_claimed_and_says_how_long_it_wa
     assert listed("--ready") == ["now"]
     assert listed("--delayed") == ["retry", "later"]
     assert listed("--dead") == ["dead"]
-    assert listed("--delayed", "--state", "pending") == ["later"]
+    assert listed("--state", "pending") == ["retry", "later", "now"]  # a retry waits as pending
+    assert listed("--state", "failed") == ["dead"]
     code, out, _, _ = cli("todo", "list")
     lines = {line.split()[-1]: line for line in out.splitlines()[1:]}
     assert "delayed 2h" in lines["later"] and "retry in " in lines["retry"]
@@ -360,9 +364,9 @@ def test_bulk_redrive_sends_a_queues_dead_letters_back_and_nothing_else(cli, db_
     as_json(cli, "todo", "fail", str(retrying), "--token", claimed["lease_token"])
     answer = as_json(cli, "todo", "redrive", "--queue", "q", "--dead", "--yes")
     assert answer == {"matched": 3, "redriven": 3, "skipped": 0}
-    states = dict(rows(db_path, "SELECT id, state FROM todos"))
-    assert [states[i] for i in dead] == ["pending"] * 3
-    assert states[elsewhere] == "failed" and states[retrying] == "failed"  # a dead letter elsewhere; a retry
+    states = {i: (state, attempt) for i, state, attempt in rows(db_path, "SELECT id, state, attempt FROM todos")}
+    assert [states[i] for i in dead] == [("pending", 0)] * 3
+    assert states[elsewhere] == ("failed", 1) and states[retrying] == ("pending", 1)  # a dead letter elsewhere; a retry
     assert [t["id"] for t in as_json(cli, "todo", "list", "--dead")] == [elsewhere]
 
 
@@ -421,3 +425,105 @@ def test_purge_respects_older_than_and_refuses_without_yes_off_a_terminal(cli, d
     code, _, err, _ = cli("todo", "purge", "--queue", "q", "--state", "pending", "--yes")
     assert code == 2 and "--state" in err
     assert len(as_json(cli, "todo", "list", "--dead")) == 1
+
+
+def test_cancel_finishes_a_pending_todo_with_the_reason_and_frees_its_key(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "oops", "--key", "k")
+    cancelled = as_json(cli, "todo", "cancel", str(todo["id"]), "--reason", "created by mistake")
+    assert (cancelled["state"], cancelled["cancel_reason"], cancelled["visible_at"]) == (
+        "cancelled", "created by mistake", None)  # fmt: skip
+    assert cancelled["cancelled_by"] == operator()
+    assert as_json(cli, "todo", "create", "--queue", "q", "--title", "again", "--key", "k")["created"] is True
+    code, out, _, _ = cli("todo", "show", str(todo["id"]))
+    assert "state        cancelled" in out and "reason       created by mistake" in out
+
+
+def test_cancelling_a_done_todo_is_refused_saying_what_it_is(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    claimed = as_json(cli, "todo", "claim", str(todo["id"]))
+    as_json(cli, "todo", "complete", str(todo["id"]), "--token", claimed["lease_token"])
+    code, _, err, _ = cli("todo", "cancel", str(todo["id"]))
+    assert code == 1 and f"todo {todo['id']} is done; only pending or claimed todos can be cancelled" in err
+
+
+def test_the_holder_of_a_cancelled_todo_is_refused_on_complete(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    claimed = as_json(cli, "todo", "claim", "--queue", "q", "--owner", "agent-1")
+    as_json(cli, "todo", "cancel", str(claimed["id"]), "--reason", "bad deploy")
+    code, _, err, _ = cli("todo", "complete", str(claimed["id"]), "--token", claimed["lease_token"])
+    assert code == 1 and "was cancelled by " in err and "(bad deploy); stop working on it" in err
+
+
+def test_bulk_cancel_takes_a_queues_pending_todos_and_nothing_else(cli, db_path: Path) -> None:
+    bad = [as_json(cli, "todo", "create", "--queue", "q", "--title", f"bad {i}", "--kind", "deploy")["id"]
+           for i in range(3)]  # fmt: skip
+    other_kind = as_json(cli, "todo", "create", "--queue", "q", "--title", "build", "--kind", "build")["id"]
+    elsewhere = as_json(cli, "todo", "create", "--queue", "other", "--title", "elsewhere", "--kind", "deploy")["id"]
+    assert as_json(cli, "todo", "cancel", "--queue", "q", "--state", "pending", "--kind", "deploy", "--dry-run") == {
+        "matched": 3, "cancelled": 0, "dry_run": True}  # fmt: skip
+    answer = as_json(cli, "todo", "cancel", "--queue", "q", "--state", "pending", "--kind", "deploy", "--since", "1h",
+                     "--reason", "bad deploy", "--yes")  # fmt: skip
+    assert answer == {"matched": 3, "cancelled": 3}
+    states = dict(rows(db_path, "SELECT id, state FROM todos"))
+    assert [states[i] for i in bad] == ["cancelled"] * 3
+    assert (states[other_kind], states[elsewhere]) == ("pending", "pending")
+    audited = [json.loads(bytes(b)) for (b,) in rows(db_path, "SELECT body FROM events WHERE type = 'todo.cancel'")]
+    assert [(a["subject"], a["ids"], a["reason"]) for a in audited] == [("q", bad, "bad deploy")]
+
+
+def test_bulk_cancel_without_yes_off_a_terminal_is_refused_and_changes_nothing(db_path: Path, cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    refused = run_cli("todo", "cancel", "--queue", "q", "--state", "pending", db=db_path, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2 and "1 pending todo on q match; add --yes to cancel them" in refused.stderr
+    assert [t["state"] for t in as_json(cli, "todo", "list")] == ["pending"]
+
+
+def test_cancel_needs_an_id_or_the_queue_and_state(cli) -> None:
+    for args in ((), ("--queue", "q"), ("--state", "pending"), ("1", "--queue", "q", "--state", "pending"),
+                 ("--queue", "q", "--state", "claimed", "--yes")):  # fmt: skip
+        code, _, err, _ = cli("todo", "cancel", *args)
+        assert code == 2, (args, err)
+
+
+def test_purge_deletes_cancelled_todos(cli, db_path: Path) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    as_json(cli, "todo", "cancel", str(todo["id"]))
+    assert as_json(cli, "todo", "purge", "--queue", "q", "--state", "cancelled", "--yes") == {"matched": 1, "purged": 1}
+    assert count(db_path, "todos") == 0
+
+
+def test_release_force_takes_a_todo_back_from_a_holder_without_its_token(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    lost = as_json(cli, "todo", "claim", "--queue", "q", "--owner", "crashed-agent")
+    released = as_json(cli, "todo", "release", str(lost["id"]), "--force")
+    assert (released["state"], released["attempt"], released["owner"]) == ("pending", 0, None)
+    code, _, err, _ = cli("todo", "heartbeat", str(lost["id"]), "--token", lost["lease_token"])
+    assert code == 1 and "was released by an operator; the lease token is void" in err
+    shown = as_json(cli, "todo", "show", str(lost["id"]))
+    assert [(a["owner"], a["outcome"]) for a in shown["attempts"]] == [("crashed-agent", "released_by_operator")]
+
+
+def test_release_needs_the_token_or_force_alone(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t")
+    for args in ((), ("--force", "--token", "x"), ("--force", "--delay", "5")):
+        code, _, err, _ = cli("todo", "release", str(todo["id"]), *args)
+        assert code == 2, (args, err)
+
+
+def test_a_todo_created_from_the_command_line_comes_from_an_operator_event(cli) -> None:
+    todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "by hand")
+    event = as_json(cli, "events", "show", str(todo["event_id"]))
+    assert (event["source"], event["type"]) == ("operator", "todo.create")
+    assert [t["id"] for t in event["todos"]] == [todo["id"]]
+
+
+def test_stats_shows_ready_delayed_dead_and_cancelled_per_queue(cli) -> None:
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "now")
+    as_json(cli, "todo", "create", "--queue", "q", "--title", "later", "--delay", "600")
+    as_json(cli, "todo", "cancel", str(as_json(cli, "todo", "create", "--queue", "q", "--title", "x")["id"]))
+    make_dead(cli, "q", "dead")
+    code, out, _, _ = cli("stats")
+    header, row = out.splitlines()
+    assert header.split() == ["QUEUE", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST", "READY",
+                              "PAUSED"]  # fmt: skip
+    assert row.split()[:7] == ["q", "1", "1", "0", "0", "1", "1"]

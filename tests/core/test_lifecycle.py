@@ -145,7 +145,7 @@ async def done_with_stale_token(store):
     return todo.id, claimed.lease_token
 
 
-async def failed_with_stale_token(store):
+async def retrying_with_stale_token(store):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     await todos.fail(store, Lease(todo.id, claimed.lease_token), error="e")
@@ -626,7 +626,7 @@ async def test_fail_then_claim_fails_and_claims_the_next(store) -> None:
         await todos.create(store, NewTodo(queue="q", title=title))
     flaky = await todos.claim_next(store, owner="w")
     finished = await todos.fail(store, Lease.of(flaky), error="boom", then=NextClaim("w"))
-    assert (finished.todo.state, finished.todo.last_error, finished.todo.dead_letter) == ("failed", "boom", False)
+    assert (finished.todo.state, finished.todo.last_error, finished.todo.dead_letter) == ("pending", "boom", False)
     assert finished.next.title == "next"  # the failed one waits out its backoff
 
 
@@ -669,11 +669,12 @@ def test_claim_next_validation_happens_before_anything_is_written(db_path: Path)
 # ---------------------------------------------------------------- fail and backoff
 
 
-async def test_failed_todo_is_retried_only_after_its_backoff(store, clock):
+async def test_a_failed_attempt_with_attempts_left_is_pending_again_after_its_backoff(store, clock):
     todo = await new(store)
     claimed = await todos.claim(store, todo.id, owner="w")
     failed = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="boom")).todo
-    assert (failed.state, failed.last_error, failed.dead_letter) == ("failed", "boom", False)
+    assert (failed.state, failed.last_error, failed.dead_letter) == ("pending", "boom", False)
+    assert [t.id for t in await todos.list_todos(store, state="pending")] == [todo.id]
     assert (failed.owner, failed.lease_expires_at) == (None, None)
     assert failed.visible_at > clock.now_ms()
     assert await todos.claim_next(store, owner="w") is None
@@ -1003,48 +1004,69 @@ async def test_stats_counts_each_queue_by_state(store, clock):
     by_queue = {s.queue: s for s in await todos.stats(store)}
     assert sorted(by_queue) == ["q1", "q2"]
     s1 = by_queue["q1"]
-    assert (s1.pending, s1.claimed, s1.done, s1.failed, s1.dead_letters) == (1, 1, 1, 2, 1)
+    # q1[0] is ready, and so is q1[3]: its retry's backoff has passed.
+    assert (s1.ready, s1.delayed, s1.claimed, s1.done, s1.dead, s1.cancelled) == (2, 0, 1, 1, 1, 0)
     s2 = by_queue["q2"]
-    assert (s2.pending, s2.claimed, s2.done, s2.failed, s2.dead_letters) == (1, 0, 0, 0, 0)
+    assert (s2.ready, s2.delayed, s2.claimed, s2.done, s2.dead, s2.cancelled) == (1, 0, 0, 0, 0, 0)
+
+
+async def test_stats_count_cancelled_todos_and_delayed_ones_apart_from_ready(store, clock):
+    await new(store, queue="q")
+    await todos.create(store, NewTodo(queue="q", title="later", delay=60))
+    await todos.cancel(store, (await new(store, queue="q")).id, by="alice")
+    (q,) = await todos.stats(store)
+    assert (q.ready, q.delayed, q.pending, q.cancelled) == (1, 1, 2, 1)
+    clock.advance(60)
+    (q,) = await todos.stats(store)
+    assert (q.ready, q.delayed) == (2, 0)
 
 
 async def test_stats_of_a_scope_lists_its_empty_queues_with_zero_counts(store) -> None:
     await new(store, queue="busy")
     answer = await todos.stats(store, queues=["idle", "busy"])
     assert [s.queue for s in answer] == ["busy", "idle"]
-    assert answer[1] == QueueStats("idle", 0, 0, 0, 0, 0, None)
+    assert answer[1] == QueueStats.empty("idle")
 
 
-async def test_oldest_pending_age_moves_with_the_clock(store, clock):
+async def test_oldest_ready_age_moves_with_the_clock(store, clock):
     await new(store, queue="q1")
     clock.advance(30)
     await new(store, queue="q1")
     claimed_only = await new(store, queue="q2")
     await todos.claim(store, claimed_only.id, owner="w", lease=12 * HOUR)
     clock.advance(60)
-    ages = {s.queue: s.oldest_pending_age_seconds for s in await todos.stats(store)}
+    ages = {s.queue: s.oldest_ready_age_seconds for s in await todos.stats(store)}
     assert ages == {"q1": 90.0, "q2": None}
     clock.advance(10.5)
-    ages = {s.queue: s.oldest_pending_age_seconds for s in await todos.stats(store)}
+    ages = {s.queue: s.oldest_ready_age_seconds for s in await todos.stats(store)}
     assert ages["q1"] == 100.5
 
 
 async def test_a_pending_todo_created_now_is_zero_seconds_old(store) -> None:
     await new(store)
     (stats,) = await todos.stats(store)
-    assert stats.oldest_pending_age_seconds == 0
+    assert stats.oldest_ready_age_seconds == 0
 
 
-async def test_stats_count_a_todo_whose_lease_lapsed_with_attempts_left_as_pending(store, clock):
+async def test_a_delayed_todo_has_no_ready_age_until_it_is_claimable(store, clock) -> None:
+    await todos.create(store, NewTodo(queue="q", title="later", delay=60))
+    (stats,) = await todos.stats(store)
+    assert stats.oldest_ready_age_seconds is None
+    clock.advance(90)
+    (stats,) = await todos.stats(store)
+    assert stats.oldest_ready_age_seconds == 90
+
+
+async def test_stats_count_a_todo_whose_lease_lapsed_with_attempts_left_as_ready(store, clock):
     todo = await new(store, max_attempts=3)
     await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(59)
     (held,) = await todos.stats(store)
-    assert (held.pending, held.claimed, held.failed, held.dead_letters) == (0, 1, 0, 0)
+    assert (held.ready, held.claimed, held.dead) == (0, 1, 0)
     clock.advance(1)  # the lease ends now: the next claim takes it over
     (q,) = await todos.stats(store)
-    assert (q.pending, q.claimed, q.failed, q.dead_letters) == (1, 0, 0, 0)
-    assert q.oldest_pending_age_seconds == 60
+    assert (q.ready, q.delayed, q.claimed, q.dead) == (1, 0, 0, 0)
+    assert q.oldest_ready_age_seconds == 60
 
 
 async def test_stats_count_a_todo_whose_last_lease_lapsed_as_a_dead_letter(store, clock):
@@ -1052,7 +1074,7 @@ async def test_stats_count_a_todo_whose_last_lease_lapsed_as_a_dead_letter(store
     await todos.claim(store, todo.id, owner="w", lease=60)
     clock.advance(61)
     (q,) = await todos.stats(store)
-    assert (q.claimed, q.failed, q.dead_letters) == (0, 1, 1)
+    assert (q.ready, q.claimed, q.dead) == (0, 0, 1)
 
 
 async def test_stats_reads_without_writing(store, clock, db_path) -> None:
@@ -1060,7 +1082,7 @@ async def test_stats_reads_without_writing(store, clock, db_path) -> None:
     await todos.claim_next(store, owner="crashed", lease=60)
     clock.advance(61)
     (row,) = await todos.stats(store)
-    assert (row.claimed, row.failed, row.dead_letters) == (0, 1, 1)
+    assert (row.claimed, row.dead) == (0, 1)
     with sqlite3.connect(db_path) as conn:  # the file still holds the lapsed claim
         assert conn.execute("SELECT state FROM todos").fetchone()[0] == "claimed"
 
@@ -1090,12 +1112,12 @@ REFUSED = [
      "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
     (claimed_with_live_token, lambda s, i, t: todos.claim(s, i, owner="w"), "reclaim-own-live-lease",
      "todo 1 is claimed by w until 2026-01-01T00:05:00.000Z"),
-    (failed_with_stale_token, lambda s, i, t: todos.heartbeat(s, Lease(i, t)), "heartbeat-a-failed-todo",
-     "todo 1 is failed, not claimed; the lease token is stale"),
-    (failed_with_stale_token, lambda s, i, t: todos.complete(s, Lease(i, t)), "complete-a-failed-todo",
-     "todo 1 is failed, not claimed; the lease token is stale"),
-    (failed_with_stale_token, lambda s, i, t: todos.release(s, Lease(i, t)), "release-a-failed-todo",
-     "todo 1 is failed, not claimed; the lease token is stale"),
+    (retrying_with_stale_token, lambda s, i, t: todos.heartbeat(s, Lease(i, t)), "heartbeat-a-retrying-todo",
+     "todo 1 is pending, not claimed; the lease token is stale"),
+    (retrying_with_stale_token, lambda s, i, t: todos.complete(s, Lease(i, t)), "complete-a-retrying-todo",
+     "todo 1 is pending, not claimed; the lease token is stale"),
+    (retrying_with_stale_token, lambda s, i, t: todos.release(s, Lease(i, t)), "release-a-retrying-todo",
+     "todo 1 is pending, not claimed; the lease token is stale"),
     (dead_letter_with_stale_token, lambda s, i, t: todos.claim(s, i, owner="w"), "claim-a-dead-letter",
      "todo 1 is a dead letter after 1 attempt; redrive it first"),
     (dead_letter_with_stale_token, lambda s, i, t: todos.fail(s, Lease(i, t)), "fail-a-dead-letter",
@@ -1238,7 +1260,7 @@ INVALID = [
     (lambda s, i, t: todos.release(s, Lease(i, t), delay=float("inf")), "release-infinite-delay",
      "delay must be a finite number of seconds"),
     (lambda s, i, t: todos.list_todos(s, state="open"), "list-unknown-state",
-     "state must be one of pending, claimed, done, failed, got 'open'"),
+     "state must be one of pending, claimed, done, failed, cancelled, got 'open'"),
     (lambda s, i, t: todos.claim_next(s, owner="w", queues="q"), "claim-next-queues-a-string",
      "queues must be a list of queue names, not a string"),
     (lambda s, i, t: todos.release(s, Lease(i, t), delay=365 * 86400 + 1), "release-delay-over-a-year",
@@ -1372,12 +1394,14 @@ async def test_finishing_a_todo_outside_the_callers_queues_is_not_found_and_chan
 
 
 @pytest.mark.parametrize(
-    ("into", "detail"), [("pending", "pending"), ("claimed", "claimed"), ("retrying", "awaiting a retry"),
-                         ("done", "done")],
+    ("into", "detail"), [("pending", "pending"), ("claimed", "claimed"), ("retrying", "pending"),
+                         ("done", "done"), ("cancelled", "cancelled")],
 )  # fmt: skip
 async def test_redriving_anything_but_a_dead_letter_says_what_the_todo_is(store, into, detail) -> None:
     todo = await new(store, max_attempts=3)
-    if into != "pending":
+    if into == "cancelled":
+        await todos.cancel(store, todo.id, by="alice")
+    elif into != "pending":
         claimed = await todos.claim(store, todo.id, owner="w")
         if into == "retrying":
             await todos.fail(store, Lease(todo.id, claimed.lease_token), error="later")

@@ -6,7 +6,8 @@ steps: creates on three queues (priorities, delays, assignees, idempotency
 keys); claim_next with no queue, one queue and several (the three statements
 that claim), and claim by id; heartbeat, complete, fail (a backoff, or a dead
 letter at the cap), release (with a delay), complete and fail that
-claim the next todo too, each with any token ever handed out; redrive; reads; time
+claim the next todo too, each with any token ever handed out; redrive; an
+operator's cancel and forced release (often of a claimed todo); reads; time
 passing leases and backoffs; and groups of these issued at once, which the
 store's group commit runs in one transaction. Every answer is the model's
 prediction: which todo a claim takes, which error a refusal raises, when a
@@ -87,7 +88,7 @@ NEXT_CLAIMS = st.builds(
     agent=AGENTS,
 )
 WRITES = ["create", "create", "claim_next", "claim", "heartbeat", "complete", "fail", "release",
-          "complete_then_claim", "fail_then_claim", "redrive"]  # fmt: skip
+          "complete_then_claim", "fail_then_claim", "redrive", "cancel", "force_release"]  # fmt: skip
 
 
 @dataclass
@@ -293,6 +294,28 @@ class Lifecycle(RuleBasedStateMachine):
 
         return Op(f"redrive {todo_id}", lambda: todos.redrive(self.store, todo_id), judge)
 
+    def op_operator(self, verb: str, todo_id: int) -> Op:
+        """An operator's verb on a todo in one of ``states``: cancel (pending or
+        claimed) or force_release (claimed), after lapsed leases are recovered."""
+        states = {"cancel": ("pending", "claimed"), "force_release": ("claimed",)}[verb]
+
+        def judge(outcome: Any) -> None:
+            before = self.model.snapshot()
+            self.model.recover()
+            t = self.model.todos.get(todo_id)
+            if t is None or t.state not in states:
+                self.model.restore(before)  # a refused verb rolls back the recovery it began with
+                refused(f"{verb} {todo_id}", outcome, NotFound if t is None else Conflict)
+                return
+            getattr(self.model, verb)(t)
+            self.agrees(answer(f"{verb} {todo_id}", outcome), t)
+
+        call = {
+            "cancel": lambda: todos.cancel(self.store, todo_id, by="operator", reason="modelled"),
+            "force_release": lambda: todos.force_release(self.store, todo_id, by="operator"),
+        }[verb]
+        return Op(f"{verb} {todo_id}", call, judge)
+
     def draw_op(self, data: st.DataObject, kind: str) -> Op:
         if kind == "create":
             return self.op_create(data.draw(CREATES))
@@ -304,6 +327,9 @@ class Lifecycle(RuleBasedStateMachine):
         if kind == "redrive":  # often a dead letter, which random ids seldom are
             dead = [t.id for t in self.model.todos.values() if t.dead_letter()]
             return self.op_redrive(data.draw(st.sampled_from(dead) | some_id if dead else some_id))
+        if kind in ("cancel", "force_release"):  # often a claimed todo, which random ids seldom are
+            held = [t.id for t in self.model.todos.values() if t.state == "claimed"]
+            return self.op_operator(kind, data.draw(st.sampled_from(held) | some_id if held else some_id))
         # Any token ever handed out, often one that is current (random ones seldom are).
         current = [(t.id, t.token) for t in self.model.todos.values() if t.token is not None]
         tokens = st.sampled_from(self.tokens)
@@ -408,11 +434,10 @@ class Lifecycle(RuleBasedStateMachine):
             claimable = visible is not None and visible <= now
             assert not (claimable and claimed), f"todo {todo_id} is claimed and claimable"
             if claimable:
-                assert state in ("pending", "failed") and r["attempt"] < r["max_attempts"], (
+                assert state == "pending" and r["attempt"] < r["max_attempts"], (
                     f"todo {todo_id} is claimable as {state} with attempt {r['attempt']} of {r['max_attempts']}"
                 )
-            assert state != "pending" or visible is not None, f"todo {todo_id} is pending and never visible"
-            assert state != "done" or visible is None, f"todo {todo_id} is done and visible"
+            assert (state == "pending") == (visible is not None), f"todo {todo_id} is {state} with visible_at {visible}"
             open_attempts = [a for a in attempts if a["todo_id"] == todo_id and a["ended_at"] is None]
             assert len(open_attempts) == (1 if claimed else 0), f"todo {todo_id}: {len(open_attempts)} open attempts"
             if claimed:
@@ -421,8 +446,8 @@ class Lifecycle(RuleBasedStateMachine):
     def stats_agree_with_a_recount(self, rows: list[sqlite3.Row]) -> None:
         recount = count_as_the_next_claim_sees(rows, self.now)
         assert self.run(todos.stats(self.store)) == recount
-        empty = QueueStats("d", 0, 0, 0, 0, 0, None)
-        scoped = [s for s in recount if s.queue == "b"] or [QueueStats("b", 0, 0, 0, 0, 0, None)]
+        empty = QueueStats.empty("d")
+        scoped = [s for s in recount if s.queue == "b"] or [QueueStats.empty("b")]
         assert self.run(todos.stats(self.store, queues=["d", "b"])) == [*scoped, empty]
 
 

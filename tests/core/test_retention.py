@@ -80,7 +80,17 @@ async def test_prune_keeps_a_todo_awaiting_its_retry_and_the_event_it_came_from(
     pruned = await retention.prune(store, older_than_days=30, max_events=0)
     assert (pruned.events, pruned.todos) == (0, 0)
     assert ids_in(db_path, "todos") == [claimed.id] and ids_in(db_path, "events") == [retrying.event_id]
-    assert (await todos.get(store, claimed.id)).state == "failed"
+    assert (await todos.get(store, claimed.id)).state == "pending"
+
+
+async def test_prune_takes_cancelled_todos_once_older_than_the_cutoff(store, clock, db_path: Path) -> None:
+    await todos.create(store, NewTodo(queue="q", title="kept"))
+    cancelled, _ = await todos.create(store, NewTodo(queue="q", title="cancelled"))
+    await todos.cancel(store, cancelled.id, by="alice")
+    clock.advance(31 * DAY)
+    pruned = await retention.prune(store, older_than_days=30, max_events=0)
+    assert pruned.todos == 1
+    assert [t.title for t in await todos.list_todos(store)] == ["kept"]
 
 
 async def test_prune_keeps_what_is_exactly_as_old_as_the_cutoff_and_takes_what_is_older(store, clock, db_path) -> None:

@@ -163,6 +163,71 @@ async def test_a_version_1_file_upgraded_can_pause_a_queue(db_path, clock):
         assert (await todos.claim_next(opened, owner="w")).title == "live derived"
 
 
+def shape(path: Path) -> dict[str, object]:
+    """What a file's schema is made of: each table's and index's definition
+    (comments dropped, blanks folded, a renamed table's quotes taken off), and
+    each table's columns and foreign keys as SQLite reports them."""
+    shown: dict[str, object] = {}
+    for kind, name, sql in rows(path, "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"):
+        text = " ".join(re.sub(r"--[^\n]*", "", sql).replace("IF NOT EXISTS ", "").replace(f'"{name}"', name).split())
+        text = text.replace("( ", "(").replace(" )", ")").replace(" ,", ",")
+        if kind == "table":
+            shown[name] = (text, rows(path, f"PRAGMA table_xinfo({name})"), rows(path, f"PRAGMA foreign_key_list({name})"))
+        else:
+            shown[name] = text
+    return shown
+
+
+async def test_a_file_upgraded_from_version_1_has_the_shape_of_a_new_one(db_path, tmp_path, clock):
+    make_v1_file(db_path)
+    async with await Store.open(db_path, clock=clock):
+        pass
+    async with await Store.open(tmp_path / "new.db", clock=clock):
+        pass
+    assert shape(db_path) == shape(tmp_path / "new.db")
+
+
+def make_v5_file(path: Path) -> None:
+    """A database as version 5 wrote it: a todo awaiting a retry (then 'failed'
+    with a retry time), a dead letter, a done todo with its attempt, and a todo
+    id sequence past the last row (the newest todos were pruned)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript((Path(__file__).parents[1] / "data" / "schema-v5.sql").read_text("utf-8"))
+        conn.executescript(
+            """
+            PRAGMA user_version = 5;
+            INSERT INTO todos (id, queue, title, idempotency_key, state, attempt, max_attempts, visible_at,
+                               last_error, created_at, updated_at)
+                VALUES (1, 'q', 'retrying', 'k', 'failed', 1, 3, 5000, 'flaky', 0, 0),
+                       (2, 'q', 'dead', NULL, 'failed', 3, 3, NULL, 'gave up', 0, 0),
+                       (3, 'q', 'done', NULL, 'done', 1, 3, NULL, NULL, 0, 0);
+            INSERT INTO attempts (todo_id, attempt, owner, claimed_at, ended_at, outcome, error)
+                VALUES (1, 1, 'w', 0, 1, 'failed', 'flaky'), (3, 1, 'w', 0, 1, 'completed', NULL);
+            UPDATE sqlite_sequence SET seq = 40 WHERE name = 'todos';
+            """
+        )
+    finally:
+        conn.close()
+
+
+async def test_migration_6_makes_a_todo_awaiting_its_retry_pending_and_keeps_every_row(db_path, clock):
+    make_v5_file(db_path)
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        states = {t.title: (t.state, t.dead_letter, t.visible_at) for t in await todos.list_todos(upgraded)}
+        assert states == {"retrying": ("pending", False, 5000), "dead": ("failed", True, None),
+                          "done": ("done", False, None)}  # fmt: skip
+        assert [(a.outcome, a.error) for a in (await todos.get(upgraded, 1)).attempts] == [("failed", "flaky")]
+        with pytest.raises(Conflict):  # the retrying todo still holds its key
+            await todos.redrive(upgraded, 1)
+        _, created = await todos.create(upgraded, NewTodo(queue="q", title="dup", idempotency_key="k"))
+        assert not created
+        newest, _ = await todos.create(upgraded, NewTodo(queue="q", title="after the migration"))
+    assert newest.id == 41  # ids pruned before the migration are never reused
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA foreign_key_check") == []
+
+
 async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, clock):
     async with await Store.open(db_path, clock=clock) as current:
         todo, _ = await todos.create(current, NewTodo(queue="q", title="from version 3"))

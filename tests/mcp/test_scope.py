@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from switchboard_local.core import agents, routing, todos, webhook_config
+from switchboard_local.core import agents, events, routing, todos, webhook_config
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -301,3 +303,21 @@ async def test_an_owned_agents_claims_say_whom_it_works_for(store) -> None:
     assert claimed["todo"]["owner"] == "reviewer/s1 (alice)"
     history = (await todos.get(store, created.id)).attempts
     assert [a.owner for a in history] == ["reviewer/s1 (alice)"]
+
+
+async def test_a_todo_an_agent_creates_comes_from_an_event_naming_the_agent(store) -> None:
+    reviewer = await agents.add(store, "reviewer", queues=["review"], owner="alice")
+    async with connect(store, reviewer) as client:
+        made = await call(client, "create_for", queue="review", title="a follow-up")
+    event = await events.get_event(store, made["todo"]["event_id"])
+    assert (event.source, event.type) == ("operator", "todo.create")
+    assert json.loads(event.body)["by"] == "reviewer/s1 (alice)"
+
+
+async def test_an_agent_holding_a_cancelled_todo_is_told_it_was_cancelled(store) -> None:
+    await new(store, "review", title="stale work")
+    async with connect(store) as client:
+        held = await call(client, "claim_next")
+        await todos.cancel(store, held["todo"]["id"], by="alice", reason="superseded")
+        text = await refused(client, "complete", id=held["todo"]["id"], lease_token=held["todo"]["lease_token"])
+    assert text == f"conflict: todo {held['todo']['id']} was cancelled by alice (superseded); stop working on it"

@@ -96,7 +96,7 @@ async def test_get_todo_shows_the_payload_and_the_attempt_history(store, clock) 
     await todos.fail(store, Lease(todo.id, claimed.lease_token), error="flaky")
     async with connect(store) as client:
         shown = await call(client, "get_todo", id=todo.id)
-    assert shown["payload"] == {"pr": 42} and shown["state"] == "failed" and shown["last_error"] == "flaky"
+    assert shown["payload"] == {"pr": 42} and shown["state"] == "pending" and shown["last_error"] == "flaky"
     assert "lease_token" not in shown  # only a claim's answer carries one
     assert [(a["attempt"], a["owner"], a["outcome"], a["error"]) for a in shown["attempts"]] == [
         (1, "earlier", "failed", "flaky")
@@ -187,7 +187,7 @@ async def test_fail_retries_after_a_backoff_then_dead_letters(store, clock) -> N
         clock.advance(60)  # the first backoff is at most 30 s
         second = (await call(client, "claim_next"))["todo"]
         dead = await call(client, "fail", id=todo.id, lease_token=second["lease_token"], error="boom again")
-    assert (retrying["state"], retrying["dead_letter"], retrying["last_error"]) == ("failed", False, "boom")
+    assert (retrying["state"], retrying["dead_letter"], retrying["last_error"]) == ("pending", False, "boom")
     assert retrying["visible_at"] is not None
     assert (dead["state"], dead["dead_letter"], dead["attempt"]) == ("failed", True, 2)
 
@@ -238,7 +238,7 @@ async def test_fail_with_claim_next_claims_from_the_queue_asked_with_the_lease_a
             client, "fail", id=todo.id, lease_token=claimed["lease_token"], error="boom",
             claim_next=True, queue="a", lease_seconds=60,
         )  # fmt: skip
-    assert (failed["state"], failed["last_error"]) == ("failed", "boom")
+    assert (failed["state"], failed["last_error"]) == ("pending", "boom")
     assert failed["next"]["id"] == wanted.id
     assert failed["next"]["lease_expires_at"] == todos.rfc3339(clock.now_ms() + 60_000)
 

@@ -3,10 +3,12 @@
 The rules are those of DESIGN §2 as queries.sql states them: a claim takes
 the highest priority, then the oldest, visible todo in the asked queues whose
 assignee is nobody or the claimer, and counts an attempt; fail waits out an
-exponential backoff (base doubling per attempt, capped, times the store's
-jitter) or makes a dead letter at the cap; release refunds the attempt; a
-lapsed lease is taken back by the next claim or read (pending again, visible
-since its lease ended, or a dead letter after the last attempt).
+exponential backoff, pending all the while (base doubling per attempt,
+capped, times the store's jitter), or makes a dead letter (failed) at the
+cap; release refunds the attempt, and so does an operator's forced release;
+cancel finishes a pending or claimed todo; a lapsed lease is taken back by
+the next claim or read (pending again, visible since its lease ended, or a
+dead letter after the last attempt).
 """
 
 from __future__ import annotations
@@ -59,11 +61,11 @@ class Modeled:
         return self.visible_at is not None and self.visible_at <= now
 
     def live(self) -> bool:
-        """Holds its idempotency key: pending, claimed, or awaiting a retry."""
-        return self.state == "claimed" or self.visible_at is not None
+        """Holds its idempotency key: pending or claimed."""
+        return self.state in ("pending", "claimed")
 
     def dead_letter(self) -> bool:
-        return self.state == "failed" and self.visible_at is None
+        return self.state == "failed"
 
     def held_by(self, token: str, now: int) -> bool:
         return self.token == token and self.lease_end is not None and self.lease_end > now
@@ -134,7 +136,7 @@ class Model:
 
     def fail(self, t: Modeled, jitter: float) -> None:
         backoff = int(min(BACKOFF_BASE_MS << min(t.attempt - 1, 20), BACKOFF_CAP_MS) * jitter)
-        t.state, t.visible_at = "failed", None if t.attempt >= t.max_attempts else self.now + backoff
+        t.state, t.visible_at = ("failed", None) if t.attempt >= t.max_attempts else ("pending", self.now + backoff)
         t.end_attempt("failed")
 
     def release(self, t: Modeled, delay: float) -> None:
@@ -144,22 +146,32 @@ class Model:
     def redrive(self, t: Modeled) -> None:
         t.state, t.attempt, t.visible_at = "pending", 0, self.now
 
+    def force_release(self, t: Modeled) -> None:
+        t.state, t.attempt, t.visible_at = "pending", t.attempt - 1, self.now
+        t.end_attempt("released_by_operator")
+
+    def cancel(self, t: Modeled) -> None:
+        if t.state == "claimed":
+            t.end_attempt("cancelled")
+        t.state, t.visible_at = "cancelled", None
+
 
 def count_as_the_next_claim_sees(rows: list[sqlite3.Row], now: int) -> list[QueueStats]:
-    """Stats from the rows: a lapsed lease counts as pending again, or a dead letter after the last attempt."""
+    """Stats from the rows: a lapsed lease counts as ready again, or a dead letter after the last attempt."""
     counts: dict[str, list[int]] = {}
     oldest: dict[str, int] = {}
     for r in rows:
         lapsed = r["state"] == "claimed" and r["lease_expires_at"] <= now
         spent = r["attempt"] >= r["max_attempts"]
-        pending = r["state"] == "pending" or (lapsed and not spent)
-        c = counts.setdefault(r["queue"], [0, 0, 0, 0, 0])
-        c[0] += pending
-        c[1] += r["state"] == "claimed" and not lapsed
-        c[2] += r["state"] == "done"
-        c[3] += r["state"] == "failed" or (lapsed and spent)
-        c[4] += (r["state"] == "failed" and r["visible_at"] is None) or (lapsed and spent)
-        if pending:
+        ready = (r["state"] == "pending" and r["visible_at"] <= now) or (lapsed and not spent)
+        c = counts.setdefault(r["queue"], [0] * 6)
+        c[0] += ready
+        c[1] += r["state"] == "pending" and not ready
+        c[2] += r["state"] == "claimed" and not lapsed
+        c[3] += r["state"] == "done"
+        c[4] += r["state"] == "failed" or (lapsed and spent)
+        c[5] += r["state"] == "cancelled"
+        if ready:
             oldest[r["queue"]] = min(oldest.get(r["queue"], r["created_at"]), r["created_at"])
     return [
         QueueStats(queue, *c, None if queue not in oldest else max(0, now - oldest[queue]) / 1000)

@@ -1,0 +1,243 @@
+"""An operator's verbs on the todos (issue 12): cancel, forced release, bulk
+cancel, purge of cancelled todos, and direct creates traced to an event.
+
+Each is recorded in the audit trail (events of source ``operator``) in the
+transaction that does it; a refused verb changes nothing and records nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease, NextClaim
+
+from support.sql import count, rows
+
+pytestmark = pytest.mark.anyio
+
+
+async def new(store, title="t", queue="q", **fields):
+    todo, created = await todos.create(store, NewTodo(queue=queue, title=title, **fields))
+    assert created
+    return todo
+
+
+def audited(db_path: Path, action: str) -> list[dict]:
+    """The bodies of the audit events of one action, oldest first."""
+    found = rows(db_path, "SELECT body FROM events WHERE source = 'operator' AND type = ? ORDER BY id", [action])
+    return [json.loads(bytes(body)) for (body,) in found]
+
+
+# ---------------------------------------------------------------- cancel
+
+
+async def test_cancelling_a_pending_todo_finishes_it_with_who_and_why(store, db_path) -> None:
+    todo = await new(store)
+    cancelled = await todos.cancel(store, todo.id, by="alice", reason="bad deploy")
+    assert (cancelled.state, cancelled.visible_at, cancelled.cancelled_by, cancelled.cancel_reason) == (
+        "cancelled", None, "alice", "bad deploy")  # fmt: skip
+    assert await todos.claim_next(store, owner="w") is None
+    assert audited(db_path, "todo.cancel") == [
+        {"by": "alice", "action": "todo.cancel", "subject": todo.id, "queue": "q", "reason": "bad deploy"}
+    ]
+
+
+async def test_a_cancelled_todo_frees_its_idempotency_key(store) -> None:
+    first = await new(store, idempotency_key="k")
+    await todos.cancel(store, first.id, by="alice")
+    again, created = await todos.create(store, NewTodo(queue="q", title="again", idempotency_key="k"))
+    assert created and again.id != first.id
+
+
+async def test_the_holder_of_a_cancelled_todo_is_told_it_was_cancelled_by_whom_and_why(store) -> None:
+    await new(store)
+    held = await todos.claim_next(store, owner="agent-1")
+    await todos.cancel(store, held.id, by="alice", reason="duplicate work")
+    for verb in (
+        lambda: todos.heartbeat(store, Lease.of(held)),
+        lambda: todos.complete(store, Lease.of(held), result={"done": True}),
+        lambda: todos.fail(store, Lease.of(held), error="x"),
+        lambda: todos.release(store, Lease.of(held)),
+    ):
+        with pytest.raises(Conflict) as refused:
+            await verb()
+        assert refused.value.message == (
+            f"todo {held.id} was cancelled by alice (duplicate work); stop working on it"
+        )
+    got = await todos.get(store, held.id)
+    assert got.state == "cancelled" and got.result is None
+    assert [(a.outcome, a.error) for a in got.attempts] == [("cancelled", "duplicate work")]
+
+
+async def test_cancelling_a_claimed_todo_whose_lease_lapsed_takes_the_todo_the_claim_would_find(store, clock) -> None:
+    await new(store, max_attempts=3)
+    held = await todos.claim_next(store, owner="crashed", lease=60)
+    clock.advance(61)
+    cancelled = await todos.cancel(store, held.id, by="alice")
+    assert cancelled.state == "cancelled"
+    assert [a.outcome for a in (await todos.get(store, held.id)).attempts] == ["lease_expired"]
+
+
+@pytest.mark.parametrize(
+    ("into", "shown"), [("done", "done"), ("dead", "a dead letter"), ("cancelled", "cancelled")]
+)
+async def test_only_pending_or_claimed_todos_can_be_cancelled_and_a_refusal_records_nothing(
+    store, db_path, into, shown
+) -> None:
+    todo = await new(store, max_attempts=1)
+    if into == "cancelled":
+        await todos.cancel(store, todo.id, by="alice")
+    else:
+        held = await todos.claim(store, todo.id, owner="w")
+        if into == "done":
+            await todos.complete(store, Lease.of(held))
+        else:
+            await todos.fail(store, Lease.of(held), error="e")
+    before = len(audited(db_path, "todo.cancel"))
+    with pytest.raises(Conflict) as refused:
+        await todos.cancel(store, todo.id, by="bob")
+    assert refused.value.message == f"todo {todo.id} is {shown}; only pending or claimed todos can be cancelled"
+    assert len(audited(db_path, "todo.cancel")) == before
+
+
+async def test_cancelling_an_unknown_todo_is_not_found(store) -> None:
+    with pytest.raises(NotFound):
+        await todos.cancel(store, 4242, by="alice")
+
+
+async def test_a_cancel_reason_is_one_line_of_text(store) -> None:
+    todo = await new(store)
+    cancelled = await todos.cancel(store, todo.id, by="alice", reason="  two\nlines  ")
+    assert cancelled.cancel_reason == "two lines"
+    other = await new(store)
+    with pytest.raises(InvalidArgument, match="reason holds a control character"):
+        await todos.cancel(store, other.id, by="alice", reason="bell\x07")
+    assert (await todos.get(store, other.id)).state == "pending"
+
+
+async def test_claiming_a_cancelled_todo_by_id_says_it_was_cancelled(store) -> None:
+    todo = await new(store)
+    await todos.cancel(store, todo.id, by="alice", reason="typo")
+    with pytest.raises(Conflict) as refused:
+        await todos.claim(store, todo.id, owner="w")
+    assert refused.value.message == f"todo {todo.id} was cancelled by alice (typo)"
+
+
+# ---------------------------------------------------------------- forced release
+
+
+async def test_a_forced_release_puts_the_todo_back_at_once_refunding_the_attempt(store, db_path) -> None:
+    todo = await new(store)
+    held = await todos.claim_next(store, owner="lost-token")
+    released = await todos.force_release(store, todo.id, by="alice")
+    assert (released.state, released.attempt, released.owner) == ("pending", 0, None)
+    again = await todos.claim_next(store, owner="w")
+    assert again.id == held.id and again.attempt == 1
+    history = (await todos.get(store, todo.id)).attempts
+    assert [(a.owner, a.outcome) for a in history] == [("lost-token", "released_by_operator"), ("w", None)]
+    assert audited(db_path, "todo.release") == [
+        {"by": "alice", "action": "todo.release", "subject": todo.id, "queue": "q", "holder": "lost-token"}
+    ]
+
+
+async def test_the_old_holders_token_is_refused_after_a_forced_release(store) -> None:
+    await new(store)
+    held = await todos.claim_next(store, owner="hung")
+    await todos.force_release(store, held.id, by="alice")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(held))
+    assert refused.value.message == f"todo {held.id} was released by an operator; the lease token is void"
+    assert (await todos.get(store, held.id)).state == "pending"
+
+
+async def test_only_a_claimed_todo_can_be_released_by_force(store, db_path) -> None:
+    todo = await new(store)
+    with pytest.raises(Conflict) as refused:
+        await todos.force_release(store, todo.id, by="alice")
+    assert refused.value.message == f"todo {todo.id} is pending; only claimed todos can be released"
+    assert audited(db_path, "todo.release") == []
+
+
+# ---------------------------------------------------------------- bulk cancel
+
+
+async def test_bulk_cancel_takes_a_queues_pending_todos_a_batch_per_transaction(store, db_path) -> None:
+    pending = [(await new(store, f"p{i}")).id for i in range(5)]
+    held = await new(store, "held")
+    await todos.claim(store, held.id, owner="w")
+    elsewhere = await new(store, "elsewhere", queue="other")
+    assert await todos.count_pending(store, queue="q") == 5
+    seen: list[int] = []
+    done = await todos.cancel_many(store, queue="q", by="alice", reason="bad deploy", batch=2, progress=seen.append)
+    assert done == 5 and seen == [2, 4, 5]
+    assert [a["ids"] for a in audited(db_path, "todo.cancel")] == [pending[:2], pending[2:4], pending[4:]]
+    assert (await todos.get(store, held.id)).state == "claimed"
+    assert (await todos.get(store, elsewhere.id)).state == "pending"
+    assert {t.cancel_reason for t in await todos.list_todos(store, state="cancelled")} == {"bad deploy"}
+
+
+async def test_bulk_cancel_filters_by_kind_and_by_creation_time(store, clock) -> None:
+    await new(store, "old deploy", kind="deploy")
+    clock.advance(600)
+    cutoff = clock.now_ms()
+    await new(store, "new build", kind="build")
+    bad = await new(store, "new deploy", kind="deploy")
+    assert await todos.count_pending(store, queue="q", kind="deploy", since=cutoff) == 1
+    assert await todos.cancel_many(store, queue="q", by="alice", kind="deploy", since=cutoff) == 1
+    assert [t.id for t in await todos.list_todos(store, state="cancelled")] == [bad.id]
+
+
+async def test_bulk_cancel_of_nothing_records_nothing(store, db_path) -> None:
+    assert await todos.cancel_many(store, queue="empty", by="alice") == 0
+    assert audited(db_path, "todo.cancel") == []
+
+
+# ---------------------------------------------------------------- purge of cancelled todos
+
+
+async def test_purge_deletes_cancelled_todos_and_leaves_the_rest(store) -> None:
+    cancelled = await new(store, "cancelled")
+    await todos.cancel(store, cancelled.id, by="alice")
+    kept = await new(store, "kept")
+    assert await todos.count_purgeable(store, queue="q", state="cancelled") == 1
+    assert await todos.purge(store, queue="q", state="cancelled") == 1
+    assert [t.id for t in await todos.list_todos(store)] == [kept.id]
+
+
+# ---------------------------------------------------------------- direct creates come from an event
+
+
+async def test_a_direct_create_by_someone_comes_from_an_event_of_the_audit_trail(store, db_path) -> None:
+    made, created = await todos.create(store, NewTodo(queue="q", title="by hand"), by="alice")
+    assert created and made.event_id is not None
+    (event,) = rows(db_path, "SELECT id, source, family, type, body FROM events")
+    assert event[:4] == (made.event_id, "operator", "operator", "todo.create")
+    assert json.loads(bytes(event[4])) == {
+        "by": "alice", "action": "todo.create", "subject": made.id, "queue": "q", "title": "by hand"
+    }  # fmt: skip
+    assert (await todos.get(store, made.id)).event_id == made.event_id
+
+
+async def test_a_direct_create_that_finds_the_key_held_records_no_event(store, db_path) -> None:
+    await todos.create(store, NewTodo(queue="q", title="first", idempotency_key="k"), by="alice")
+    _, created = await todos.create(store, NewTodo(queue="q", title="again", idempotency_key="k"), by="alice")
+    assert not created and count(db_path, "events") == 1
+
+
+async def test_a_create_with_nobody_named_records_no_event(store, db_path) -> None:
+    made = await new(store)
+    assert made.event_id is None and count(db_path, "events") == 0
+
+
+async def test_a_failed_attempt_with_attempts_left_is_listed_as_pending_and_as_delayed(store) -> None:
+    await new(store, max_attempts=2)
+    held = await todos.claim_next(store, owner="w")
+    await todos.fail(store, Lease.of(held), error="flaky", then=NextClaim("w"))
+    assert [t.id for t in await todos.list_todos(store, state="pending", timing="delayed")] == [held.id]
+    assert await todos.list_todos(store, state="failed") == []
