@@ -95,7 +95,7 @@ class Arrival:
     queue: str
     title: str
     state: str
-    source: str | None  # the source of the event it came from; None when created directly
+    source: str | None  # the source of the event it came from ('operator' for a direct create); None: no event
 
 
 async def last_todo_id(store: Store) -> int:

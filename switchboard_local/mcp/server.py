@@ -40,8 +40,9 @@ lease_token; do the work; call heartbeat with that token if the work outlasts \
 the lease (default 300 s); then complete it (with a JSON result) or fail it \
 (with an error; it is retried later, and dead-lettered after its last \
 attempt), or release it if you should not do it. Errors start with a code: \
-not_found, conflict (e.g. your lease lapsed and someone else took the todo: \
-drop it), invalid_argument, forbidden. Use create_for to hand work to another \
+not_found, conflict (e.g. your lease lapsed and someone else took the todo, \
+or an operator cancelled it or took it back: drop it), invalid_argument, \
+forbidden. Use create_for to hand work to another \
 queue or agent.
 
 Messages like <channel source="switchboard" todo_id="12" queue="review">todo \

@@ -144,8 +144,9 @@ async def get_todo(ctx: Context, id: Id) -> TodoFull:
 
 
 async def queue_stats(ctx: Context) -> QueueStatsResult:
-    """Counts per queue in your scope: pending, claimed, done, failed, dead letters (failed for good, waiting for
-    an operator), the age in seconds of the oldest pending todo, and paused (an operator paused it: nothing can be
+    """Counts per queue in your scope: ready (claimable now), delayed (claimable later: a delay or a retry's
+    backoff), pending (the two), claimed, done, dead (dead letters: failed for good, waiting for an operator),
+    cancelled, the age in seconds of the oldest ready todo, and paused (an operator paused it: nothing can be
     claimed from it until it is resumed)."""
     s = _session(ctx)
     return QueueStatsResult(queues=[QueueStatsRow.of(q) for q in await todos.stats(s.store, queues=s.scope.queues)])
@@ -156,8 +157,8 @@ async def queue_stats(ctx: Context) -> QueueStatsResult:
 
 async def claim(ctx: Context, id: Id, lease_seconds: LeaseSeconds | None = None) -> TodoFull:
     """Claim one todo by id, e.g. the todo_id of a channel message. Returns it in full with its payload and a
-    lease_token that heartbeat, complete, fail and release require. A todo someone else holds, a done one or one
-    waiting for a retry is refused with conflict; one assigned to another agent with forbidden."""
+    lease_token that heartbeat, complete, fail and release require. A todo someone else holds, a finished one or one
+    waiting out a delay or a retry's backoff is refused with conflict; one assigned to another agent with forbidden."""
     s = _session(ctx)
     claimed = await todos.claim(
         s.store, id, owner=s.owner, lease=lease_seconds, agent=s.scope.agent, queues=s.scope.queues
@@ -236,8 +237,9 @@ async def fail(
     queue: NextQueue = None,
     lease_seconds: LeaseSeconds | None = None,
 ) -> FinishedRow:
-    """Give up on this attempt at a claimed todo, saying why in error. It is retried after a backoff (visible_at
-    says when) until its attempts run out; then it is a dead letter (dead_letter true) for an operator to look at.
+    """Give up on this attempt at a claimed todo, saying why in error. It is pending again, claimable after a
+    backoff (visible_at says when), until its attempts run out; then it is failed, a dead letter (dead_letter true)
+    for an operator to look at.
     With claim_next the next todo is claimed in the same commit and returned as next (null when none is)."""
     s = _session(ctx)
     lease = _lease(s, id, lease_token)
