@@ -513,8 +513,10 @@ LIMIT :limit;
 -- name: todo_arrivals
 -- Todos created after :after_id that :agent could claim (no assignee, or
 -- itself) in the queues (a JSON array, or NULL for all), oldest first, with
--- the source of the event each came from: what the doorbell rings for.
-SELECT todos.id, todos.queue, todos.title, todos.state, events.source
+-- the source of the event each came from and whether its queue is paused:
+-- what the doorbell rings for.
+SELECT todos.id, todos.queue, todos.title, todos.state, events.source,
+       EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL) AS paused
 FROM todos LEFT JOIN events ON events.id = todos.event_id
 WHERE todos.id > :after_id
   AND (:queues IS NULL OR todos.queue IN (SELECT value FROM json_each(:queues)))

@@ -96,6 +96,7 @@ class Arrival:
     title: str
     state: str
     source: str | None  # the source of the event it came from ('operator' for a direct create); None: no event
+    paused: bool = False  # its queue is paused: nothing can claim it for now
 
 
 async def last_todo_id(store: Store) -> int:
@@ -118,7 +119,7 @@ async def arrivals(
         "limit": limit,
     }
     rows = await store.read_all(Q.todo_arrivals, params)
-    return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"]) for r in rows]
+    return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"], bool(r["paused"])) for r in rows]
 
 
 # ---------------------------------------------------------------- the live views

@@ -136,8 +136,8 @@ async def _ring_for_arrivals(session: Session, after_id: int) -> None:
             found = []
         for arrival in found:
             after_id = arrival.id
-            if arrival.state != "pending":
-                continue  # taken (or finished) before we looked: nothing to ring for
+            if arrival.state != "pending" or arrival.paused:
+                continue  # taken (or finished) before we looked, or on hold: nothing to claim now
             if session.is_polling(arrival.queue):
                 continue  # this session's own long poll is about to hand it over
             try:

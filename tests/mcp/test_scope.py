@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from switchboard_local.core import agents, events, routing, todos, webhook_config
+from switchboard_local.core import agents, events, queues, routing, todos, webhook_config
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -160,6 +160,16 @@ async def test_the_doorbell_rings_once_for_each_new_todo_in_scope_never_with_its
         ("todo 4 on review: Review PR 42", {"todo_id": "4", "queue": "review", "source": "direct"}),
         ("todo 5 on review: next", {"todo_id": "5", "queue": "review", "source": "direct"}),
     ]
+
+
+async def test_the_doorbell_stays_silent_for_a_todo_on_a_paused_queue(store) -> None:
+    await queues.pause(store, "held", by="alice")
+    rings = Rings()
+    async with connect(store, None, rings):
+        await new(store, "held", "on hold")
+        after = await new(store, "open", "claimable")
+        received = await rings.until(after.id)
+    assert [r.meta["queue"] for r in received] == ["open"]
 
 
 async def test_the_doorbell_neutralises_the_channel_tag_and_newlines_and_caps_the_length(store) -> None:
