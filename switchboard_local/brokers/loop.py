@@ -60,7 +60,10 @@ class Consumer:
         self.connect = connect
         self.rng = random.Random()
         self._stored_since_health = 0
-        self._health_at = 0.0
+        # Never recorded: the first poll is recorded at once. (Not 0.0: time.monotonic()
+        # starts near 0 at boot on Linux, so 0.0 would hold the first record back until
+        # the host has been up HEALTH_EVERY seconds.)
+        self._health_at = float("-inf")
         self._delay = BACKOFF_FIRST
         self._secrets: tuple[str, ...] = ()
         self._broker_faults: tuple[type[Exception], ...] = ()

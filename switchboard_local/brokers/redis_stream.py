@@ -33,7 +33,9 @@ class StreamReader(RedisReader):
         self._started = False
         self._own_pending = True
         self._claim_from: bytes | str | None = None  # the XAUTOCLAIM cursor while a take-over runs
-        self._claimed_at = 0.0
+        # Never claimed: the first read takes over at once. (Not 0.0: time.monotonic() starts
+        # near 0 at boot on Linux, which would hold the take-over back for claim_idle of uptime.)
+        self._claimed_at = float("-inf")
 
     async def read(self) -> list[Message]:
         if not self._started:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -123,6 +125,17 @@ async def test_what_was_stored_since_the_last_health_record_counts_once_the_adap
     await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.finish()
     assert (await sources.get(real_store, "orders")).messages_stored == 3
+
+
+async def test_the_first_poll_is_recorded_at_once_on_a_host_that_has_just_booted(real_store, broker, db_path,
+                                                                                  monkeypatch) -> None:  # fmt: skip
+    # time.monotonic() counts from boot on Linux: a clock that starts near 0, as on a host up for less than HEALTH_EVERY.
+    booted = time.monotonic()
+    monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: time.monotonic() - booted))
+    monkeypatch.setattr(loop, "HEALTH_EVERY", 3600.0)
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM sources WHERE last_poll_at IS NOT NULL"), 1)
+    await running.finish()
 
 
 async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the_next(real_store, broker, db_path,
