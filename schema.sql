@@ -205,3 +205,30 @@ CREATE TABLE IF NOT EXISTS queues (
     paused_at  INTEGER,                        -- set while paused
     paused_by  TEXT                            -- who paused it
 ) WITHOUT ROWID;
+
+-- Ingest leadership (core/leadership.py): the one process on this file that
+-- runs the ingest side (Redis consumers, pruner, a configured receiver). The
+-- fence grows by one at each change of leader; every batch a consumer stores
+-- checks it in its own transaction, so a deposed leader stores nothing more.
+CREATE TABLE IF NOT EXISTS ingest_leader (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),   -- one row at most
+    fence        INTEGER NOT NULL,
+    holder       TEXT    NOT NULL,                     -- a random token per process
+    pid          INTEGER NOT NULL,
+    host         TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,                     -- serve or mcp
+    http         TEXT,                                 -- the receiver's address while it listens
+    since        INTEGER NOT NULL,
+    renewed_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,                     -- a leader not renewed by then is gone
+    handover_to  TEXT                                  -- a process asking to take over (serve --take-over)
+);
+
+-- The processes that could lead, each seen now and then: the leader and its standbys.
+CREATE TABLE IF NOT EXISTS ingest_members (
+    holder   TEXT    PRIMARY KEY,
+    pid      INTEGER NOT NULL,
+    host     TEXT    NOT NULL,
+    kind     TEXT    NOT NULL,
+    seen_at  INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -20,12 +20,13 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import agents, retention
+from .core import agents, leadership, retention
 from .core.errors import NotFound, StoreFault
 from .core.store import Store
 from .core.text import SafeFormatter
@@ -48,14 +49,17 @@ class Upkeep:
 
 
 @contextlib.asynccontextmanager
-async def producers(store: Store, upkeep: Upkeep = Upkeep()) -> AsyncIterator[None]:
-    """The pruner and the broker consumers, running while the block runs."""
+async def producers(
+    store: Store, upkeep: Upkeep = Upkeep(), lease: leadership.Lease | None = None
+) -> AsyncIterator[None]:
+    """The pruner and the broker consumers, running while the block runs (each
+    batch fenced by ``lease``, the ingest leadership they run under)."""
     from .brokers.loop import Faults, Supervisor
 
     pruner = asyncio.create_task(_prune_forever(store, upkeep))
     stop_consumers = asyncio.Event()
     faults = Faults(pause_after_commit=os.environ.get(FAULT_ENV) == "pause-after-commit")
-    supervisor = asyncio.create_task(Supervisor(store, faults=faults).run(stop_consumers))
+    supervisor = asyncio.create_task(Supervisor(store, faults=faults, lease=lease).run(stop_consumers))
     try:
         yield
     finally:
@@ -83,6 +87,95 @@ async def _prune_forever(store: Store, upkeep: Upkeep) -> None:
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
+INGEST_MODES = ("auto", "on", "off")  # `mcp --ingest`: lead when free / take over / never
+
+
+class Ingest:
+    """The ingest side under leadership: this process leads when it can, else stands by.
+
+    While leading (``leadership``), the pruner and the broker consumers run,
+    each batch fenced by the lease; the lease is renewed every
+    ``leadership.RENEW_SECONDS``. Losing it (a take-over asked for, or a
+    stall long enough for a standby to take over) stops them: the batch in
+    flight is refused by its fence and stays un-acked with the broker. A
+    standby looks every RENEW_SECONDS and takes over when the leader's lease
+    is gone or its process is dead. ``take_over`` asks a leader to hand over.
+    """
+
+    def __init__(self, store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False) -> None:
+        self.store = store
+        self.me = leadership.Candidate.this_process(kind)
+        self.upkeep = upkeep
+        self.take_over = take_over
+        self.leading: leadership.Lease | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        said_standby = False
+        seen_at = 0.0
+        try:
+            while not stop.is_set():
+                try:
+                    lease = await leadership.try_lead(self.store, self.me, take_over=self.take_over)
+                    if lease is None and time.monotonic() - seen_at >= leadership.MEMBER_SECONDS:
+                        await leadership.seen(self.store, self.me)
+                        seen_at = time.monotonic()
+                except StoreFault as exc:
+                    log.warning("ingest: cannot look at the leadership: %s", exc)
+                    lease = None
+                if lease is None:
+                    if not said_standby:
+                        log.info("ingest: standing by (another process leads)")
+                        said_standby = True
+                    await _wait(stop, leadership.RENEW_SECONDS)
+                    continue
+                said_standby = False
+                await self._lead(lease, stop)
+        finally:
+            with contextlib.suppress(StoreFault):
+                await leadership.leave(self.store, self.me)
+
+    async def _lead(self, lease: leadership.Lease, stop: asyncio.Event) -> None:
+        log.info("ingest: leading (pid %d, fence %d)", self.me.pid, lease.fence)
+        self.leading = lease
+        renewed = time.monotonic()
+        try:
+            async with producers(self.store, self.upkeep, lease):
+                while not stop.is_set():
+                    await _wait(stop, leadership.RENEW_SECONDS)
+                    try:
+                        if not await leadership.renew(self.store, lease):
+                            log.info("ingest: no longer leading (fence %d): handed over or taken over", lease.fence)
+                            return
+                        renewed = time.monotonic()
+                    except StoreFault as exc:
+                        log.warning("ingest: cannot renew the leadership: %s", exc)
+                        if time.monotonic() - renewed >= leadership.LEASE_SECONDS:
+                            return  # a standby may lead by now: stop, and look again
+        finally:
+            self.leading = None
+            with contextlib.suppress(StoreFault):
+                await leadership.release(self.store, lease)
+
+
+@contextlib.asynccontextmanager
+async def ingesting(store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False
+                    ) -> AsyncIterator[Ingest]:  # fmt: skip
+    """``Ingest`` running while the block runs; on leaving, it stops (and steps down)."""
+    ingest = Ingest(store, kind, upkeep=upkeep, take_over=take_over)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingest.run(stop), name=f"ingest:{kind}")
+    try:
+        yield ingest
+    finally:
+        stop.set()
+        await task
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
 class Service:
     """`serve`: the webhook receiver, the broker consumers and the pruner, on one store.
 
@@ -97,8 +190,10 @@ class Service:
         upkeep: Upkeep = Upkeep(),
         limits: Any = None,
         store_options: dict[str, Any] | None = None,
+        take_over: bool = False,
     ) -> None:
         self.db = db
+        self.take_over = take_over
         self.upkeep = upkeep
         self.limits = limits
         self.store_options = store_options or {}
@@ -117,7 +212,7 @@ class Service:
         from .http import app as web
 
         async with await Store.open(self.db, **self.store_options) as store:
-            async with producers(store, self.upkeep):
+            async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over):
                 self._server = web.server(web.create_app(store), self.limits or web.Limits())
                 self._server.should_exit = self._stopping
                 await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
@@ -172,7 +267,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def run_mcp(db: Path | None, agent_name: str | None) -> int:
+def run_mcp(db: Path | None, agent_name: str | None, ingest: str = "auto") -> int:
     """`mcp`: serve an agent on stdio until the client closes stdin; the exit status.
 
     Nothing but protocol may reach stdout: logs go to stderr. A core error
@@ -200,7 +295,11 @@ def run_mcp(db: Path | None, agent_name: str | None) -> int:
                         f"agent {agent_name!r} does not exist in {store.path}; "
                         f"create it with: switchboard-local agent add {agent_name} --queue QUEUE"
                     ) from None
-            await serve_stdio(build_server(store, agent))
+            if ingest == "off":
+                await serve_stdio(build_server(store, agent))
+                return
+            async with ingesting(store, "mcp", take_over=ingest == "on"):
+                await serve_stdio(build_server(store, agent))
 
     try:
         anyio.run(main)

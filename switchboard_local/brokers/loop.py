@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import routing, sources
+from ..core import leadership, routing, sources
 from ..core.errors import StoreFault
-from ..core.events import NewEvent
+from ..core.events import Guard, NewEvent
 from ..core.sources import Source
 from ..core.store import Store
 from . import modes
@@ -51,9 +51,17 @@ class Consumer:
     """
 
     def __init__(
-        self, store: Store, source: Source, stop: asyncio.Event, faults: Faults = Faults(), connect: Any = None
+        self,
+        store: Store,
+        source: Source,
+        stop: asyncio.Event,
+        faults: Faults = Faults(),
+        connect: Any = None,
+        lease: leadership.Lease | None = None,
     ) -> None:
         self.store = store
+        self.lease = lease
+        self.guard: Guard | None = None if lease is None else lambda tx, now: leadership.check(tx, lease, now)
         self.source = source
         self.stop = stop
         self.faults = faults
@@ -125,8 +133,11 @@ class Consumer:
         be kept stays un-acked, and if nothing could be stored the batch backs
         off. A fault of the database raises: back off, retry it all.
         """
-        answers = await routing.accept(self.store, self.source, events)
+        answers = await routing.accept(self.store, self.source, events, guard=self.guard)
         stored = [not isinstance(a, Exception) for a in answers]
+        if self.lease is not None:  # the fence each batch was stored under (a test checks they never go back)
+            ids = [a.event_id for a in answers if not isinstance(a, Exception)]
+            log.debug("adapter %s: batch stored under fence %d: events %s", self.source.name, self.lease.fence, ids)
         for event, answer in zip(events, answers):
             if not isinstance(answer, Exception) and answer.unroutable is not None:
                 log.error("adapter %s: message %s kept without todos: %s", self.source.name, event.external_id,
@@ -178,10 +189,22 @@ def _where(exc: BaseException) -> str:
 
 
 class Supervisor:
-    """Runs every enabled queue adapter; follows enable/disable within a second or two."""
+    """Runs every enabled queue adapter; follows enable/disable within a second or two.
 
-    def __init__(self, store: Store, poll: float = 1.0, faults: Faults = Faults(), connect: Any = None) -> None:
+    ``lease``: the ingest leadership the consumers store under (each batch is
+    fenced by it); None runs them unfenced (tests of the loop alone).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        poll: float = 1.0,
+        faults: Faults = Faults(),
+        connect: Any = None,
+        lease: leadership.Lease | None = None,
+    ) -> None:
         self.store = store
+        self.lease = lease
         self.poll = poll
         self.faults = faults
         self.connect = connect
@@ -209,7 +232,7 @@ class Supervisor:
         for name, source in wanted.items():
             if name not in self.running:
                 stop = asyncio.Event()
-                consumer = Consumer(self.store, source, stop, self.faults, self.connect)
+                consumer = Consumer(self.store, source, stop, self.faults, self.connect, self.lease)
                 task = asyncio.create_task(consumer.run(), name=f"adapter:{name}")
                 self.running[name] = (task, stop, source.updated_at)
                 log.info("adapter %s: started (%s %s)", name, source.config["mode"], source.config["key"])

@@ -39,17 +39,27 @@ def register(main: click.Group) -> None:
     default=None,
     help=f"Database file (default: ${DB_ENV}, else the user data dir).",
 )
+@click.option(
+    "--ingest",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Run the ingest side (Redis consumers, pruner): auto leads when no process does and stands by "
+    "otherwise; on takes over from the process that leads; off never.",
+)
 @click.pass_context
-def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None) -> None:
+def mcp_command(ctx: click.Context, agent_name: str | None, db: Path | None, ingest: str) -> None:
     """Serve the MCP tools on stdin/stdout (Claude Code launches this).
 
-    Nothing but the protocol is written to stdout; logs go to stderr.
+    Nothing but the protocol is written to stdout; logs go to stderr. One
+    process on a database leads ingest at a time (`switchboard-local status`
+    says which); with --ingest auto this one does whenever no other does.
     """
     from ..process import run_mcp
 
     parent = ctx.find_root().obj or {}
     try:
-        status = run_mcp(db if db is not None else parent.get("db"), agent_name or None)
+        status = run_mcp(db if db is not None else parent.get("db"), agent_name or None, ingest)
     except SwitchboardError as exc:
         click.echo(f"switchboard-local: {printable(str(exc), one_line=True)}", err=True)
         status = exit_status(exc)

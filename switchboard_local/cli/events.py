@@ -194,6 +194,8 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
               help="Seconds for a request's line and headers to arrive (else 408).")  # fmt: skip
 @click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
               help="Seconds for a request's body to arrive once its headers have (else 408).")  # fmt: skip
+@click.option("--take-over", is_flag=True,
+              help="Take the ingest side over from the process that leads it (an `mcp`) instead of standing by.")  # fmt: skip
 @common
 def serve_command(
     db: Path | None,
@@ -206,8 +208,14 @@ def serve_command(
     max_connections: int,
     head_timeout: float,
     body_timeout: float,
+    take_over: bool,
 ) -> None:
-    """Run the webhook receiver (POST /hooks/NAME, GET /healthz) until stopped."""
+    """Run the webhook receiver (POST /hooks/NAME, GET /healthz) and lead ingest, until stopped.
+
+    Ingest (the Redis consumers and the pruner) runs in one process per
+    database at a time: this one leads when no other does, and otherwise
+    stands by and takes over when the leader goes (--take-over: at once).
+    """
     from .. import process  # starlette, uvicorn and redis only for this command
 
     out = Out(db, as_json)
@@ -228,5 +236,5 @@ def serve_command(
     upkeep = process.Upkeep(older_than_days=prune_older_than, max_events=prune_max_events,
                             dedup_horizon_days=dedup_horizon)  # fmt: skip
     # Logs "serving on …" once bound and started; returns at a stop signal.
-    if not process.Service(out.db, upkeep=upkeep, limits=limits).run(sock):
+    if not process.Service(out.db, upkeep=upkeep, limits=limits, take_over=take_over).run(sock):
         sys.exit(1)

@@ -152,11 +152,23 @@ async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo] | Deriv
     return result
 
 
-async def ingest_many(store: Store, batch: Sequence[tuple[NewEvent, Sequence[NewTodo] | Derive]]) -> list[Ingested]:
-    """``ingest`` for a batch (a Redis read): all of it in one transaction, or none."""
+# Checks a batch's transaction before anything is stored, raising to store
+# nothing: a consumer's fence (leadership.check).
+Guard = Callable[[Transaction, int], None]
+
+
+async def ingest_many(
+    store: Store, batch: Sequence[tuple[NewEvent, Sequence[NewTodo] | Derive]], *, guard: Guard | None = None
+) -> list[Ingested]:
+    """``ingest`` for a batch (a Redis read): all of it in one transaction, or none.
+
+    ``guard(tx, now)`` runs first in the transaction (a consumer's fence).
+    """
 
     def body(tx: Transaction) -> list[Ingested]:
         now = store.clock.now_ms()
+        if guard is not None:
+            guard(tx, now)
         return [_ingest_one(tx, now, event, todos) for event, todos in batch]
 
     return await store.write(body)

@@ -588,3 +588,52 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- name: delete_setting
 DELETE FROM settings WHERE name = :name;
+
+-- ---- ingest leadership (leadership.py) ----
+
+-- name: get_leader
+SELECT * FROM ingest_leader WHERE id = 1;
+
+-- name: take_leadership
+-- A new leader, the fence one past the last: only over the row as the caller
+-- saw it (:seen_fence, 0 for none), so of two standbys racing one wins.
+INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to)
+VALUES (1, :seen_fence + 1, :holder, :pid, :host, :kind, NULL, :now, :now, :expires_at, NULL)
+ON CONFLICT (id) DO UPDATE
+SET fence = excluded.fence, holder = excluded.holder, pid = excluded.pid, host = excluded.host,
+    kind = excluded.kind, http = NULL, since = excluded.since, renewed_at = excluded.renewed_at,
+    expires_at = excluded.expires_at, handover_to = NULL
+WHERE ingest_leader.fence = :seen_fence
+RETURNING *;
+
+-- name: renew_leadership
+UPDATE ingest_leader SET renewed_at = :now, expires_at = :expires_at
+WHERE fence = :fence AND holder = :holder AND expires_at > :now
+RETURNING *;
+
+-- name: set_leader_http
+UPDATE ingest_leader SET http = :http WHERE fence = :fence AND holder = :holder;
+
+-- name: release_leadership
+-- The leader steps down: the row stays (its fence, and a take-over asked for), expired now.
+UPDATE ingest_leader SET expires_at = :now, http = NULL WHERE fence = :fence AND holder = :holder;
+
+-- name: ask_handover
+UPDATE ingest_leader SET handover_to = :holder WHERE id = 1;
+
+-- name: check_fence
+-- Inside a consumer's batch: the caller still leads.
+SELECT 1 FROM ingest_leader WHERE id = 1 AND fence = :fence AND holder = :holder AND expires_at > :now;
+
+-- name: seen_member
+INSERT INTO ingest_members (holder, pid, host, kind, seen_at) VALUES (:holder, :pid, :host, :kind, :now)
+ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at;
+
+-- name: forget_member
+DELETE FROM ingest_members WHERE holder = :holder;
+
+-- name: forget_gone_members
+DELETE FROM ingest_members WHERE seen_at < :before;
+
+-- name: members
+SELECT * FROM ingest_members WHERE seen_at >= :since ORDER BY seen_at;

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl
 
 from . import settings
 from .errors import InvalidArgument, NotFound, StoreFault
-from .events import Event, Ingested, NewEvent, get_event, ingest, ingest_many
+from .events import Event, Guard, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .sources import Source
@@ -194,7 +194,9 @@ async def deliver(store: Store, event: NewEvent) -> Ingested:
     return result
 
 
-async def deliver_many(store: Store, events: Sequence[NewEvent], *, source: Source | None = None) -> list[Ingested]:
+async def deliver_many(
+    store: Store, events: Sequence[NewEvent], *, source: Source | None = None, guard: Guard | None = None
+) -> list[Ingested]:
     """``deliver`` for a batch, in one transaction: all of it, or none.
 
     ``source`` is the row the producer already holds (every event is then of
@@ -219,10 +221,12 @@ async def deliver_many(store: Store, events: Sequence[NewEvent], *, source: Sour
 
         return derive
 
-    return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)])
+    return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)], guard=guard)
 
 
-async def accept(store: Store, source: Source, events: Sequence[NewEvent]) -> list[Ingested | Exception]:
+async def accept(
+    store: Store, source: Source, events: Sequence[NewEvent], *, guard: Guard | None = None
+) -> list[Ingested | Exception]:
     """The back half every producer ends in: route each delivery, or keep it.
 
     The batch is delivered in one transaction. Should routing refuse it (a
@@ -234,9 +238,11 @@ async def accept(store: Store, source: Source, events: Sequence[NewEvent]) -> li
     cannot be stored even so comes back as its exception, in its place: the
     producer must not acknowledge it. A fault of the database itself
     (``StoreFault``) is raised: nothing was stored, the producer retries.
+    ``guard`` checks each transaction first (a consumer's fence: ``NotLeader``
+    is a ``StoreFault``).
     """
     try:
-        return list(await deliver_many(store, events, source=source))
+        return list(await deliver_many(store, events, source=source, guard=guard))
     except StoreFault:
         raise
     except Exception as exc:
@@ -246,14 +252,14 @@ async def accept(store: Store, source: Source, events: Sequence[NewEvent]) -> li
         reason = batch_error
         if len(events) > 1:
             try:
-                answers.append((await deliver_many(store, [event], source=source))[0])
+                answers.append((await deliver_many(store, [event], source=source, guard=guard))[0])
                 continue
             except StoreFault:
                 raise
             except Exception as exc:
                 reason = exc
         try:
-            kept = await ingest(store, event, [])
+            (kept,) = await ingest_many(store, [(event, [])], guard=guard)
         except StoreFault:
             raise
         except Exception as exc:

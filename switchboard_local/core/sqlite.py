@@ -45,7 +45,7 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for anoth
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -157,6 +157,33 @@ SELECT id, todo_id, attempt, owner, claimed_at, ended_at, outcome, error FROM at
 DROP TABLE attempts;
 ALTER TABLE attempts_v6 RENAME TO attempts;
 CREATE INDEX attempts_by_todo ON attempts (todo_id, id);
+""",
+    7: """-- Ingest leadership (core/leadership.py): the one process on this file that
+-- runs the ingest side (Redis consumers, pruner, a configured receiver). The
+-- fence grows by one at each change of leader; every batch a consumer stores
+-- checks it in its own transaction, so a deposed leader stores nothing more.
+CREATE TABLE IF NOT EXISTS ingest_leader (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),   -- one row at most
+    fence        INTEGER NOT NULL,
+    holder       TEXT    NOT NULL,                     -- a random token per process
+    pid          INTEGER NOT NULL,
+    host         TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,                     -- serve or mcp
+    http         TEXT,                                 -- the receiver's address while it listens
+    since        INTEGER NOT NULL,
+    renewed_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,                     -- a leader not renewed by then is gone
+    handover_to  TEXT                                  -- a process asking to take over (serve --take-over)
+);
+
+-- The processes that could lead, each seen now and then: the leader and its standbys.
+CREATE TABLE IF NOT EXISTS ingest_members (
+    holder   TEXT    PRIMARY KEY,
+    pid      INTEGER NOT NULL,
+    host     TEXT    NOT NULL,
+    kind     TEXT    NOT NULL,
+    seen_at  INTEGER NOT NULL
+) WITHOUT ROWID;
 """,
 }
 
