@@ -37,6 +37,15 @@ PRUNE_EVERY_SECONDS = 3600
 # A test hook, read once at start: "pause-after-commit" holds a consumer's
 # un-acked window open (commit done, ack not sent) so a test can kill -9 there.
 FAULT_ENV = "SWITCHBOARD_FAULT"
+# The level of switchboard-local's own log (DEBUG shows each batch a consumer
+# stores and the fence it stored it under); INFO by default.
+LOG_LEVEL_ENV = "SWITCHBOARD_LOG_LEVEL"
+
+
+def _apply_log_level() -> None:
+    level = os.environ.get(LOG_LEVEL_ENV, "").upper()
+    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        logging.getLogger("switchboard_local").setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,11 @@ class Ingest:
     is gone or its process is dead. ``take_over`` asks a leader to hand over.
     """
 
-    def __init__(self, store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False) -> None:
+    def __init__(
+        self, store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False, http: str | None = None
+    ) -> None:
         self.store = store
+        self.http = http  # this process's receiver, shown by `status` while it leads
         self.me = leadership.Candidate.this_process(kind)
         self.upkeep = upkeep
         self.take_over = take_over
@@ -139,6 +151,8 @@ class Ingest:
         self.leading = lease
         renewed = time.monotonic()
         try:
+            if self.http is not None:
+                await leadership.set_http(self.store, lease, self.http)
             async with producers(self.store, self.upkeep, lease):
                 while not stop.is_set():
                     await _wait(stop, leadership.RENEW_SECONDS)
@@ -158,10 +172,11 @@ class Ingest:
 
 
 @contextlib.asynccontextmanager
-async def ingesting(store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False
-                    ) -> AsyncIterator[Ingest]:  # fmt: skip
+async def ingesting(
+    store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False, http: str | None = None
+) -> AsyncIterator[Ingest]:
     """``Ingest`` running while the block runs; on leaving, it stops (and steps down)."""
-    ingest = Ingest(store, kind, upkeep=upkeep, take_over=take_over)
+    ingest = Ingest(store, kind, upkeep=upkeep, take_over=take_over, http=http)
     stop = asyncio.Event()
     task = asyncio.create_task(ingest.run(stop), name=f"ingest:{kind}")
     try:
@@ -205,6 +220,7 @@ class Service:
         return self._server is not None and bool(self._server.started)
 
     def run(self, sock: socket.socket) -> bool:
+        _apply_log_level()
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(self.serve(sock))
 
@@ -212,7 +228,9 @@ class Service:
         from .http import app as web
 
         async with await Store.open(self.db, **self.store_options) as store:
-            async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over):
+            host, port = sock.getsockname()[:2]
+            address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
                 self._server = web.server(web.create_app(store), self.limits or web.Limits())
                 self._server.should_exit = self._stopping
                 await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
@@ -283,6 +301,7 @@ def run_mcp(db: Path | None, agent_name: str | None, ingest: str = "auto") -> in
     handler.setFormatter(SafeFormatter("switchboard-local mcp: %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger("switchboard_local").setLevel(logging.INFO)
+    _apply_log_level()
 
     async def main() -> None:
         async with await Store.open(db) as store:

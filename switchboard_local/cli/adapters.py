@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from .. import process
-from ..core import redis_config, sources
+from ..core import leadership, redis_config, sources
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
 from .common import Out, common, operator, table, warn, when
@@ -105,14 +105,23 @@ def adapter_list(db: Path | None, as_json: bool | None) -> None:
 def adapter_status(db: Path | None, as_json: bool | None) -> None:
     """Health of every adapter: last poll, last error, failures in a row, messages stored."""
     out = Out(db, as_json)
-    found = out.run(lambda store: sources.list_sources(store, family="queue"))
+    found, leader = out.run(lambda store: _with_leader(store, sources.list_sources(store, family="queue")))
+    state = "enabled" if leader is not None else "enabled, not consumed"
     rows = [
-        [a.name, "enabled" if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
+        [a.name, state if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
          a.messages_stored, _last_error(a)]
         for a in found
     ]  # fmt: skip
     headers = ["NAME", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"]
-    out.emit([_view(a) for a in found], table(headers, rows) if rows else "no adapters")
+    text = table(headers, rows) if rows else "no adapters"
+    if rows and leader is None:
+        text += "\nnobody consumes: no process leads ingest (start `switchboard-local serve`; see `switchboard-local status`)"
+    consumed = {"consumed_by": None if leader is None else {"pid": leader.pid, "kind": leader.kind}}
+    out.emit([{**_view(a), **consumed} for a in found], text)
+
+
+async def _with_leader(store: Any, listing: Any) -> tuple[Any, leadership.Leader | None]:
+    return await listing, await leadership.current(store)
 
 
 @adapter.command("show")

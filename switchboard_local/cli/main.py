@@ -572,6 +572,7 @@ def _register_edges() -> None:
     from . import events as cli_events
     from . import queues as cli_queues
     from . import sources as cli_sources
+    from . import status as cli_status
 
     cli_sources.register(main)
     cli_config.register(main)
@@ -579,6 +580,7 @@ def _register_edges() -> None:
     cli_events.register(main)
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body
     cli_queues.register(main)
+    cli_status.register(main)
 
 
 _register_edges()

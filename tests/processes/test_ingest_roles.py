@@ -1,0 +1,94 @@
+"""Who runs ingest (issue 13 §1), with real processes: `serve` and `mcp --ingest auto|on|off`,
+as `status` and `adapter status` tell it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from support.cli import as_json, run_cli
+from support.mcp import RawServer
+from support.receiver import serve_process
+
+
+def status(db: Path) -> dict:
+    answer = run_cli("status", "--json", db=db)
+    assert answer.returncode == 0, answer.stderr
+    return json.loads(answer.stdout)
+
+
+def until_status(db: Path, ok, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while not ok(seen := status(db)):
+        assert time.monotonic() < deadline, f"status never became what was wanted; last: {seen}"
+        time.sleep(0.1)
+    return seen
+
+
+def test_with_no_process_running_nobody_leads_and_adapters_are_not_consumed(cli, db_path: Path) -> None:
+    added = run_cli("adapter", "add", "orders", "--redis-url", "redis://127.0.0.1:6399/0", "--mode", "list",
+                    "--key", "orders", db=db_path)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert status(db_path)["leader"] is None
+    text = run_cli("status", db=db_path).stdout
+    assert text.startswith("ingest: nobody leads") and "not consumed" in text
+    adapters = run_cli("adapter", "status", db=db_path).stdout
+    assert "enabled, not consumed" in adapters and "nobody consumes" in adapters
+    assert [a["consumed_by"] for a in as_json(cli, "adapter", "status")] == [None]
+
+
+def test_serve_leads_with_its_receiver_and_an_mcp_stands_by(db_path: Path) -> None:
+    with serve_process(db_path) as serve:
+        receiver = serve.wait_serving()
+        led = until_status(db_path, lambda s: s["leader"] is not None)
+        assert (led["leader"]["kind"], led["leader"]["pid"]) == ("serve", serve.proc.pid)
+        assert led["leader"]["http"] == f"http://127.0.0.1:{receiver.port}"
+        standby = RawServer(db_path, "--ingest", "auto")
+        try:
+            seen = until_status(db_path, lambda s: [m["pid"] for m in s["standbys"]] == [standby.proc.pid])
+            assert seen["leader"]["pid"] == serve.proc.pid  # an mcp never takes over on its own
+        finally:
+            standby.close()
+
+
+def test_an_mcp_leads_when_none_does_and_serve_takes_over_only_when_asked(db_path: Path) -> None:
+    mcp = RawServer(db_path, "--ingest", "auto")
+    try:
+        led = until_status(db_path, lambda s: s["leader"] is not None)
+        assert (led["leader"]["kind"], led["leader"]["http"]) == ("mcp", None)
+        with serve_process(db_path) as waiting:
+            waiting.wait_serving()
+            until_status(db_path, lambda s: waiting.proc.pid in [m["pid"] for m in s["standbys"]])
+            assert status(db_path)["leader"]["pid"] == mcp.proc.pid
+        with serve_process(db_path, "--take-over") as taking:
+            taking.wait_serving()
+            taken = until_status(db_path, lambda s: s["leader"] is not None and s["leader"]["kind"] == "serve")
+            assert taken["leader"]["pid"] == taking.proc.pid
+            assert mcp.proc.pid in [m["pid"] for m in until_status(db_path, lambda s: s["standbys"])["standbys"]]
+    finally:
+        mcp.close()
+
+
+def test_an_mcp_with_ingest_off_never_leads(db_path: Path) -> None:
+    mcp = RawServer(db_path, "--ingest", "off")
+    try:
+        time.sleep(2)  # longer than a standby takes to look and lead
+        assert status(db_path) == {"leader": None, "standbys": [], "consumers": []}
+    finally:
+        mcp.close()
+
+
+def test_a_leader_that_exits_cleanly_hands_over_at_once(db_path: Path) -> None:
+    first = RawServer(db_path, "--ingest", "auto")
+    second = RawServer(db_path, "--ingest", "auto")
+    try:
+        led = until_status(db_path, lambda s: s["leader"] is not None)
+        leader, other = (first, second) if led["leader"]["pid"] == first.proc.pid else (second, first)
+        assert leader.close() == 0
+        taken = until_status(db_path, lambda s: s["leader"] is not None and s["leader"]["pid"] == other.proc.pid,
+                             timeout=5)  # fmt: skip
+        assert taken["leader"]["fence"] == led["leader"]["fence"] + 1
+    finally:
+        first.kill()
+        second.kill()
