@@ -154,6 +154,6 @@ def test_killing_the_ingest_leader_again_and_again_loses_nothing_and_never_runs_
     assert len(fences) > PER_MODE  # most batches were logged (a killed process may not log its last)
     in_commit_order = [fences[i] for i in sorted(fences)]
     assert in_commit_order == sorted(in_commit_order), "a batch stored under an older leader's fence after a newer's"
-    assert len(set(in_commit_order)) >= ROUNDS  # every leader stored something
+    assert len(set(in_commit_order)) >= 2  # stores on both sides of a hand-over (a leader killed early stores none)
     print(f"hand-over after kill -9: median {statistics.median(handovers):.2f} s, "
           f"max {max(handovers):.2f} s over {len(handovers)} rounds")  # fmt: skip
