@@ -112,10 +112,18 @@ class Ingest:
     """
 
     def __init__(
-        self, store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False, http: str | None = None
+        self,
+        store: Store,
+        kind: str,
+        *,
+        upkeep: Upkeep = Upkeep(),
+        take_over: bool = False,
+        http: str | None = None,
+        receiver: Callable[[], contextlib.AbstractAsyncContextManager[str | None]] | None = None,
     ) -> None:
         self.store = store
         self.http = http  # this process's receiver, shown by `status` while it leads
+        self.receiver = receiver  # one to run only while leading (an `mcp`'s, where http.listen is set)
         self.me = leadership.Candidate.this_process(kind)
         self.upkeep = upkeep
         self.take_over = take_over
@@ -151,9 +159,13 @@ class Ingest:
         self.leading = lease
         renewed = time.monotonic()
         try:
-            if self.http is not None:
-                await leadership.set_http(self.store, lease, self.http)
-            async with producers(self.store, self.upkeep, lease):
+            async with contextlib.AsyncExitStack() as running:
+                http = self.http
+                if self.receiver is not None:
+                    http = await running.enter_async_context(self.receiver())
+                if http is not None:
+                    await leadership.set_http(self.store, lease, http)
+                await running.enter_async_context(producers(self.store, self.upkeep, lease))
                 while not stop.is_set():
                     await _wait(stop, leadership.RENEW_SECONDS)
                     try:
@@ -173,10 +185,16 @@ class Ingest:
 
 @contextlib.asynccontextmanager
 async def ingesting(
-    store: Store, kind: str, *, upkeep: Upkeep = Upkeep(), take_over: bool = False, http: str | None = None
+    store: Store,
+    kind: str,
+    *,
+    upkeep: Upkeep = Upkeep(),
+    take_over: bool = False,
+    http: str | None = None,
+    receiver: Callable[[], contextlib.AbstractAsyncContextManager[str | None]] | None = None,
 ) -> AsyncIterator[Ingest]:
     """``Ingest`` running while the block runs; on leaving, it stops (and steps down)."""
-    ingest = Ingest(store, kind, upkeep=upkeep, take_over=take_over, http=http)
+    ingest = Ingest(store, kind, upkeep=upkeep, take_over=take_over, http=http, receiver=receiver)
     stop = asyncio.Event()
     task = asyncio.create_task(ingest.run(stop), name=f"ingest:{kind}")
     try:
@@ -240,6 +258,41 @@ class Service:
         self._stopping = True
         if self._server is not None:
             self._server.should_exit = True
+
+
+@contextlib.asynccontextmanager
+async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
+    """The webhook receiver of an `mcp` that leads ingest, on ``http.listen`` when
+    that is set (an MCP process opens no port unasked); its address, or None.
+
+    The setting is read as the lead is taken. An address that cannot be bound
+    is logged, and the process leads without a receiver.
+    """
+    from .core import settings
+    from .http import app as web
+
+    address = (await settings.get(store, settings.HTTP_LISTEN.name)).value
+    if address is None:
+        yield None
+        return
+    host, port = settings.split_address(address)
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        log.error("ingest: cannot listen on %s (http.listen): %s; no webhook receiver", address, exc.strerror or exc)
+        yield None
+        return
+    receiver = web.server(web.create_app(store), web.Limits(), signals=False)
+    task = asyncio.create_task(receiver.serve(sockets=[sock]), name="receiver")
+    try:
+        while not receiver.started and not task.done():
+            await asyncio.sleep(0.01)
+        bound_host, bound_port = sock.getsockname()[:2]
+        yield f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
+    finally:
+        receiver.should_exit = True  # requests in flight finish first
+        await task
+        sock.close()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -317,7 +370,7 @@ def run_mcp(db: Path | None, agent_name: str | None, ingest: str = "auto") -> in
             if ingest == "off":
                 await serve_stdio(build_server(store, agent))
                 return
-            async with ingesting(store, "mcp", take_over=ingest == "on"):
+            async with ingesting(store, "mcp", take_over=ingest == "on", receiver=lambda: leader_receiver(store)):
                 await serve_stdio(build_server(store, agent))
 
     try:

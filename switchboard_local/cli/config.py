@@ -20,8 +20,8 @@ def config_group() -> None:
 
 
 def _text(value: settings.Value) -> str:
-    note = " (default)" if value.is_default else f" (default {settings.format_size(value.setting.default)})"
-    return f"{value.setting.name} = {settings.format_size(value.value)}{note}"
+    note = " (default)" if value.is_default else f" (default {value.setting.show(value.setting.default)})"
+    return f"{value.setting.name} = {value.setting.show(value.value)}{note}"
 
 
 @config_group.command("list")
@@ -30,7 +30,7 @@ def config_list(db: Path | None, as_json: bool | None) -> None:
     """Every setting, its value and what it does."""
     out = Out(db, as_json)
     found = out.run(settings.get_all)
-    rows = [[v.setting.name, settings.format_size(v.value) + ("" if v.is_default else " (set)"), v.setting.help]
+    rows = [[v.setting.name, v.setting.show(v.value) + ("" if v.is_default else " (set)"), v.setting.help]
             for v in found]  # fmt: skip
     out.emit([v.to_dict() for v in found], table(["NAME", "VALUE", "WHAT"], rows))
 
@@ -50,7 +50,7 @@ def config_get(db: Path | None, as_json: bool | None, name: str) -> None:
 @click.argument("value")
 @common
 def config_set(db: Path | None, as_json: bool | None, name: str, value: str) -> None:
-    """Set NAME to VALUE (sizes: bytes, or 512KiB, 2MiB…); running processes use it from their next write."""
+    """Set NAME to VALUE (sizes: bytes, or 512KiB, 2MiB…; addresses: HOST:PORT); running processes use it soon."""
     out = Out(db, as_json)
     changed = out.run(lambda store: settings.set_value(store, name, value, by=operator()))
     out.emit(changed.to_dict(), _text(changed))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from . import audit
 from .errors import InvalidArgument
@@ -42,6 +43,8 @@ def format_size(size: int) -> str:
 
 @dataclass(frozen=True)
 class Setting:
+    """A size in bytes, between ``low`` and ``high``."""
+
     name: str
     default: int
     low: int
@@ -56,6 +59,34 @@ class Setting:
             )
         return value
 
+    def show(self, value: int) -> str:
+        return format_size(value)
+
+
+@dataclass(frozen=True)
+class AddressSetting:
+    """A listen address, ``HOST:PORT`` (``[::1]:PORT`` for IPv6); none by default."""
+
+    name: str
+    help: str
+    default: None = None
+
+    def parse(self, text: str) -> str:
+        host, sep, port = text.strip().rpartition(":")
+        bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not sep or not bare or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in bare):
+            raise InvalidArgument(f"{self.name} must be HOST:PORT (e.g. 127.0.0.1:8787), got {text!r}")
+        return f"{host}:{int(port)}"
+
+    def show(self, value: str | None) -> str:
+        return "not set" if value is None else value
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """(host, port) of an AddressSetting's value; an IPv6 host without its brackets."""
+    host, _, port = address.rpartition(":")
+    return (host[1:-1] if host.startswith("[") else host), int(port)
+
 
 MAX_PAYLOAD = Setting(
     "limits.max_payload",
@@ -65,10 +96,15 @@ MAX_PAYLOAD = Setting(
     help="largest payload, result or error text a todo may hold (its JSON, in bytes)",
 )
 
-SETTINGS = {s.name: s for s in (MAX_PAYLOAD,)}
+HTTP_LISTEN = AddressSetting(
+    "http.listen",
+    help="where an `mcp` process that leads ingest runs the webhook receiver (HOST:PORT); unset: it runs none",
+)
+
+SETTINGS: dict[str, Setting | AddressSetting] = {s.name: s for s in (MAX_PAYLOAD, HTTP_LISTEN)}
 
 
-def _known(name: str) -> Setting:
+def _known(name: str) -> Setting | AddressSetting:
     try:
         return SETTINGS[name]
     except KeyError:
@@ -89,8 +125,8 @@ def value_in(tx: Transaction, setting: Setting) -> int:
 
 @dataclass(frozen=True)
 class Value:
-    setting: Setting
-    value: int
+    setting: Setting | AddressSetting
+    value: Any
     is_default: bool
 
     def to_dict(self) -> dict[str, object]:

@@ -25,7 +25,7 @@ import logging
 import re
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import FrameType
@@ -430,8 +430,20 @@ class _Server(uvicorn.Server):
             self.should_exit = True
 
 
-def server(app: Starlette, limits: Limits = Limits()) -> uvicorn.Server:
-    """The receiver's uvicorn server: serve it with ``await server.serve(sockets=[sock])``."""
+class _QuietServer(_Server):
+    """A receiver inside another server's process (`mcp`): its stop signals stay the process's own."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def server(app: Starlette, limits: Limits = Limits(), *, signals: bool = True) -> uvicorn.Server:
+    """The receiver's uvicorn server: serve it with ``await server.serve(sockets=[sock])``.
+
+    ``signals``: SIGINT and SIGTERM stop it gracefully (`serve`); without, it
+    leaves them to the process and stops when ``should_exit`` is set.
+    """
     config = uvicorn.Config(
         app,
         http=guarded_protocol(limits),
@@ -445,4 +457,4 @@ def server(app: Starlette, limits: Limits = Limits()) -> uvicorn.Server:
         # that a stop never cancels one mid-wait (a traceback and a 500).
         timeout_graceful_shutdown=busy_timeout_ms() / 1000 + 15,
     )
-    return _Server(config)
+    return _Server(config) if signals else _QuietServer(config)

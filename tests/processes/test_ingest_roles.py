@@ -92,3 +92,31 @@ def test_a_leader_that_exits_cleanly_hands_over_at_once(db_path: Path) -> None:
     finally:
         first.kill()
         second.kill()
+
+
+def test_an_mcp_that_leads_runs_the_receiver_only_where_http_listen_says(db_path: Path) -> None:
+    import urllib.request
+
+    from support.redis_server import free_port
+
+    assert run_cli("source", "add", "anyone", "--kind", "open", db=db_path).returncode == 0
+    quiet = RawServer(db_path, "--ingest", "auto")
+    try:
+        led = until_status(db_path, lambda s: s["leader"] is not None)
+        assert led["leader"]["http"] is None  # no setting: no port opened
+    finally:
+        quiet.close()
+    port = free_port()
+    assert run_cli("config", "set", "http.listen", f"127.0.0.1:{port}", db=db_path).returncode == 0
+    listening = RawServer(db_path, "--ingest", "auto")
+    try:
+        led = until_status(db_path, lambda s: s["leader"] is not None and s["leader"]["http"] is not None)
+        assert led["leader"]["http"] == f"http://127.0.0.1:{port}"
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/anyone", data=b'{"hello": 1}',
+                                         headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status in (200, 202)
+    finally:
+        assert listening.close() == 0
+    events = json.loads(run_cli("events", "list", "--source", "anyone", "--json", db=db_path).stdout)
+    assert len(events) == 1
