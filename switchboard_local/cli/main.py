@@ -571,6 +571,7 @@ def _register_edges() -> None:
     from . import config as cli_config
     from . import events as cli_events
     from . import queues as cli_queues
+    from . import service as cli_service
     from . import sources as cli_sources
 
     cli_sources.register(main)
@@ -579,6 +580,7 @@ def _register_edges() -> None:
     cli_events.register(main)
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body
     cli_queues.register(main)
+    cli_service.register(main)
 
 
 _register_edges()
