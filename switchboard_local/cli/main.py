@@ -571,6 +571,7 @@ def _register_edges() -> None:
     from . import config as cli_config
     from . import events as cli_events
     from . import queues as cli_queues
+    from . import service as cli_service
     from . import sources as cli_sources
     from . import status as cli_status
 
@@ -581,6 +582,7 @@ def _register_edges() -> None:
     cli_agents.register(main)  # `mcp` imports the SDK only inside its body
     cli_queues.register(main)
     cli_status.register(main)
+    cli_service.register(main)
 
 
 _register_edges()

@@ -39,11 +39,13 @@ EXIT_STATUSES = {0, 1, 2, 3, 4}
 ERROR_LINE = re.compile(r"^switchboard-local: [a-z_]+: \S")
 RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 LONG_RUNNING = {"serve", "mcp", "watch", "tail"}  # servers and live views: they run until stopped
+# `service` changes this user's real service manager (tests/cli/test_service.py runs it against fakes).
+OUTSIDE_THE_DATABASE = {"service"}
 
 
 def _leaves(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     for name, command in sorted(group.commands.items()):
-        if name in LONG_RUNNING:
+        if name in LONG_RUNNING or name in OUTSIDE_THE_DATABASE:
             continue
         if isinstance(command, click.Group):
             yield from _leaves(command, (*path, name))

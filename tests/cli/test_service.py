@@ -1,0 +1,456 @@
+"""`service install|uninstall|status`: the unit files and what the service manager is asked to do.
+
+Units are written to a temporary HOME / XDG_CONFIG_HOME. `systemctl` and
+`launchctl` are fakes first on PATH that log their arguments and answer as
+a test tells them (a user service manager, none, or one that fails): the
+fault hook for what a test machine cannot do for real. The unit's syntax is
+checked by the real `systemd-analyze verify` where it is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import plistlib
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from switchboard_local.cli import service, service_managers, service_units
+
+from support.cli import REPO_ROOT, Result, invoke, run_cli
+
+UNIT = "switchboard-local.service"
+LABEL = "dev.switchboard-local"
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_LOG"
+case " $* " in *" is-system-running "*)
+    if [ "$FAKE_MANAGER" = offline ]; then echo offline; exit 1; fi
+    echo running; exit 0;;
+esac
+if [ "$FAKE_MANAGER" = offline ]; then echo "Failed to connect to bus: No medium found" >&2; exit 1; fi
+if [ -n "$FAKE_FAIL" ]; then case " $* " in *" $FAKE_FAIL "*)
+    echo "Failed to $FAKE_FAIL unit: Access denied" >&2; exit 1;;
+esac; fi
+case " $* " in
+    *" is-active "*) echo "${FAKE_ACTIVE:-active}";;
+    *" is-enabled "*) echo "${FAKE_ENABLED:-enabled}";;
+esac
+exit 0
+"""
+
+FAKE_LAUNCHCTL = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_LOG"
+if [ "$1" = print ]; then
+    case "$2" in */dev.switchboard-local)
+        if [ -n "$FAKE_LOADED" ]; then printf '%s = {\\n\\tstate = running\\n\\tpid = 4242\\n}\\n' "$2"; exit 0; fi
+        echo "Could not find service" >&2; exit 113;;
+    esac
+    echo "$2 = {"; exit 0
+fi
+exit 0
+"""
+
+
+class Box:
+    """A temporary home with fake service managers on PATH; ``cli()`` runs a command in it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.home = tmp_path / "home"
+        self.config = tmp_path / "config"
+        self.db = tmp_path / "data" / "switchboard.db"
+        self.log = tmp_path / "manager.log"
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for name, text in (("systemctl", FAKE_SYSTEMCTL), ("launchctl", FAKE_LAUNCHCTL)):
+            (bin_dir / name).write_text(text)
+            (bin_dir / name).chmod(0o755)
+        self.env: dict[str, str | None] = {
+            "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.config), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_LOG": str(self.log), "FAKE_MANAGER": "running", "FAKE_FAIL": None, "FAKE_LOADED": None,
+            "SUDO_USER": None, "SWITCHBOARD_DB": None,
+        }  # fmt: skip
+
+    @property
+    def unit(self) -> Path:
+        return self.config / "systemd" / "user" / UNIT
+
+    @property
+    def plist(self) -> Path:
+        return self.home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+
+    def cli(self, *args: str, db: Path | None = None, **env: str | None) -> Result:
+        # --db first: whatever follows `--` is serve's.
+        return invoke(None, "--db", str(db or self.db), "service", *args, env={**self.env, **env})
+
+    def calls(self) -> list[str]:
+        """What the service manager was asked to change (its queries left out), and the log emptied."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        self.log.unlink(missing_ok=True)
+        return [line for line in lines if not line.startswith(("--user is-", "print"))]
+
+
+@pytest.fixture
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
+    monkeypatch.setattr(service_managers, "RUNTIME_ROOT", tmp_path / "run-user")  # no real user manager seems to run
+    yield Box(tmp_path)
+
+
+def this_command() -> list[str]:
+    """What a unit runs when the command runs in this process (as `python -m switchboard_local`)."""
+    return [os.path.abspath(sys.executable), "-m", "switchboard_local"]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# ---------------------------------------------------------------- systemd: install
+
+
+def test_install_writes_an_owner_only_unit_for_this_executable_and_database_then_starts_it(box: Box) -> None:
+    result = box.cli("install")
+    assert result.code == 0, result.err
+    text = box.unit.read_text()
+    assert text.splitlines()[0] == f"# {service_units.MARKER}"
+    assert f"ExecStart={' '.join(this_command())} serve --db {box.db}\n" in text
+    assert mode(box.unit) == 0o600
+    for folder in (box.config, box.config / "systemd", box.unit.parent):
+        assert mode(folder) == 0o700, folder
+    assert box.calls() == ["--user daemon-reload", f"--user enable --now {UNIT}"]
+    assert f"wrote {box.unit}" in result.out
+    assert f"enabled and started {UNIT} (systemctl --user enable --now {UNIT})" in result.out
+    assert "logs: journalctl --user -u switchboard-local" in result.out
+    assert box.db.exists()  # checked usable before any unit was written
+
+
+def test_the_unit_goes_under_home_when_xdg_config_home_is_unset(box: Box) -> None:
+    assert box.cli("install", XDG_CONFIG_HOME=None).code == 0
+    assert (box.home / ".config" / "systemd" / "user" / UNIT).is_file()
+    assert not box.unit.exists()
+
+
+def test_install_leaves_an_existing_folder_as_it_was(box: Box) -> None:
+    box.config.mkdir(mode=0o755)
+    box.config.chmod(0o755)
+    assert box.cli("install").code == 0
+    assert mode(box.config) == 0o755
+    assert mode(box.unit.parent) == 0o700
+
+
+def test_the_unit_is_owner_only_whatever_the_umask(box: Box) -> None:
+    previous = os.umask(0)
+    try:
+        assert box.cli("install").code == 0
+    finally:
+        os.umask(previous)
+    assert mode(box.unit) == 0o600
+
+
+def test_install_again_leaves_an_unchanged_unit_alone(box: Box) -> None:
+    assert box.cli("install").code == 0
+    before = box.unit.stat()
+    box.calls()
+    again = box.cli("install")
+    assert again.code == 0, again.err
+    assert "is installed already, unchanged" in again.out
+    after = box.unit.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert box.calls() == [f"--user enable --now {UNIT}"]  # no reload; starts it only if it was stopped
+
+
+def test_install_on_another_database_rewrites_the_unit_and_restarts_it(box: Box, tmp_path: Path) -> None:
+    assert box.cli("install").code == 0
+    box.calls()
+    other = tmp_path / "other" / "b.db"
+    result = box.cli("install", db=other)
+    assert result.code == 0, result.err
+    assert f"serve --db {other}\n" in box.unit.read_text()
+    assert box.calls() == ["--user daemon-reload", f"--user enable {UNIT}", f"--user restart {UNIT}"]
+    assert f"rewrote {box.unit}" in result.out
+
+
+def test_serve_options_after_the_separator_are_checked_and_carried(box: Box) -> None:
+    result = box.cli("install", "--", "--port", "9000", "--host", "127.0.0.1")
+    assert result.code == 0, result.err
+    assert f"serve --db {box.db} --port 9000 --host 127.0.0.1\n" in box.unit.read_text()
+    for bad in (["--port", "nope"], ["--bogus"], ["--db", "/x.db"], ["--json"], ["--help"]):
+        refused = box.cli("install", "--", *bad)
+        assert refused.code == 2, (bad, refused.err)
+        assert refused.err.startswith("switchboard-local: invalid_argument: ")
+    assert "--port 9000" in box.unit.read_text()  # a refused install changed nothing
+
+
+def test_the_unit_holds_no_environment_value(box: Box) -> None:
+    secret = "hunter2-not-in-any-unit"
+    env = {"GH_SECRET": secret, "REDIS_URL": f"redis://:{secret}@127.0.0.1:6379/0"}
+    added = invoke(box.db, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_SECRET", env=env)
+    assert added.code == 0, added.err
+    adapter = invoke(box.db, "adapter", "add", "orders", "--redis-url-env", "REDIS_URL", "--mode", "stream",
+                     "--key", "k", env=env)  # fmt: skip
+    assert adapter.code == 0, adapter.err
+    result = box.cli("install", **env)
+    assert result.code == 0, result.err
+    text = box.unit.read_text()
+    assert secret not in text
+    assert [line for line in text.splitlines() if line.startswith("Environment")] == [
+        "EnvironmentFile=-%E/switchboard-local/service.env"
+    ]
+    assert "gh reads $GH_SECRET, orders reads $REDIS_URL" in result.out
+    assert str(box.config / "switchboard-local" / "service.env") in result.out
+    assert secret not in result.out + result.err
+
+
+def test_sandbox_turns_on_the_filesystem_options_with_the_database_folder_writable(box: Box) -> None:
+    db = Path("/nonexistent-switchboard/data/x.db")  # rendered only: a dry run creates nothing
+    plain = json.loads(box.cli("install", "--dry-run", "--json", db=db).out)["unit"]
+    sandboxed = json.loads(box.cli("install", "--sandbox", "--dry-run", "--json", db=db).out)["unit"]
+    options = ["PrivateTmp=yes", "ProtectSystem=strict", "ProtectHome=read-only", f"ReadWritePaths={db.parent}"]
+    for option in options:
+        assert f"\n#{option}\n" in plain and f"\n{option}\n" in sandboxed, option
+    for always in ("NoNewPrivileges=yes", "UMask=0077", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+                   "LockPersonality=yes", "MemoryDenyWriteExecute=yes", "Restart=on-failure"):  # fmt: skip
+        assert f"\n{always}\n" in plain and f"\n{always}\n" in sandboxed, always
+
+
+def test_sandbox_refuses_a_database_its_private_tmp_would_hide(box: Box) -> None:
+    result = box.cli("install", "--sandbox", db=Path("/tmp/somewhere/x.db"))
+    assert result.code == 2
+    assert "private /tmp" in result.err
+    assert box.cli("install", "--sandbox", "--manager", "launchd").code == 2
+
+
+def test_dry_run_prints_the_unit_and_the_commands_and_changes_nothing(box: Box) -> None:
+    result = box.cli("install", "--dry-run")
+    assert result.code == 0, result.err
+    assert f"would write {box.unit} (owner-only):\n# {service_units.MARKER}" in result.out
+    assert "would run: systemctl --user daemon-reload\nwould run: systemctl --user enable --now" in result.out
+    assert not box.unit.exists() and not box.config.exists() and not box.db.exists()
+    assert box.calls() == []
+
+
+# ---------------------------------------------------------------- systemd: not ours, uninstall, status
+
+
+def test_install_and_uninstall_refuse_a_unit_they_did_not_write(box: Box) -> None:
+    box.unit.parent.mkdir(parents=True)
+    foreign = "[Service]\nExecStart=/usr/bin/something-else\n"
+    box.unit.write_text(foreign)
+    for verb in ("install", "uninstall"):
+        result = box.cli(verb)
+        assert result.code == 1, (verb, result.err)
+        assert "was not written by `switchboard-local service install`" in result.err
+    assert box.unit.read_text() == foreign
+    assert box.calls() == []
+    status = box.cli("status")
+    assert status.code == 0 and "NOT written by service install" in status.out
+
+
+def test_uninstall_stops_the_service_then_removes_only_its_unit(box: Box) -> None:
+    assert box.cli("install").code == 0
+    box.calls()
+    result = box.cli("uninstall")
+    assert result.code == 0, result.err
+    assert box.calls() == [f"--user disable --now {UNIT}", "--user daemon-reload"]
+    assert not box.unit.exists()
+    assert box.unit.parent.is_dir()  # the folder may hold other units: not ours to remove
+    assert f"removed {box.unit}" in result.out
+    again = box.cli("uninstall")
+    assert again.code == 0 and "nothing to uninstall" in again.out
+
+
+def test_status_shows_the_file_and_the_managers_view(box: Box) -> None:
+    assert box.cli("install").code == 0
+    text = box.cli("status", FAKE_ACTIVE="active", FAKE_ENABLED="enabled")
+    assert text.code == 0, text.err
+    assert "written by service install" in text.out
+    assert f"runs       {' '.join(this_command())} serve --db {box.db}" in text.out
+    assert "service    active, enabled" in text.out
+    found = json.loads(box.cli("status", "--json", FAKE_ACTIVE="failed", FAKE_ENABLED="enabled").out)
+    assert found | {"runs": None} == {
+        "manager": "systemd", "path": str(box.unit), "present": True, "ours": True, "runs": None,
+        "manager_available": True, "manager_note": None, "active": "failed", "enabled": "enabled", "pid": None,
+        "logs": "journalctl --user -u switchboard-local",
+    }  # fmt: skip
+
+
+def test_without_a_user_manager_status_says_so_and_succeeds(box: Box) -> None:
+    result = box.cli("status", FAKE_MANAGER="offline")
+    assert result.code == 0, result.err
+    assert "not installed" in result.out
+    assert "no user service manager is reachable" in result.out
+    found = json.loads(box.cli("status", "--json", FAKE_MANAGER="offline").out)
+    assert (found["manager_available"], found["active"], found["present"]) == (False, None, False)
+
+
+def test_without_a_user_manager_install_writes_the_unit_but_fails(box: Box) -> None:
+    result = box.cli("install", FAKE_MANAGER="offline")
+    assert result.code == 1
+    assert box.unit.is_file()
+    assert result.err.startswith("switchboard-local: service_manager: no user service manager is reachable")
+    assert "written but not started" in result.err
+    assert box.calls() == []
+    # Where a manager runs, the same command finishes the job.
+    assert box.cli("install").code == 0
+    assert box.calls() == [f"--user enable --now {UNIT}"]
+
+
+def test_without_a_user_manager_uninstall_removes_the_unit(box: Box) -> None:
+    assert box.cli("install").code == 0
+    result = box.cli("uninstall", FAKE_MANAGER="offline")
+    assert result.code == 0, result.err
+    assert not box.unit.exists()
+    assert "nothing to stop" in result.out
+
+
+def test_uninstall_keeps_the_unit_while_an_unreachable_manager_may_run_it(box: Box, tmp_path: Path) -> None:
+    assert box.cli("install").code == 0
+    (tmp_path / "run-user" / str(os.getuid()) / "systemd").mkdir(parents=True)
+    result = box.cli("uninstall", FAKE_MANAGER="offline")
+    assert result.code == 1
+    assert box.unit.is_file()
+    assert "nothing removed" in result.err
+
+
+def test_a_failing_service_manager_stops_install_with_its_error(box: Box) -> None:
+    result = box.cli("install", "--json", FAKE_FAIL="enable")
+    assert result.code == 1
+    assert result.err.startswith(f"switchboard-local: service_manager: systemctl --user enable --now {UNIT} failed: "
+                                 "Failed to enable unit: Access denied")  # fmt: skip
+    answer = json.loads(result.out)
+    assert answer["error"]["code"] == "service_manager"
+    assert [step["command"] for step in answer["steps"]][-1] == ["systemctl", "--user", "daemon-reload"]
+
+
+def test_a_unit_that_cannot_be_written_is_one_error_line(box: Box, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # where the config folder should be: mkdir fails, even for root
+    result = box.cli("install", XDG_CONFIG_HOME=str(blocker / "config"))
+    assert result.code == 1
+    assert result.err.startswith(f"switchboard-local: unit_file: cannot write {blocker / 'config'}: Not a directory")
+    assert box.calls() == []
+
+
+def test_install_json_lists_each_step(box: Box) -> None:
+    answer = json.loads(box.cli("install", "--json").out)
+    assert answer["state"] == "new" and answer["command"] == [*this_command(), "serve", "--db", str(box.db)]
+    assert [step["command"] for step in answer["steps"] if step["command"]] == [
+        ["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", UNIT]
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the unit as systemd reads it
+
+
+def verify(unit: Path, tmp_path: Path) -> None:
+    """`systemd-analyze verify` finds nothing to say about the unit (a user manager's view where it can start one)."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here (it comes with systemd): the unit's syntax goes unchecked")
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(tmp_path), "SYSTEMD_LOG_COLOR": "0"}
+    ran = subprocess.run(
+        [analyze, "verify", "--user", str(unit)], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    if "Failed to initialize manager" in ran.stderr:  # no user manager can be set up here: a system manager reads it
+        ran = subprocess.run(
+            [analyze, "verify", str(unit)], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0, said
+    assert unit.name not in said, said  # warnings (an unknown key, a bad value) do not fail verify: none may appear
+
+
+def test_the_installed_unit_passes_systemd_analyze_verify(box: Box, tmp_path: Path) -> None:
+    assert box.cli("install", "--", "--port", "9000").code == 0
+    verify(box.unit, tmp_path)
+
+
+def test_a_sandboxed_unit_on_an_awkward_path_passes_systemd_analyze_verify(box: Box, tmp_path: Path) -> None:
+    db = Path('/srv/my data/100% $HOME "quoted" back\\slash/x.db')
+    answer = json.loads(box.cli("install", "--sandbox", "--dry-run", "--json", db=db).out)
+    line = next(line for line in answer["unit"].splitlines() if line.startswith("ExecStart="))
+    assert line.endswith(' serve --db "/srv/my data/100%% $$HOME \\"quoted\\" back\\\\slash/x.db"')
+    unit = tmp_path / UNIT
+    unit.write_text(answer["unit"])
+    verify(unit, tmp_path)
+
+
+# ---------------------------------------------------------------- launchd
+
+
+def test_launchd_install_writes_an_owner_only_agent_and_loads_it(box: Box) -> None:
+    result = box.cli("install", "--manager", "launchd")
+    assert result.code == 0, result.err
+    agent = plistlib.loads(box.plist.read_bytes())
+    log = str(box.home / "Library" / "Logs" / "switchboard-local" / "serve.log")
+    assert agent == {
+        "Label": LABEL, "ProgramArguments": [*this_command(), "serve", "--db", str(box.db)], "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False, "Crashed": True}, "ThrottleInterval": 10, "Umask": 0o077,
+        "StandardOutPath": log, "StandardErrorPath": log,
+    }  # fmt: skip
+    assert box.plist.read_text().splitlines()[2] == f"<!-- {service_units.MARKER} -->"
+    assert mode(box.plist) == 0o600 and mode(Path(log).parent) == 0o700
+    uid = os.getuid()
+    assert box.calls() == [f"enable gui/{uid}/{LABEL}", f"bootstrap gui/{uid} {box.plist}"]
+    assert box.cli("install", "--manager", "launchd", FAKE_LOADED="1").code == 0
+    assert box.calls() == []  # unchanged and loaded: nothing to do
+
+
+def test_launchd_status_and_uninstall(box: Box) -> None:
+    assert box.cli("install", "--manager", "launchd").code == 0
+    box.calls()
+    status = box.cli("status", "--manager", "launchd", FAKE_LOADED="1")
+    assert status.code == 0, status.err
+    assert "service    running (pid 4242)" in status.out
+    result = box.cli("uninstall", "--manager", "launchd", FAKE_LOADED="1")
+    assert result.code == 0, result.err
+    assert box.calls() == [f"bootout gui/{os.getuid()}/{LABEL}"]
+    assert not box.plist.exists()
+
+
+# ---------------------------------------------------------------- which executable, and the templates
+
+
+def test_a_frozen_binary_runs_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", "/opt/switchboard/switchboard-local")
+    assert service.current_command() == ["/opt/switchboard/switchboard-local"]
+
+
+def test_python_dash_m_runs_the_same_interpreter_with_dash_m(tmp_path: Path) -> None:
+    ran = run_cli("service", "install", "--dry-run", "--json", db=tmp_path / "x.db",
+                  env={"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")})  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["command"][:3] == this_command()
+
+
+def test_the_console_script_runs_itself_by_the_path_it_was_called_by(tmp_path: Path) -> None:
+    script = tmp_path / "venv" / "bin" / "switchboard-local"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!{sys.executable}\nfrom switchboard_local.cli.main import main\nmain()\n")
+    script.chmod(0o755)
+    link = tmp_path / "bin" / "switchboard-local"  # a package manager's link: kept, not resolved
+    link.parent.mkdir()
+    link.symlink_to(script)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    ran = subprocess.run([str(link), "--db", str(tmp_path / "x.db"), "service", "install", "--dry-run", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["command"][0] == str(link)
+
+
+def test_the_packaging_templates_match_what_install_writes() -> None:
+    for relative, text in service_units.templates().items():
+        shipped = (REPO_ROOT / relative).read_text()
+        assert shipped == text, f"{relative} differs from service_units.py: write templates() out again"
+        assert not service_units.written_by_install(shipped)  # a hand-installed template is not uninstall's to remove
+    agent = plistlib.loads((REPO_ROOT / "packaging" / "launchd" / f"{LABEL}.plist").read_bytes())
+    assert agent["Label"] == LABEL and agent["RunAtLoad"] is True and agent["KeepAlive"]["SuccessfulExit"] is False
