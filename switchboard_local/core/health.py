@@ -168,14 +168,12 @@ def _folder(path: Path) -> Check:
         return Check("database folder", FAIL, f"{folder} ({mode:04o}) cannot be written by you: "
                      "SQLite creates the -wal and -shm there", f"chmod u+rwx {quoted}")  # fmt: skip
     if mode & 0o022:
-        mine = info.st_uid == os.getuid()
-        fix = f"chmod go-w {quoted}" if mine else (
-            f"mkdir -p -m 700 ~/switchboard && mv {shlex.quote(str(path))} ~/switchboard/ "
-            f"(then use --db ~/switchboard/{shlex.quote(path.name)})"
-        )  # fmt: skip
+        move = (f"mkdir -p -m 700 ~/switchboard && mv {shlex.quote(str(path))} ~/switchboard/ "
+                f"(then use --db ~/switchboard/{shlex.quote(path.name)})")  # fmt: skip
         if mode & stat.S_ISVTX:  # /tmp-like: others cannot replace the file, but can plant a -wal before it exists
             return Check("database folder", WARN, f"{folder} ({mode:04o}) is shared: others can create files "
-                         "beside the database, such as its -wal before it exists", fix)  # fmt: skip
+                         "beside the database, such as its -wal before it exists", move)  # fmt: skip
+        fix = f"chmod go-w {quoted}" if info.st_uid == os.getuid() else move
         return Check("database folder", FAIL, f"{folder} ({mode:04o}) can be written by others: "
                      "they can replace the database", fix)  # fmt: skip
     return Check("database folder", OK, f"{folder} ({mode:04o}), not writable by others")
@@ -191,19 +189,28 @@ def _file(ctx: Context, path: Path) -> Check:
     if not stat.S_ISREG(info.st_mode):
         return Check("database file", FAIL, f"{path} is not a regular file",
                      "point --db (or $SWITCHBOARD_DB) at a database file")  # fmt: skip
-    wal = _companion(path, "-wal")
-    extra = f", WAL {_size(wal.stat().st_size)}" if wal.exists() else ""
+    wal = next((info for file, info in _present(path) if file.name == f"{path.name}-wal"), None)
+    extra = f", WAL {_size(wal.st_size)}" if wal is not None else ""
     return Check("database file", OK, f"{_size(info.st_size)}{extra}")
 
 
-def _companion(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
+def _present(path: Path) -> list[tuple[Path, os.stat_result]]:
+    """The file, its -wal and its -shm, those that exist (a -wal may go at any moment: the last close removes it)."""
+    found = []
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            found.append((file, file.stat()))
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def _permissions(path: Path) -> Check:
     """The file and its -wal and -shm: owner-only (0600), and readable and writable by you."""
-    files = [f for f in (path, _companion(path, "-wal"), _companion(path, "-shm")) if f.exists()]
-    modes = {f: stat.S_IMODE(f.stat().st_mode) for f in files}
+    present = _present(path)
+    files = [f for f, _ in present]
+    modes = {f: stat.S_IMODE(info.st_mode) for f, info in present}
+    owners = {f: info.st_uid for f, info in present}
     shown = ", ".join(f"{f.name} {modes[f]:04o}" for f in files)
     open_to_others = [f for f in files if modes[f] & 0o077]
     if open_to_others:
@@ -213,10 +220,9 @@ def _permissions(path: Path) -> Check:
     if locked:
         return Check("permissions", FAIL, f"not readable and writable by you: {shown}",
                      shlex.join(["chmod", "600", *map(str, locked)]))  # fmt: skip
-    others = [f for f in files if f.stat().st_uid != os.getuid()]
+    others = [f for f in files if owners[f] != os.getuid()]
     if others:
-        owner = others[0].stat().st_uid
-        return Check("permissions", WARN, f"owned by another user (uid {owner}): {shown}",
+        return Check("permissions", WARN, f"owned by another user (uid {owners[others[0]]}): {shown}",
                      shlex.join(["chown", str(os.getuid()), *map(str, others)]))  # fmt: skip
     return Check("permissions", OK, f"owner-only: {shown}")
 

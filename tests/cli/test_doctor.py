@@ -166,7 +166,9 @@ def test_text_output_is_one_aligned_line_per_check_with_the_fix(db_path: Path, h
     width = max(map(len, names))
     for line, name in zip(lines, names):  # status, name and detail in three aligned columns
         assert line[:4].rstrip() in ("ok", "warn", "fail") and line[4:6] == "  "
-        assert line[6 : 6 + width] == name.ljust(width) and line[6 + width : 8 + width] == "  " and line[8 + width] != " "
+        assert (
+            line[6 : 6 + width] == name.ljust(width) and line[6 + width : 8 + width] == "  " and line[8 + width] != " "
+        )
     permissions = lines[names.index("permissions")]
     assert permissions.startswith("fail  ") and permissions.endswith(f"  fix: chmod 600 {db_path}")
 
@@ -226,6 +228,17 @@ def test_a_folder_others_can_write_fails(run_doctor, tmp_path: Path) -> None:
     code, checks = run_doctor(db=db)
     assert code == 1 and checks["database folder"]["status"] == "fail"
     assert checks["database folder"]["fix"] == f"chmod go-w {folder}"
+
+
+def test_a_shared_sticky_folder_warns_and_the_fix_moves_the_database(run_doctor, tmp_path: Path) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    db = folder / "s.db"
+    cli(db, "todo", "create", "--queue", "q", "--title", "t")
+    folder.chmod(0o1777)  # as /tmp is: others cannot replace the file, but can create its -wal first
+    code, checks = run_doctor(db=db)
+    assert code == 0 and checks["database folder"]["status"] == "warn"
+    assert checks["database folder"]["fix"].startswith(f"mkdir -p -m 700 ~/switchboard && mv {db} ~/switchboard/")
 
 
 def test_a_newer_schema_fails_with_upgrade_as_the_fix_and_is_left_as_it_is(run_doctor, db_path: Path) -> None:
@@ -489,19 +502,21 @@ def test_a_server_registered_in_claude_json_is_found_in_local_then_user_scope(ru
     local = {"command": program, "args": ["mcp", "--agent", "reviewer"]}
     config = {"mcpServers": {"switchboard": user}, "projects": {str(project.parent): {"mcpServers": {"sb": local}}}}
     (home / ".claude.json").write_text(json.dumps(config))
-    code, checks = run_doctor()
+    _, checks = run_doctor()
     assert checks["mcp server"]["status"] == "ok"
-    assert checks["mcp server"]["detail"].startswith(f"'sb' in local scope ({home / '.claude.json'}, project {project.parent})")
+    assert checks["mcp server"]["detail"].startswith(
+        f"'sb' in local scope ({home / '.claude.json'}, project {project.parent})"
+    )
     del config["projects"]
     (home / ".claude.json").write_text(json.dumps(config))
-    code, checks = run_doctor()
+    _, checks = run_doctor()
     assert checks["mcp server"]["detail"].startswith(f"'switchboard' in user scope ({home / '.claude.json'})")
 
 
 def test_a_registered_server_whose_command_is_gone_warns(run_doctor, project: Path) -> None:
     servers = {"switchboard": {"command": "/nowhere/switchboard-local", "args": ["mcp"]}}
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
-    code, checks = run_doctor()
+    _, checks = run_doctor()
     assert checks["mcp server"]["status"] == "warn" and "is not found on PATH" in checks["mcp server"]["detail"]
     assert checks["mcp server"]["fix"].startswith("claude mcp remove switchboard && claude mcp add")
 

@@ -26,8 +26,7 @@ pytestmark = pytest.mark.anyio
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file of the folder with its mode and the hash of its bytes."""
     return {
-        p.name: f"{p.stat().st_mode:o}:{hashlib.sha256(p.read_bytes()).hexdigest()}"
-        for p in sorted(folder.iterdir())
+        p.name: f"{p.stat().st_mode:o}:{hashlib.sha256(p.read_bytes()).hexdigest()}" for p in sorted(folder.iterdir())
     }
 
 
