@@ -329,6 +329,26 @@ def redis_source_config(options: dict[str, Any]) -> dict[str, Any]:
     return adapter_config(options, driver_check=check_options)
 
 
+def doctor_probes() -> Any:
+    """`doctor`'s checks that need an edge's library: the Redis adapters' servers (redis-py)."""
+    from .brokers.redis_probe import probe
+    from .core.health import Probes
+
+    return Probes(redis=probe)
+
+
+def mcp_sdk_version() -> str:
+    """Import the MCP edge as `mcp` does (the SDK with it) and answer the SDK's version; raise what the import raises."""
+    from importlib import metadata
+
+    from .mcp import server  # noqa: F401  (imported to prove that it imports)
+
+    try:
+        return metadata.version("mcp")
+    except metadata.PackageNotFoundError:  # a frozen binary may carry no package metadata
+        return "unknown"
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop where it is installed (as uvicorn would pick it), else asyncio's loop."""
     try:

@@ -13,12 +13,17 @@ from .reader import Message
 from .redis_client import BLOCK_MS, Connect, RedisReader
 
 
+def processing_key(key: str) -> str:
+    """The list a reader moves its messages to until they are stored."""
+    return f"{key}:processing"
+
+
 class ListReader(RedisReader):
     mode = "list"
 
     def __init__(self, source: Source, connect: Connect | None = None) -> None:
         super().__init__(source, connect)
-        self.processing = f"{self.key}:processing"
+        self.processing = processing_key(self.key)
         self._recovering = True
 
     async def read(self) -> list[Message]:

@@ -569,6 +569,7 @@ def _register_edges() -> None:
     from . import adapters as cli_adapters
     from . import agents as cli_agents
     from . import config as cli_config
+    from . import doctor as cli_doctor
     from . import events as cli_events
     from . import queues as cli_queues
     from . import service as cli_service
@@ -583,6 +584,7 @@ def _register_edges() -> None:
     cli_queues.register(main)
     cli_status.register(main)
     cli_service.register(main)
+    cli_doctor.register(main)
 
 
 _register_edges()

@@ -39,7 +39,7 @@ from .errors import (
 )
 from .group_commit import GroupCommit, Monotonic, SQLiteTransaction, is_busy
 from .queries import Q
-from .store import Params, Transaction, default_path, expanded
+from .store import FileState, Params, Transaction, default_path, expanded
 
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another process's lock
 
@@ -337,20 +337,25 @@ def _identity(conn: sqlite3.Connection) -> tuple[int, int]:
 def _refuse_foreign(conn: sqlite3.Connection, path: Path, version: int, app_id: int) -> None:
     """Ours: our application id; or a new empty file; or version 1 with exactly
     version 1's tables (that version wrote no application id)."""
-    if app_id == APPLICATION_ID:
-        return
-    tables = {
-        name
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
-    }
-    if app_id == 0 and version == 0 and not tables:
-        return
-    if app_id == 0 and version == 1 and tables == V1_TABLES:
+    if app_id == APPLICATION_ID or _ours(version, app_id, _tables(conn)):
         return
     raise StoreUnusable(
         f"{path} is an SQLite database but not a switchboard-local one "
         f"(application id {app_id}, user version {version}); it was left as it is"
     )
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {
+        name
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+    }
+
+
+def _ours(version: int, app_id: int, tables: set[str]) -> bool:
+    if app_id == APPLICATION_ID:
+        return True
+    return app_id == 0 and ((version == 0 and not tables) or (version == 1 and tables == V1_TABLES))
 
 
 def _refuse_newer(path: Path, version: int) -> None:
@@ -460,6 +465,7 @@ class SQLiteStore:
         rng: random.Random | None = None,
         synchronous: str = "FULL",
         monotonic: Monotonic | None = None,
+        read_only: bool = False,
     ) -> SQLiteStore:
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
@@ -469,7 +475,10 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         try:
             with driver_errors(db_path):
-                conn = await loop.run_in_executor(thread, _connect, db_path, synchronous, busy_ms)
+                if read_only:
+                    conn = await loop.run_in_executor(thread, _connect_read_only, db_path, busy_ms)
+                else:
+                    conn = await loop.run_in_executor(thread, _connect, db_path, synchronous, busy_ms)
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -678,3 +687,87 @@ def _connect_reader(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+# ---------------------------------------------------------------- reading a file without changing it
+
+INSPECT_BUSY_MS = 2_000  # `doctor` answers within seconds, even beside a long write
+QUICK_CHECK_MAX = 20  # problems quick_check lists before it stops
+
+
+def _connect_existing(path: Path, busy_ms: int) -> sqlite3.Connection:
+    """A connection to an existing file that changes nothing in it.
+
+    ``mode=rw``, not ``mode=ro``: SQLite never creates a missing file then,
+    and the last connection to close removes the -wal and -shm it made, so
+    the folder is left as it was found; a ``mode=ro`` connection leaves them
+    behind. ``query_only`` refuses every write. (Closing last may fold a WAL
+    left by a crash into the file, as any reader of it would.)
+    """
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise StoreUnusable(f"{path} is not a regular file")
+    uri = path.absolute().as_uri() + "?mode=rw"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=False)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_read_only(path: Path, busy_ms: int) -> sqlite3.Connection:
+    """A read-only store's connection: our file at the current version, or refused."""
+    conn = _connect_existing(path, busy_ms)
+    try:
+        version, app_id = _identity(conn)
+        _refuse_foreign(conn, path, version, app_id)
+        _refuse_newer(path, version)
+        if version != SCHEMA_VERSION:
+            raise StoreUnusable(f"{path} has schema version {version}; it is upgraded when opened for writing")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def inspect_file(path: Path) -> FileState:
+    """``Store.inspect``: the file's identity, journal mode and integrity, read with nothing changed."""
+    with driver_errors(path):
+        conn = _connect_existing(path, INSPECT_BUSY_MS)
+    try:
+        with driver_errors(path):
+            try:
+                version, app_id = _identity(conn)
+                tables = _tables(conn)
+            except sqlite3.DatabaseError as exc:
+                if _primary(exc) == "SQLITE_NOTADB":
+                    return FileState(database=False, current=SCHEMA_VERSION, error=str(exc))
+                if _primary(exc) == "SQLITE_CORRUPT":  # the schema's own pages
+                    return FileState(database=True, current=SCHEMA_VERSION, problems=(str(exc),))
+                raise
+            journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            try:
+                found = [str(row[0]) for row in conn.execute(f"PRAGMA quick_check({QUICK_CHECK_MAX})")]
+            except sqlite3.DatabaseError as exc:
+                if _primary(exc) not in _UNUSABLE:
+                    raise
+                found = [str(exc)]
+        return FileState(
+            database=True,
+            current=SCHEMA_VERSION,
+            version=version,
+            ours=_ours(version, app_id, tables),
+            empty=not tables,
+            journal_mode=journal,
+            problems=() if found == ["ok"] else tuple(found),
+        )
+    finally:
+        conn.close()
+
+
+def _primary(exc: sqlite3.Error) -> str:
+    """SQLite's primary result code of a driver error: SQLITE_IOERR_WRITE -> SQLITE_IOERR."""
+    return "_".join((getattr(exc, "sqlite_errorname", None) or "").split("_")[:2])

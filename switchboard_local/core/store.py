@@ -10,9 +10,11 @@ and nothing here imports a database driver.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -44,6 +46,27 @@ def expanded(path: str | os.PathLike[str]) -> Path:
         return Path(path).expanduser()
     except RuntimeError:  # ~user of a user that does not exist
         raise Unavailable(f"{path}: no home folder for {Path(path).parts[0]}") from None
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a database file is, read without changing it (``Store.inspect``; `doctor` reports it).
+
+    ``database`` is False for a file the backend cannot read as a database
+    at all (``error`` says why); then nothing else is known. ``ours`` holds
+    for our own files and for a new, empty one (``empty``); ``version`` is
+    its schema version, ``current`` the one this code writes. ``problems``
+    are what the integrity check found (none: it is sound).
+    """
+
+    database: bool
+    current: int
+    version: int = 0
+    ours: bool = False
+    empty: bool = False
+    journal_mode: str = ""
+    problems: tuple[str, ...] = ()
+    error: str | None = None
 
 
 class Row(Protocol):
@@ -131,15 +154,33 @@ class Store(Protocol):
         rng: random.Random | None = None,
         synchronous: str = "FULL",
         monotonic: Monotonic | None = None,
+        read_only: bool = False,
     ) -> Store:
         """Open the store at ``path`` (default: $SWITCHBOARD_DB, else the user data dir).
 
         ``clock`` is the verbs' time, ``rng`` their jitter, ``monotonic`` the
         group commit's time budget (all injected so that tests move them).
+        ``read_only``: an existing file at the current schema version, read
+        and never changed (nothing created, migrated or chmod-ed; every write
+        refused with ``Unavailable``); anything else is refused as when opened.
         """
         from .sqlite import SQLiteStore  # the one implementation today
 
-        return await SQLiteStore.open(path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic)
+        return await SQLiteStore.open(
+            path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
+        )
+
+    @classmethod
+    async def inspect(cls, path: Path) -> FileState:
+        """What the existing file at ``path`` is, without changing it: never created, migrated or chmod-ed.
+
+        Reads its identity, journal mode and integrity (which reads every
+        page). Raises ``Unavailable`` when it cannot be opened, ``Busy`` when
+        it stays locked.
+        """
+        from .sqlite import inspect_file
+
+        return await asyncio.to_thread(inspect_file, path)
 
     async def write(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one transaction; answer after its commit (see above)."""

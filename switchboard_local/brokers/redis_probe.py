@@ -1,0 +1,80 @@
+"""`doctor`'s question to an adapter's Redis: does it answer, and how much waits there.
+
+Only asks (PING, XINFO GROUPS, XLEN, LLEN); never creates a group or moves a
+message. Every answer is a ``RedisProbe``, an unreachable server included:
+a probe never raises, and never puts the URL's password in its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+
+from ..core.health import RedisProbe
+from .redis_client import url_password
+from .redis_list import processing_key
+
+
+async def probe(url: str, config: Mapping[str, Any], timeout: float) -> RedisProbe:
+    """PING, then the backlog of the adapter's mode; each connect and reply within ``timeout`` s, no retries."""
+    try:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+    except (ValueError, RedisError) as exc:  # a URL from the environment, never validated
+        return RedisProbe(reachable=False, error=_said(exc, url))
+    try:
+        async with asyncio.timeout(timeout * 3):  # connect, PING, one question: a hard cap over all three
+            await client.ping()
+            try:
+                return await _backlog(client, config)
+            except ResponseError as exc:  # e.g. the key holds another type
+                return RedisProbe(reachable=True, error=_said(exc, url))
+    except (RedisError, OSError, TimeoutError) as exc:
+        return RedisProbe(reachable=False, error=_said(exc, url))
+    finally:
+        try:
+            await client.aclose()
+        except (RedisError, OSError):
+            pass
+
+
+async def _backlog(client: aioredis.Redis, config: Mapping[str, Any]) -> RedisProbe:
+    key, mode = config.get("key"), config.get("mode")
+    if mode == "list":
+        async with client.pipeline(transaction=False) as pipe:
+            waiting, unacked = await pipe.llen(key).llen(processing_key(key)).execute()
+        return RedisProbe(reachable=True, waiting=waiting, unacked=unacked)
+    if mode != "stream":
+        return RedisProbe(reachable=True)
+    group = config.get("group")
+    try:
+        groups = await client.xinfo_groups(key)
+    except ResponseError as exc:
+        if "no such key" not in str(exc).lower():
+            raise
+        return RedisProbe(reachable=True, waiting=0, unacked=0, note="no stream yet; serve creates it")
+    found = next((g for g in groups if _text(g.get("name")) == group), None)
+    if found is None:  # serve creates the group at the stream's start: every entry waits
+        length = await client.xlen(key)
+        return RedisProbe(reachable=True, waiting=length, unacked=0, note=f"no group {group!r} yet; serve creates it")
+    lag = found.get("lag")  # None when Redis cannot tell (entries deleted or trimmed past the group)
+    note = None if lag is not None else "Redis cannot tell the lag"
+    return RedisProbe(reachable=True, waiting=lag, unacked=int(found.get("pending") or 0), note=note)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _said(exc: BaseException, url: str) -> str:
+    """The error in a line, without the password."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    password = url_password(url)
+    return text.replace(password, "****") if password else text

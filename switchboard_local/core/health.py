@@ -1,0 +1,444 @@
+"""Health: what `doctor` checks, one line per check, and the command that fixes each.
+
+A check answers ``ok``, ``warn`` (it works, but look) or ``fail`` (something
+will not work), with a fix (a command to run) when it is not ok. ``CHECKS``
+is the list: each entry an async function of the ``Context`` answering its
+lines, run in order (the database's first: it opens the file the others
+read). Adding a check is one function and one entry there; the CLI adds the
+checks of its own surroundings after these (``cli/doctor.py``).
+
+Nothing here changes anything: the database is inspected and opened
+read-only, never created, migrated or chmod-ed; a secret file is read (its
+value never shown); Redis is only asked. What only an edge's library can
+tell (Redis, here) comes in through ``Probes``, which the process module
+fills, so the core imports no edge library.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import Busy, StoreFault
+from .sources import Source, list_sources, masked_url
+from .store import FileState, Store
+from .webhook_config import needs_secret
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+# Free space beside the database. Below DISK_FAIL a burst of writes can fill
+# the disk: the WAL alone may grow to 64 MiB (journal_size_limit) before a
+# checkpoint, and a full disk refuses every delivery (503, no ack).
+DISK_FAIL = 100 * MiB
+DISK_WARN = GiB
+DISK_WARN_FRACTION = 0.05
+# Messages a Redis adapter has not stored yet (waiting, or read and not acked)
+# beyond which its line warns: some 16 batches of 64, far more than one poll.
+BACKLOG_WARN = 1000
+PROBE_TIMEOUT = 1.0  # seconds Redis has to answer
+APP = "switchboard-local"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report."""
+
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    fix: str | None = None  # the command to run, when not ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class RedisProbe:
+    """What a Redis adapter's server said (``Probes.redis``).
+
+    ``waiting``: messages not read yet (a stream group's lag, the list's
+    length; None when Redis cannot tell); ``unacked``: read but not
+    acknowledged (a group's pending entries, KEY:processing).
+    """
+
+    reachable: bool
+    error: str | None = None
+    waiting: int | None = None
+    unacked: int | None = None
+    note: str | None = None
+
+
+# (url, adapter config, timeout) -> what the server said; never raises.
+RedisProber = Callable[[str, Mapping[str, Any], float], Awaitable[RedisProbe]]
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The checks only an edge's library can make, handed in by the process module."""
+
+    redis: RedisProber | None = None
+
+
+@dataclass
+class Context:
+    """What the checks share: the database path in use and what was learnt of it.
+
+    ``origin`` says where the path came from (``--db``, ``$SWITCHBOARD_DB``,
+    ``default``). The database group fills ``state``, ``store`` (the file
+    opened read-only, when it is ours at the current version; ``run``
+    closes it) and ``sources`` (empty when nothing is stored yet).
+    """
+
+    path: Path | None
+    origin: str
+    path_error: str | None = None
+    probes: Probes = field(default_factory=Probes)
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    state: FileState | None = None
+    store: Store | None = None
+    sources: list[Source] = field(default_factory=list)
+
+    def command(self, *args: str) -> str:
+        """A switchboard-local command line on this database (--db when that is how it was named)."""
+        db = ["--db", str(self.path)] if self.origin == "--db" and self.path is not None else []
+        return shlex.join([APP, *db, *args])
+
+
+CheckGroup = Callable[[Context], Awaitable[list[Check]]]
+
+
+async def run(ctx: Context, groups: tuple[CheckGroup, ...]) -> list[Check]:
+    """Every group's lines, in order; the read-only store is closed at the end."""
+    found: list[Check] = []
+    try:
+        for group in groups:
+            found += await group(ctx)
+    finally:
+        if ctx.store is not None:
+            await ctx.store.close()
+            ctx.store = None
+    return found
+
+
+# ---------------------------------------------------------------- the database
+
+
+async def database(ctx: Context) -> list[Check]:
+    """Where the file is, its folder, permissions, schema, journal, integrity, and the disk under it."""
+    if ctx.path is None:
+        return [Check("database", FAIL, f"no database path: {ctx.path_error}",
+                      "unset SWITCHBOARD_DB, or give --db PATH")]  # fmt: skip
+    path = ctx.path.absolute()
+    found = [Check("database", OK, f"{path} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
+    found.append(_folder(path))
+    file = _file(ctx, path)
+    found.append(file)
+    if file.status == OK:
+        found.append(_permissions(path))
+        found += await _contents(ctx, path)
+    found.append(_disk(path))
+    return found
+
+
+_ORIGINS = {"--db": "from --db", "$SWITCHBOARD_DB": "from $SWITCHBOARD_DB", "default": "the default"}
+
+
+def _folder(path: Path) -> Check:
+    folder = path.parent
+    try:
+        info = folder.stat()
+    except FileNotFoundError:
+        return Check("database folder", WARN, f"{folder} does not exist yet: it is created (owner-only) on first use",
+                     f"mkdir -p -m 700 {shlex.quote(str(folder))}")  # fmt: skip
+    except OSError as exc:
+        return Check("database folder", FAIL, f"{folder}: {exc.strerror}", f"ls -ld {shlex.quote(str(folder))}")
+    mode = stat.S_IMODE(info.st_mode)
+    quoted = shlex.quote(str(folder))
+    if not stat.S_ISDIR(info.st_mode):
+        return Check("database folder", FAIL, f"{folder} is not a folder", "give --db a path in a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return Check("database folder", FAIL, f"{folder} ({mode:04o}) cannot be written by you: "
+                     "SQLite creates the -wal and -shm there", f"chmod u+rwx {quoted}")  # fmt: skip
+    if mode & 0o022:
+        move = (f"mkdir -p -m 700 ~/switchboard && mv {shlex.quote(str(path))} ~/switchboard/ "
+                f"(then use --db ~/switchboard/{shlex.quote(path.name)})")  # fmt: skip
+        if mode & stat.S_ISVTX:  # /tmp-like: others cannot replace the file, but can plant a -wal before it exists
+            return Check("database folder", WARN, f"{folder} ({mode:04o}) is shared: others can create files "
+                         "beside the database, such as its -wal before it exists", move)  # fmt: skip
+        fix = f"chmod go-w {quoted}" if info.st_uid == os.getuid() else move
+        return Check("database folder", FAIL, f"{folder} ({mode:04o}) can be written by others: "
+                     "they can replace the database", fix)  # fmt: skip
+    return Check("database folder", OK, f"{folder} ({mode:04o}), not writable by others")
+
+
+def _file(ctx: Context, path: Path) -> Check:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return Check("database file", WARN, "nothing stored yet; it is created on first use", ctx.command("stats"))
+    except OSError as exc:
+        return Check("database file", FAIL, f"{path}: {exc.strerror}", f"ls -l {shlex.quote(str(path))}")
+    if not stat.S_ISREG(info.st_mode):
+        return Check("database file", FAIL, f"{path} is not a regular file",
+                     "point --db (or $SWITCHBOARD_DB) at a database file")  # fmt: skip
+    wal = next((info for file, info in _present(path) if file.name == f"{path.name}-wal"), None)
+    extra = f", WAL {_size(wal.st_size)}" if wal is not None else ""
+    return Check("database file", OK, f"{_size(info.st_size)}{extra}")
+
+
+def _present(path: Path) -> list[tuple[Path, os.stat_result]]:
+    """The file, its -wal and its -shm, those that exist (a -wal may go at any moment: the last close removes it)."""
+    found = []
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            found.append((file, file.stat()))
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def _permissions(path: Path) -> Check:
+    """The file and its -wal and -shm: owner-only (0600), and readable and writable by you."""
+    present = _present(path)
+    files = [f for f, _ in present]
+    modes = {f: stat.S_IMODE(info.st_mode) for f, info in present}
+    owners = {f: info.st_uid for f, info in present}
+    shown = ", ".join(f"{f.name} {modes[f]:04o}" for f in files)
+    open_to_others = [f for f in files if modes[f] & 0o077]
+    if open_to_others:
+        return Check("permissions", FAIL, f"open to others: {shown} (it holds payloads and may hold secrets)",
+                     shlex.join(["chmod", "600", *map(str, open_to_others)]))  # fmt: skip
+    locked = [f for f in files if not os.access(f, os.R_OK | os.W_OK)]
+    if locked:
+        return Check("permissions", FAIL, f"not readable and writable by you: {shown}",
+                     shlex.join(["chmod", "600", *map(str, locked)]))  # fmt: skip
+    others = [f for f in files if owners[f] != os.getuid()]
+    if others:
+        return Check("permissions", WARN, f"owned by another user (uid {owners[others[0]]}): {shown}",
+                     shlex.join(["chown", str(os.getuid()), *map(str, others)]))  # fmt: skip
+    return Check("permissions", OK, f"owner-only: {shown}")
+
+
+async def _contents(ctx: Context, path: Path) -> list[Check]:
+    """Schema, journal mode and integrity, read without changing the file; then its sources."""
+    try:
+        state = await Store.inspect(path)
+    except Busy as exc:
+        return [Check("schema", WARN, f"not checked: {exc.message}", ctx.command("doctor"))]
+    except StoreFault as exc:
+        return [Check("schema", FAIL, f"cannot be read: {exc.message}", f"ls -l {shlex.quote(str(path))}")]
+    ctx.state = state
+    found = [_schema(ctx, state, path)]
+    if state.database and state.ours and not state.empty:
+        mode = state.journal_mode
+        found.append(Check("journal mode", OK, mode) if mode == "wal" else Check(
+            "journal mode", WARN, f"{mode}, not wal: switchboard-local sets WAL when it opens the file",
+            ctx.command("stats")))  # fmt: skip
+    if state.database:
+        found.append(_integrity(state, path))
+    if state.database and state.ours and state.version == state.current and not state.problems:
+        found += await _open_sources(ctx, path)
+    elif state.database and state.ours and 0 < state.version < state.current:
+        found.append(Check("sources", WARN, "not checked: the file is upgraded when next opened",
+                           ctx.command("stats")))  # fmt: skip
+    return found
+
+
+def _schema(ctx: Context, state: FileState, path: Path) -> Check:
+    away = f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.not-switchboard')}  (or point --db elsewhere)"
+    if not state.database:
+        return Check("schema", FAIL, f"not an SQLite database ({state.error})", away)
+    if not state.ours:
+        return Check("schema", FAIL, f"an SQLite database, but not a switchboard-local one (user version "
+                     f"{state.version}); switchboard-local refuses it", away)  # fmt: skip
+    if state.empty:
+        return Check("schema", WARN, "empty: the schema is created on first use", ctx.command("stats"))
+    if state.version > state.current:
+        return Check("schema", FAIL, f"version {state.version}, newer than this switchboard-local understands "
+                     f"({state.current})", "pip install --upgrade switchboard-local  (or: pipx upgrade switchboard-local)")  # fmt: skip
+    if state.version < state.current:
+        return Check("schema", WARN, f"version {state.version}, older than this switchboard-local's "
+                     f"({state.current}): it is upgraded in place when next opened", ctx.command("stats"))  # fmt: skip
+    return Check("schema", OK, f"version {state.version} (current)")
+
+
+def _integrity(state: FileState, path: Path) -> Check:
+    if not state.problems:
+        return Check("integrity", OK, "quick_check: ok")
+    quoted = shlex.quote(str(path))
+    more = f" (and {len(state.problems) - 1} more)" if len(state.problems) > 1 else ""
+    return Check("integrity", FAIL, f"quick_check: {state.problems[0]}{more}",
+                 f"sqlite3 {quoted} .recover | sqlite3 {shlex.quote(str(path) + '.recovered')}  "
+                 "(then restore from a backup, or use the recovered copy)")  # fmt: skip
+
+
+async def _open_sources(ctx: Context, path: Path) -> list[Check]:
+    try:
+        ctx.store = await Store.open(path, read_only=True)
+        ctx.sources = await list_sources(ctx.store)
+    except StoreFault as exc:
+        return [Check("sources", WARN, f"not checked: {exc.message}", ctx.command("source", "list"))]
+    return []
+
+
+def _disk(path: Path) -> Check:
+    """Free space on the file system that holds (or will hold) the database."""
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("/"))
+    try:
+        disk = os.statvfs(folder)
+    except OSError as exc:
+        return Check(
+            "disk space", WARN, f"cannot tell for {folder}: {exc.strerror}", f"df -h {shlex.quote(str(folder))}"
+        )
+    free, total = disk.f_bavail * disk.f_frsize, disk.f_blocks * disk.f_frsize
+    share = free / total if total else 0.0
+    detail = f"{_size(free)} free ({share:.0%} of {_size(total)}) where the database lives"
+    fix = f"free space on that file system (df -h {shlex.quote(str(folder))} shows it)"
+    if free < DISK_FAIL:
+        return Check("disk space", FAIL, f"{detail}: below {_size(DISK_FAIL)}, writes are about to fail", fix)
+    if free < DISK_WARN or share < DISK_WARN_FRACTION:
+        return Check("disk space", WARN, f"{detail}: below {_size(DISK_WARN)} or {DISK_WARN_FRACTION:.0%}", fix)
+    return Check("disk space", OK, detail)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+# ---------------------------------------------------------------- webhook sources' secrets
+
+
+async def secrets(ctx: Context) -> list[Check]:
+    """Each enabled webhook source: can at least one of its secrets be read here?"""
+    return [_secret_check(ctx, s) for s in ctx.sources if s.family == "webhook"]
+
+
+def _secret_check(ctx: Context, source: Source) -> Check:
+    name = f"source {source.name}"
+    if not source.enabled:
+        return Check(name, OK, "disabled; its secret is not checked")
+    if not needs_secret(source.kind):
+        return Check(name, OK, f"kind {source.kind}: no secret (its events are labelled unverified)")
+    if not source.secrets:
+        return Check(name, FAIL, "no secret configured: every delivery is answered 503",
+                     ctx.command("source", "rotate", source.name, "--secret-env", "VAR"))  # fmt: skip
+    answers = [_secret_ref(ctx, ref) for ref in source.secrets]
+    readable = [a for a in answers if a[0] != FAIL]
+    detail = "; ".join(a[1] for a in answers)
+    fix = next((a[2] for a in answers if a[0] != OK), None)
+    if not readable:
+        return Check(name, FAIL, f"{detail}: every delivery is answered 503", fix)
+    if len(readable) < len(answers):  # mid-rotation: the readable one verifies
+        return Check(name, WARN, f"{detail} (the readable secret still verifies)", fix)
+    return Check(name, WARN if fix else OK, detail, fix)
+
+
+def _secret_ref(ctx: Context, ref: Mapping[str, str]) -> tuple[str, str, str | None]:
+    """(status, detail, fix) of one secret reference; the value is never part of it."""
+    if "env" in ref:
+        var = ref["env"]
+        if ctx.env.get(var):
+            return OK, f"${var} is set here (the serving process needs it too)", None
+        return FAIL, f"${var} is not set here (the serving process needs it too)", \
+            f"export {var}=…  (in the environment serve starts with, too)"  # fmt: skip
+    if "file" in ref:
+        return _secret_file(Path(ref["file"]))
+    return OK, "kept in the database", None
+
+
+def _secret_file(path: Path) -> tuple[str, str, str | None]:
+    quoted = shlex.quote(str(path))
+    write = f"printf '%s' \"$SECRET\" > {quoted} && chmod 600 {quoted}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return FAIL, f"{path} does not exist", write
+    except OSError as exc:
+        return FAIL, f"{path} cannot be read: {exc.strerror}", f"chown {os.getuid()} {quoted} && chmod 600 {quoted}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return FAIL, f"{path} is not a regular file", write
+        if not os.read(fd, 4096).strip():
+            return FAIL, f"{path} is empty", write
+    except OSError as exc:
+        return FAIL, f"{path} cannot be read: {exc.strerror}", f"chmod 600 {quoted}"
+    finally:
+        os.close(fd)
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        return WARN, f"{path} is readable but open to others ({mode:04o})", f"chmod 600 {quoted}"
+    return OK, f"{path} is readable and owner-only", None
+
+
+# ---------------------------------------------------------------- Redis adapters
+
+
+async def adapters(ctx: Context) -> list[Check]:
+    """Each enabled Redis adapter: its Redis answers PING, and how much waits there."""
+    return [await _adapter_check(ctx, s) for s in ctx.sources if s.family == "queue"]
+
+
+async def _adapter_check(ctx: Context, source: Source) -> Check:
+    name, config = f"adapter {source.name}", source.config
+    if not source.enabled:
+        return Check(name, OK, "disabled; its Redis is not checked")
+    url = config.get("redis_url")
+    if not url:
+        var = str(config.get("redis_url_env"))
+        url = ctx.env.get(var)
+        if not url:
+            return Check(name, FAIL, f"${var} is not set here (serve needs it too)",
+                         f"export {var}=redis://HOST:6379/0  (in the environment serve starts with, too)")  # fmt: skip
+    where = f"{masked_url(url)} {config.get('mode')} {config.get('key')!r}"
+    if ctx.probes.redis is None:
+        return Check(name, WARN, f"{where}: not checked (no Redis client here)", None)
+    probe = await ctx.probes.redis(url, config, PROBE_TIMEOUT)
+    if not probe.reachable:
+        return Check(name, FAIL, f"{where}: unreachable ({probe.error})", _start_redis(url, source.name))
+    if probe.error:
+        return Check(name, WARN, f"{where}: reachable, but {probe.error}", ctx.command("adapter", "show", source.name))
+    if config.get("mode") == "pubsub":
+        return Check(name, OK, f"{where}: reachable (pub/sub keeps no backlog)")
+    waiting = "unknown" if probe.waiting is None else str(probe.waiting)
+    detail = f"{where}: reachable; {waiting} waiting, {probe.unacked or 0} read but not acked"
+    if probe.note:
+        detail += f" ({probe.note})"
+    if (probe.waiting or 0) + (probe.unacked or 0) >= BACKLOG_WARN:
+        return Check(name, WARN, f"{detail}: a backlog of {BACKLOG_WARN} or more",
+                     f"{ctx.command('serve')}  (drains it; if serve runs, see: {ctx.command('adapter', 'status')})")  # fmt: skip
+    return Check(name, OK, detail)
+
+
+def _start_redis(url: str, adapter: str) -> str:
+    parts = urlsplit(url)
+    again = f"or re-add {adapter} with the right --redis-url"
+    if parts.scheme == "unix":
+        return f"start Redis on the socket {parts.path} (redis-server --unixsocket {shlex.quote(parts.path)}), {again}"
+    try:
+        port = parts.port or 6379
+    except ValueError:  # a URL from the environment, never validated
+        return f"correct the Redis URL, {again}"
+    return f"start Redis on {parts.hostname}:{port} (redis-server --port {port}), {again}"
+
+
+# ---------------------------------------------------------------- the list
+
+CHECKS: tuple[CheckGroup, ...] = (
+    database,  # first: it opens the file (ctx.store, ctx.sources) for the checks after it
+    secrets,
+    adapters,
+    # One more check is one entry here: an async function of the Context
+    # answering its lines (ingest leadership: read ctx.store when it is open).
+)
