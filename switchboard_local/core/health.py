@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import leadership
+from .clock import rfc3339
 from .errors import Busy, StoreFault
 from .sources import Source, list_sources, masked_url
 from .store import FileState, Store
@@ -433,12 +436,34 @@ def _start_redis(url: str, adapter: str) -> str:
     return f"start Redis on {parts.hostname}:{port} (redis-server --port {port}), {again}"
 
 
+# ---------------------------------------------------------------- ingest leadership
+
+
+async def ingest(ctx: Context) -> list[Check]:
+    """Whether a process leads ingest (consumes the adapters, prunes), and which."""
+    if ctx.store is None:
+        return []  # nothing stored yet, or the database line says why it cannot be read
+    leader = await leadership.current(ctx.store)
+    consumed = [s.name for s in ctx.sources if s.family == "queue" and s.enabled]
+    start = f"{ctx.command('serve')}  (or {ctx.command('service', 'install')}, or an mcp with --ingest auto)"
+    if leader is None:
+        if consumed:
+            return [Check("ingest", FAIL, f"no process leads ingest: {', '.join(consumed)} not consumed", start)]
+        return [Check("ingest", WARN, "no process leads ingest: nothing is pruned", start)]
+    who = f"led by {leader.kind} pid {leader.pid} on {leader.host} since {rfc3339(leader.since)}"
+    if leader.host == socket.gethostname() and not leadership.pid_alive(leader.pid):
+        return [Check("ingest", WARN, f"{who}, but that process is gone: a standby takes over within seconds",
+                      start)]  # fmt: skip
+    receiver = f"; receiver {leader.http}" if leader.http else ""
+    return [Check("ingest", OK, f"{who}{receiver}")]
+
+
 # ---------------------------------------------------------------- the list
 
 CHECKS: tuple[CheckGroup, ...] = (
     database,  # first: it opens the file (ctx.store, ctx.sources) for the checks after it
     secrets,
     adapters,
-    # One more check is one entry here: an async function of the Context
-    # answering its lines (ingest leadership: read ctx.store when it is open).
+    ingest,
+    # One more check is one entry here: an async function of the Context answering its lines.
 )

@@ -10,11 +10,13 @@ the small disk is a real tmpfs in a private mount namespace (unshare).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import shlex
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,7 +26,9 @@ from typing import Any
 
 import pytest
 
+from switchboard_local.core import leadership
 from switchboard_local.core.sqlite import SCHEMA_VERSION
+from switchboard_local.core.store import Store
 
 from support import sql
 from support.cli import REPO_ROOT, Result, invoke
@@ -127,6 +131,17 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
+def lead(db: Path, *, pid: int) -> None:
+    """A process of ``pid`` on this host takes the ingest lead (as `serve` would)."""
+
+    async def take() -> None:
+        async with await Store.open(db) as store:
+            me = leadership.Candidate(holder=f"test-{pid}", pid=pid, host=socket.gethostname(), kind="serve")
+            assert await leadership.try_lead(store, me) is not None
+
+    asyncio.run(take())
+
+
 # ---------------------------------------------------------------- all ok
 
 
@@ -140,12 +155,13 @@ def test_a_healthy_setup_is_all_ok_and_exits_0(run_doctor, db_path: Path, projec
     cli(db_path, "source", "add", "kept", "--kind", "gitlab", "--secret", SECRET)
     cli(db_path, "adapter", "add", "orders", "--redis-url", redis_server.url, "--mode", "stream", "--key", "orders")
     register(project)
+    lead(db_path, pid=os.getpid())
     code, checks = run_doctor(env={"GH_DOCTOR_SECRET": SECRET})
     assert {name: c["status"] for name, c in checks.items() if c["status"] != "ok"} == {}
     assert code == 0
     expected = {"database", "database folder", "database file", "permissions", "schema", "journal mode", "integrity",
-                "disk space", "source gh", "source pay", "source kept", "adapter orders", "claude", "mcp server",
-                "mcp sdk"}  # fmt: skip
+                "disk space", "source gh", "source pay", "source kept", "adapter orders", "ingest", "claude",
+                "mcp server", "mcp sdk"}  # fmt: skip
     assert set(checks) == expected
     assert checks["database"]["detail"] == f"{db_path} (from --db)"
     assert "serving process needs it too" in checks["source gh"]["detail"]
@@ -432,6 +448,7 @@ def test_a_redis_url_from_an_unset_variable_fails(run_doctor, db_path: Path) -> 
 
 def test_a_stream_backlog_in_a_real_redis_warns(run_doctor, db_path: Path, redis_server: RedisServer) -> None:
     cli(db_path, "adapter", "add", "orders", "--redis-url", redis_server.url, "--mode", "stream", "--key", "orders")
+    lead(db_path, pid=os.getpid())  # consumed: only the backlog is judged
     client = redis_server.client()
     pipe = client.pipeline(transaction=False)
     for i in range(1200):
@@ -455,6 +472,7 @@ def test_a_stream_backlog_in_a_real_redis_warns(run_doctor, db_path: Path, redis
 
 def test_a_list_backlog_and_its_processing_list_count(run_doctor, db_path: Path, redis_server: RedisServer) -> None:
     cli(db_path, "adapter", "add", "jobs", "--redis-url", redis_server.url, "--mode", "list", "--key", "jobs")
+    lead(db_path, pid=os.getpid())  # consumed: only the backlog is judged
     client = redis_server.client()
     client.lpush("jobs", *[f"job {i}" for i in range(1000)])
     for _ in range(10):
@@ -470,6 +488,7 @@ def test_a_list_backlog_and_its_processing_list_count(run_doctor, db_path: Path,
 
 def test_a_pubsub_adapter_is_only_pinged(run_doctor, db_path: Path, redis_server: RedisServer) -> None:
     cli(db_path, "adapter", "add", "news", "--redis-url", redis_server.url, "--mode", "pubsub", "--key", "news")
+    lead(db_path, pid=os.getpid())  # consumed: only the backlog is judged
     code, checks = run_doctor()
     assert code == 0 and checks["adapter news"]["detail"].endswith("reachable (pub/sub keeps no backlog)")
 
@@ -532,3 +551,35 @@ def test_an_mcp_sdk_that_does_not_import_fails(db_path: Path, home: Path, tmp_pa
     assert result.returncode == 1
     assert checks["mcp sdk"]["status"] == "fail" and "a damaged install" in checks["mcp sdk"]["detail"]
     assert " -m pip install 'mcp" in checks["mcp sdk"]["fix"]
+
+
+# ---------------------------------------------------------------- ingest leadership
+
+
+def test_adapters_with_no_process_leading_ingest_fail_naming_them(run_doctor, db_path: Path) -> None:
+    cli(db_path, "adapter", "add", "orders", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--mode", "list",
+        "--key", "orders")  # fmt: skip
+    code, checks = run_doctor()
+    assert code == 1
+    assert checks["ingest"]["status"] == "fail" and "orders not consumed" in checks["ingest"]["detail"]
+    assert "serve" in checks["ingest"]["fix"]
+
+
+def test_no_process_leading_ingest_without_adapters_is_a_warning(run_doctor, db_path: Path) -> None:
+    cli(db_path, "todo", "create", "--queue", "q", "--title", "t")
+    _, checks = run_doctor()
+    assert (checks["ingest"]["status"], checks["ingest"]["detail"]) == ("warn", "no process leads ingest: nothing is pruned")
+
+
+def test_a_leader_whose_process_is_gone_is_a_warning(run_doctor, db_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lead(db_path, pid=int(gone.stdout))  # a pid that has just ended
+    _, checks = run_doctor()
+    assert checks["ingest"]["status"] == "warn" and "that process is gone" in checks["ingest"]["detail"]
+
+
+def test_a_live_leader_is_named(run_doctor, db_path: Path) -> None:
+    lead(db_path, pid=os.getpid())
+    _, checks = run_doctor()
+    assert checks["ingest"]["status"] == "ok"
+    assert checks["ingest"]["detail"].startswith(f"led by serve pid {os.getpid()} on {socket.gethostname()} since ")
