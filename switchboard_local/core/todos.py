@@ -620,7 +620,8 @@ class Redriven:
         return {"matched": self.matched, "redriven": self.redriven, "skipped": self.skipped}
 
 
-def _dead_filter(queue: str, kind: str | None, since: int | None) -> dict[str, Any]:
+def _bulk_filter(queue: str, kind: str | None, since: int | None) -> dict[str, Any]:
+    """The filters a bulk redrive or cancel takes: one queue, a kind, a time (ms)."""
     require_name("queue", queue)
     if kind is not None:
         require_name("kind", kind)
@@ -630,7 +631,7 @@ def _dead_filter(queue: str, kind: str | None, since: int | None) -> dict[str, A
 async def count_dead_letters(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
     """How many dead letters of ``queue`` (of ``kind``, dead since ``since`` ms) a bulk redrive would take."""
     await _settle_lapsed(store)
-    row = await store.read_one(Q.count_dead_letters, _dead_filter(queue, kind, since))
+    row = await store.read_one(Q.count_dead_letters, _bulk_filter(queue, kind, since))
     return int(row[0]) if row is not None else 0
 
 
@@ -649,7 +650,7 @@ async def redrive_many(
     Each transaction is recorded in the audit trail (with the ids) when ``by``
     is given; ``progress`` hears the running count after each one.
     """
-    params = _dead_filter(queue, kind, since)
+    params = _bulk_filter(queue, kind, since)
 
     def step(after_id: int) -> Callable[[Transaction], tuple[int, int, int]]:
         def body(tx: Transaction) -> tuple[int, int, int]:
@@ -748,17 +749,10 @@ async def purge(
     return purged
 
 
-def _pending_filter(queue: str, kind: str | None, since: int | None) -> dict[str, Any]:
-    require_name("queue", queue)
-    if kind is not None:
-        require_name("kind", kind)
-    return {"queue": queue, "kind": kind, "since": since}
-
-
 async def count_pending(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
     """How many pending todos of ``queue`` (of ``kind``, created since ``since`` ms) a bulk cancel would take."""
     await _settle_lapsed(store)
-    row = await store.read_one(Q.count_pending, _pending_filter(queue, kind, since))
+    row = await store.read_one(Q.count_pending, _bulk_filter(queue, kind, since))
     return int(row[0]) if row is not None else 0
 
 
@@ -775,7 +769,7 @@ async def cancel_many(
 ) -> int:
     """Cancel a queue's pending todos (of ``kind``, created since ``since`` ms),
     ``batch`` per transaction, each in the audit trail with its ids; how many."""
-    params = {**_pending_filter(queue, kind, since), **_cancel_params(by, reason), "limit": batch}
+    params = {**_bulk_filter(queue, kind, since), **_cancel_params(by, reason), "limit": batch}
 
     def step(_: int) -> Callable[[Transaction], tuple[int, int, int]]:
         def body(tx: Transaction) -> tuple[int, int, int]:
