@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,10 @@ def stdio_params(db: Path, *args: str, env: dict[str, str] | None = None) -> Std
     )
 
 
+# `switchboard-local` as the tests run it: this interpreter, the checkout's package.
+PROGRAM = (sys.executable, "-m", "switchboard_local")
+
+
 def child_env(db: Path) -> dict[str, str]:
     return {**os.environ, "SWITCHBOARD_DB": str(db), "PYTHONPATH": str(REPO_ROOT)}
 
@@ -121,10 +125,15 @@ class RawServer:
     full pipe; waits are bounded and only run out when something is wrong.
     """
 
-    def __init__(self, db: Path, *args: str) -> None:
+    def __init__(
+        self, db: Path, *args: str, program: Sequence[str] = PROGRAM, environ: Mapping[str, str] | None = None
+    ) -> None:
+        """``program``: what runs `switchboard-local` (the single-file binary, say); ``environ``:
+        the child's whole environment, else this process's (SWITCHBOARD_DB is ``db`` in both)."""
+        env = {**environ, "SWITCHBOARD_DB": str(db)} if environ is not None else child_env(db)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard_local", "mcp", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(db),
+            [*program, "mcp", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )  # fmt: skip
         self.answers: list[dict[str, Any]] = []
         self.stderr: list[str] = []

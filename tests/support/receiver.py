@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,10 +84,19 @@ def serving(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Receiv
 class ServeProcess:
     """`switchboard-local serve --port 0` as a real process; its stderr is collected as it comes."""
 
-    def __init__(self, db_path: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        db_path: Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        program: Sequence[str] = (sys.executable, "-m", "switchboard_local"),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """``env``: added to ``environ``, the whole environment (default: this process's);
+        ``program``: what runs `switchboard-local` (the single-file binary, say)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard_local", "serve", "--port", "0", "--db", str(db_path), *args],
-            env={**os.environ, **(env or {})},
+            [*program, "serve", "--port", "0", "--db", str(db_path), *args],
+            env={**(os.environ if environ is None else environ), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -135,8 +144,11 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serve_process(db_path: Path, *args: str, env: Mapping[str, str] | None = None) -> Iterator[ServeProcess]:
-    running = ServeProcess(db_path, *args, env=env)
+def serve_process(
+    db_path: Path, *args: str, env: Mapping[str, str] | None = None, **options: Any
+) -> Iterator[ServeProcess]:
+    """A `ServeProcess` (``options``: its ``program`` and ``environ``), killed on exit if still running."""
+    running = ServeProcess(db_path, *args, env=env, **options)
     try:
         yield running
     finally:

@@ -1,0 +1,132 @@
+"""The single-file binary (packaging/build_binary.py) is the whole program: it runs
+with no Python environment around it.
+
+The binary is built once per session, with the interpreter running the tests
+(a missing PyInstaller fails the build, and so every test here); then each
+test runs it with a bare environment (PATH=/usr/bin:/bin, no VIRTUAL_ENV or
+PYTHONPATH, a HOME of its own) from a folder outside the checkout, so that
+nothing can come from the checkout or the virtualenv. `-m "not binary"`
+leaves these tests out.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchboard_local import __version__
+
+from support.mcp import RawServer
+from support.receiver import serve_process
+from support.redis_server import started_redis_server
+from support.sql import value
+from support.waits import until
+
+pytestmark = pytest.mark.binary
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT = 900  # seconds; a build takes about a minute on two cores
+
+
+@pytest.fixture(scope="session")
+def binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The executable, built by the packaging script into a folder of this session."""
+    out = tmp_path_factory.mktemp("binary")
+    built = subprocess.run(
+        [sys.executable, str(ROOT / "packaging" / "build_binary.py"), "--dist", str(out / "dist"),
+         "--work", str(out / "work")],
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, f"the build failed:\n{built.stdout}\n{built.stderr}"
+    (path,) = (out / "dist").iterdir()
+    return path
+
+
+@pytest.fixture
+def bare_env(tmp_path: Path, db_path: Path) -> dict[str, str]:
+    """Nothing of Python's: the system's PATH, a new HOME, the test's database."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "SWITCHBOARD_DB": str(db_path)}
+
+
+def run(binary: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(binary), *args], env=env, cwd=env["HOME"], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def as_json(binary: Path, env: dict[str, str], *args: str) -> Any:
+    done = run(binary, env, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_binary_prints_its_version(binary: Path, bare_env: dict[str, str]) -> None:
+    done = run(binary, bare_env, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"switchboard-local, version {__version__}"
+
+
+def test_a_todo_goes_round_trip_through_the_binary(binary: Path, bare_env: dict[str, str], db_path: Path) -> None:
+    created = as_json(binary, bare_env, "todo", "create", "--queue", "q", "--title", "from the binary")
+    claimed = as_json(binary, bare_env, "todo", "claim", "--queue", "q")
+    token = claimed["lease_token"]
+    done = as_json(binary, bare_env, "todo", "complete", str(created["id"]), "--token", token, "--result", '{"ok": 1}')
+    shown = as_json(binary, bare_env, "todo", "show", str(created["id"]))
+    assert created["created"] is True and claimed["id"] == created["id"]
+    assert done["state"] == "done"
+    assert shown["state"] == "done" and shown["result"] == {"ok": 1} and shown["attempt"] == 1
+    assert value(db_path, "SELECT state FROM todos WHERE id = ?", [created["id"]]) == "done"  # in the file named
+
+
+def test_the_binarys_mcp_answers_initialize_and_tool_calls_on_stdio(
+    binary: Path, bare_env: dict[str, str], db_path: Path
+) -> None:
+    server = RawServer(db_path, program=[str(binary)], environ=bare_env)
+    try:
+        server.initialize()
+        initialized = server.answer(1)["result"]
+        server.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        tools = {tool["name"] for tool in server.answer(2)["result"]["tools"]}
+        server.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                     "params": {"name": "create_for", "arguments": {"queue": "q", "title": "over MCP"}}})  # fmt: skip
+        created = server.answer(3)["result"]
+        server.send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                     "params": {"name": "list_todos", "arguments": {"queue": "q"}}})  # fmt: skip
+        listed = server.answer(4)["result"]
+        assert server.close() == 0, server.stderr
+    finally:
+        server.kill()
+    assert initialized["serverInfo"]["version"] == __version__
+    assert initialized["capabilities"]["experimental"] == {"claude/channel": {}}
+    assert {"create_for", "list_todos", "claim_next", "complete"} <= tools
+    assert not created["isError"] and created["structuredContent"]["created"] is True
+    todo_id = created["structuredContent"]["todo"]["id"]
+    assert [row["id"] for row in listed["structuredContent"]["todos"]] == [todo_id]
+
+
+def test_the_binarys_serve_answers_healthz_and_drains_a_redis_stream(
+    binary: Path, bare_env: dict[str, str], db_path: Path, tmp_path: Path
+) -> None:
+    redis_server = started_redis_server(tmp_path)
+    try:
+        as_json(binary, bare_env, "adapter", "add", "work", "--redis-url", redis_server.url, "--mode", "stream",
+                "--key", "work")  # fmt: skip
+        with serve_process(db_path, program=[str(binary)], environ=bare_env) as serve:
+            receiver = serve.wait_serving()
+            health = receiver.request("GET", "/healthz")
+            redis_server.client().xadd("work", {"payload": json.dumps({"n": 1})})
+            until(lambda: value(db_path, "SELECT count(*) FROM todos WHERE queue = 'work'"), 1,
+                  dead=lambda: None if serve.proc.poll() is None else f"serve exited: {serve.stderr}")  # fmt: skip
+            assert serve.stop() == 0, serve.stderr
+    finally:
+        redis_server.stop()
+    assert health.status == 200, health.body
+    assert health.json()["ok"] is True
+    assert "Traceback" not in serve.stderr, serve.stderr
