@@ -1,14 +1,23 @@
-"""`status`: who leads ingest on this database, who stands by, and how each consumer does."""
+"""`status`: who leads ingest on this database, who stands by, and how each consumer does.
+
+A consumer's lag is asked of its Redis now (the probe `doctor` uses: PING,
+then XINFO GROUPS or LLEN, one second each, never a write); its health is
+what the leader last recorded.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from .. import process
 from ..core import leadership, sources
 from ..core.clock import rfc3339
+from ..core.health import PROBE_TIMEOUT, RedisProber
 from ..core.store import Store
 from .common import Out, common, table
 
@@ -17,11 +26,26 @@ def register(main: click.Group) -> None:
     main.add_command(status_command)
 
 
+async def _lag(source: sources.Source, prober: RedisProber) -> dict[str, Any]:
+    """What waits in the adapter's Redis: {"waiting", "unacked", "lag_error"} (None where unknown)."""
+    config = source.config
+    url = config.get("redis_url") or os.environ.get(str(config.get("redis_url_env")))
+    if not url:
+        return {"waiting": None, "unacked": None, "lag_error": f"${config.get('redis_url_env')} is not set here"}
+    if config.get("mode") == "pubsub":
+        return {"waiting": None, "unacked": None, "lag_error": None}  # pub/sub keeps no backlog
+    probe = await prober(url, config, PROBE_TIMEOUT)
+    error = probe.error if probe.reachable else f"unreachable ({probe.error})"
+    return {"waiting": probe.waiting, "unacked": probe.unacked, "lag_error": error}
+
+
 async def _status(store: Store) -> dict[str, Any]:
     leader = await leadership.current(store)
     members = await leadership.members(store)
     consumers = [s for s in await sources.list_sources(store, family="queue") if s.enabled]
     standbys = [m for m in members if leader is None or (m.pid, m.host) != (leader.pid, leader.host)]
+    prober = process.doctor_probes().redis
+    lags = await asyncio.gather(*(_lag(s, prober) for s in consumers))
     return {
         "leader": None if leader is None else leader.to_dict(),
         "standbys": [m.to_dict() for m in standbys],
@@ -33,8 +57,9 @@ async def _status(store: Store) -> dict[str, Any]:
                 "consecutive_failures": s.consecutive_failures,
                 "messages_stored": s.messages_stored,
                 "last_error": s.last_error,
+                **lag,
             }
-            for s in consumers
+            for s, lag in zip(consumers, lags, strict=True)
         ],
     }
 
@@ -50,13 +75,23 @@ def _text(view: dict[str, Any]) -> str:
                  f"{receiver} (fence {leader['fence']})"]  # fmt: skip
     standbys = view["standbys"]
     lines.append("standbys: " + (", ".join(f"{m['kind']} pid {m['pid']}" for m in standbys) or "none"))
-    rows = [[c["name"], "consuming" if c["running"] else "not consumed", c["last_poll_at"] or "-",
+    rows = [[c["name"], "consuming" if c["running"] else "not consumed", _waiting(c), c["last_poll_at"] or "-",
              c["consecutive_failures"], c["messages_stored"], c["last_error"] or "-"] for c in view["consumers"]]  # fmt: skip
     if rows:
-        lines.append(table(["ADAPTER", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"], rows))
+        lines.append(table(["ADAPTER", "STATE", "WAITING", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"], rows))
     else:
         lines.append("no enabled adapters")
     return "\n".join(lines)
+
+
+def _waiting(consumer: dict[str, Any]) -> str:
+    """The lag column: waiting (+ read but not acked), or why it is unknown."""
+    if consumer["lag_error"]:
+        return f"? ({consumer['lag_error']})"
+    if consumer["waiting"] is None and consumer["unacked"] is None:
+        return "-"
+    waiting = "?" if consumer["waiting"] is None else str(consumer["waiting"])
+    return f"{waiting} (+{consumer['unacked']} unacked)" if consumer["unacked"] else waiting
 
 
 @click.command("status")

@@ -10,6 +10,7 @@ from pathlib import Path
 from support.cli import as_json, run_cli
 from support.mcp import RawServer
 from support.receiver import serve_process
+from support.redis_server import free_port, started_redis_server
 
 
 def status(db: Path) -> dict:
@@ -120,3 +121,20 @@ def test_an_mcp_that_leads_runs_the_receiver_only_where_http_listen_says(db_path
         assert listening.close() == 0
     events = json.loads(run_cli("events", "list", "--source", "anyone", "--json", db=db_path).stdout)
     assert len(events) == 1
+
+
+def test_status_asks_each_adapters_redis_how_much_waits(cli, db_path: Path, tmp_path: Path) -> None:
+    server = started_redis_server(tmp_path)
+    try:
+        server.client().rpush("orders", b"1", b"2", b"3")
+        for name, url in (("orders", server.url), ("gone", f"redis://127.0.0.1:{free_port()}/0")):
+            added = run_cli("adapter", "add", name, "--redis-url", url, "--mode", "list", "--key", "orders", db=db_path)
+            assert added.returncode == 0, added.stderr
+        consumers = {c["name"]: c for c in status(db_path)["consumers"]}
+        assert (consumers["orders"]["waiting"], consumers["orders"]["unacked"], consumers["orders"]["lag_error"]) == (3, 0, None)
+        assert consumers["gone"]["waiting"] is None and consumers["gone"]["lag_error"].startswith("unreachable (")
+        rows = {line.split()[0]: line for line in run_cli("status", db=db_path).stdout.splitlines()[2:]}
+        assert rows["orders"].split()[1:4] == ["not", "consumed", "3"]
+        assert "? (unreachable" in rows["gone"]
+    finally:
+        server.stop()
