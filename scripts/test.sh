@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it: redis-server (Debian's
-# package, when missing) and a .venv with the test extras. Extra arguments go
+# Installs what the test suite needs and runs it: redis-server and chromium
+# (Debian's packages, when missing) and a .venv with the test extras. Extra arguments go
 # to pytest. pytest exits 5 when no test ran: that fails too.
 #
 # Repeat runs are quick: the package and its extras are installed again only
@@ -33,11 +33,16 @@ apt_update() {
     done
 }
 
-if ! command -v redis-server >/dev/null 2>&1; then
+# Debian's packages the tests run for real: redis-server (the Redis adapters)
+# and chromium (the dashboard's browser tests; never playwright's download).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     apt_update
-    apt_get install -y -qq redis-server >/dev/null
+    apt_get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -47,7 +52,7 @@ stamp=.venv/.switchboard-installed
 wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
 # -I: not from the checkout's directory, so this sees what is installed in .venv.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
-    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis' >/dev/null 2>&1; then
+    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright' >/dev/null 2>&1; then
     rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'

@@ -1,0 +1,82 @@
+"""A real browser for the dashboard's tests: Debian's Chromium, driven by playwright.
+
+Playwright's own browser downloads fail on these machines (and would be a
+second, unpinned Chromium): the tests launch the system's `chromium`
+(`apt-get install chromium`; scripts/test.sh installs it when missing) through
+`executable_path`. A missing Chromium fails the tests, as a missing
+redis-server does: in CI a browser test that skipped would prove nothing.
+
+One browser per test module (`browser` fixture, module scope: starting
+Chromium costs a second or two), a fresh page per test (`page`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, Playwright, sync_playwright
+
+MISSING = "chromium is not installed (apt-get install chromium, or run scripts/test.sh; SWITCHBOARD_CHROMIUM names another)"
+
+# Headless, and quiet on the network: on a closed network Chromium's own
+# background connections (component updates, sync, QUIC probes) are refused
+# and slow it down or fail its start; the sandbox needs user namespaces that
+# containers (and root, in CI) do not give.
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    """The Chromium binary: $SWITCHBOARD_CHROMIUM, or `chromium` on PATH; an error naming what to install."""
+    named = os.environ.get("SWITCHBOARD_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not named or not os.access(named, os.X_OK):
+        raise RuntimeError(MISSING)
+    return named
+
+
+def launch(playwright: Playwright, user_data_dir: str) -> BrowserContext:
+    """Chromium on a fresh profile (`user_data_dir`): playwright's persistent context is how it takes one."""
+    return playwright.chromium.launch_persistent_context(
+        user_data_dir,
+        executable_path=chromium_path(),
+        headless=True,
+        args=ARGS,
+        viewport={"width": 1280, "height": 800},
+    )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[BrowserContext]:
+    """One Chromium for the module (a persistent context on a fresh profile)."""
+    with tempfile.TemporaryDirectory(prefix="switchboard-chromium-") as profile, sync_playwright() as playwright:
+        context = launch(playwright, profile)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Iterator[Page]:
+    """A fresh tab; what it logged to the console is in ``page.console_errors`` (a list of texts)."""
+    tab = browser.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.console_errors = errors  # type: ignore[attr-defined]
+    try:
+        yield tab
+    finally:
+        tab.close()
