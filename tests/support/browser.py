@@ -26,6 +26,10 @@ MISSING = "chromium is not installed (apt-get install chromium, or run scripts/t
 # background connections (component updates, sync, QUIC probes) are refused
 # and slow it down or fail its start; the sandbox needs user namespaces that
 # containers (and root, in CI) do not give.
+# A name the browser resolves to 127.0.0.1 as a DNS-rebinding attacker's would:
+# a page opened under it sends its own Host header.
+REBOUND_NAME = "rebound.test"
+
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -35,6 +39,7 @@ ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    f"--host-resolver-rules=MAP {REBOUND_NAME} 127.0.0.1",
 ]
 
 
