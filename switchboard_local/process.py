@@ -249,7 +249,8 @@ class Service:
             host, port = sock.getsockname()[:2]
             address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
-                self._server = web.server(web.create_app(store), self.limits or web.Limits())
+                app = receiver_app(store, sock, stopping=lambda: self._server is not None and self._server.should_exit)
+                self._server = web.server(app, self.limits or web.Limits())
                 self._server.should_exit = self._stopping
                 await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
                 return bool(self._server.started)
@@ -282,7 +283,9 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
         log.error("ingest: cannot listen on %s (http.listen): %s; no webhook receiver", address, exc.strerror or exc)
         yield None
         return
-    receiver = web.server(web.create_app(store), web.Limits(), signals=False)
+    servers: list[Any] = []
+    receiver = web.server(receiver_app(store, sock, stopping=lambda: servers[0].should_exit), web.Limits(), signals=False)
+    servers.append(receiver)
     task = asyncio.create_task(receiver.serve(sockets=[sock]), name="receiver")
     try:
         while not receiver.started and not task.done():
@@ -293,6 +296,30 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
         receiver.should_exit = True  # requests in flight finish first
         await task
         sock.close()
+
+
+def receiver_app(store: Store, sock: socket.socket, *, stopping: Callable[[], bool]) -> Any:
+    """The receiver's app with the dashboard beside it, at ``/`` on the address ``sock`` is bound to.
+
+    ``stopping`` says the server is shutting down (the dashboard's live
+    streams end then). The dashboard's token is read, or made at this first
+    start (core/access_token.py).
+    """
+    from .core import access_token
+    from .dashboard.app import Dashboard
+    from .http import app as web
+
+    host, port = sock.getsockname()[:2]
+    board = Dashboard(
+        store,
+        host=host,
+        port=port,
+        token=access_token.read_or_create(store.path),
+        exempt=web.RECEIVER_PATHS,
+        prober=doctor_probes().redis,
+        stopping=stopping,
+    )
+    return web.create_app(store, routes=board.routes(), middleware=board.middleware())
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
-EDGES = ("http", "brokers", "mcp", "cli")
+EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
 DRIVERS = ("sqlite3", "aiosqlite")
 # Only the store touches the database driver.
 DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit")
 # Libraries that belong to one edge each; the core uses none of them.
-EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic")
+EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic", "sse_starlette", "prometheus_client")
 
 
 def module_name(path: Path) -> str:

@@ -8,7 +8,6 @@ what the leader last recorded.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import click
 from .. import process
 from ..core import leadership, sources
 from ..core.clock import rfc3339
-from ..core.health import PROBE_TIMEOUT, RedisProber
+from ..core.health import PROBE_TIMEOUT, RedisProber, adapter_lag
 from ..core.store import Store
 from .common import Out, common, table
 
@@ -28,15 +27,7 @@ def register(main: click.Group) -> None:
 
 async def _lag(source: sources.Source, prober: RedisProber) -> dict[str, Any]:
     """What waits in the adapter's Redis: {"waiting", "unacked", "lag_error"} (None where unknown)."""
-    config = source.config
-    url = config.get("redis_url") or os.environ.get(str(config.get("redis_url_env")))
-    if not url:
-        return {"waiting": None, "unacked": None, "lag_error": f"${config.get('redis_url_env')} is not set here"}
-    if config.get("mode") == "pubsub":
-        return {"waiting": None, "unacked": None, "lag_error": None}  # pub/sub keeps no backlog
-    probe = await prober(url, config, PROBE_TIMEOUT)
-    error = probe.error if probe.reachable else f"unreachable ({probe.error})"
-    return {"waiting": probe.waiting, "unacked": probe.unacked, "lag_error": error}
+    return await adapter_lag(source, prober, PROBE_TIMEOUT)
 
 
 async def _status(store: Store) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from .errors import Conflict
 from .store import Params
+from .tally import Tally
 
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
@@ -118,8 +119,10 @@ class GroupCommit:
         busy_ms: int,
         *,
         monotonic: Monotonic | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self._conn = conn
+        self._tally = tally  # each commit's duration and writes (the dashboard's metrics)
         self._thread = thread
         self._cache = cache
         self._busy_ms = busy_ms
@@ -274,6 +277,7 @@ class GroupCommit:
         changes = conn.total_changes
         outcomes: list[tuple[bool, Any]] = []
         deadline = self._monotonic() + GROUP_SECONDS
+        started = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             tx = SQLiteTransaction(conn, self._cache)
@@ -302,6 +306,8 @@ class GroupCommit:
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
             self._count_commit(changes)
+            if self._tally is not None:
+                self._tally.committed(time.perf_counter() - started, len(outcomes))
         except _ItemFailed:
             self._rollback()
             raise
@@ -324,10 +330,13 @@ class GroupCommit:
         """Inside BEGIN IMMEDIATE: run the body, then COMMIT, or ROLLBACK if it raises."""
         conn = self._conn
         changes = conn.total_changes
+        started = time.perf_counter()
         try:
             result = body(SQLiteTransaction(conn, self._cache))
             conn.execute("COMMIT")
             self._count_commit(changes)
+            if self._tally is not None:
+                self._tally.committed(time.perf_counter() - started, 1)
         except BaseException:
             self._rollback()
             raise

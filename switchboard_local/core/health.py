@@ -83,6 +83,22 @@ class RedisProbe:
 RedisProber = Callable[[str, Mapping[str, Any], float], Awaitable[RedisProbe]]
 
 
+async def adapter_lag(source: Source, prober: RedisProber, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
+    """What waits in an adapter's Redis now: {"waiting", "unacked", "lag_error"} (None where unknown).
+
+    `status` and the dashboard ask it; pub/sub keeps no backlog (all None).
+    """
+    config = source.config
+    url = config.get("redis_url") or os.environ.get(str(config.get("redis_url_env")))
+    if not url:
+        return {"waiting": None, "unacked": None, "lag_error": f"${config.get('redis_url_env')} is not set here"}
+    if config.get("mode") == "pubsub":
+        return {"waiting": None, "unacked": None, "lag_error": None}
+    probe = await prober(url, config, timeout)
+    error = probe.error if probe.reachable else f"unreachable ({probe.error})"
+    return {"waiting": probe.waiting, "unacked": probe.unacked, "lag_error": error}
+
+
 @dataclass(frozen=True)
 class Probes:
     """The checks only an edge's library can make, handed in by the process module."""

@@ -637,3 +637,73 @@ DELETE FROM ingest_members WHERE seen_at < :before;
 
 -- name: members
 SELECT * FROM ingest_members WHERE seen_at >= :since ORDER BY seen_at;
+
+-- ---- browse (core/browse.py: the dashboard's read API; pure reads) ----
+
+-- name: browse_todos
+-- Newest first, before a cursor (:before_id, NULL for the newest); every
+-- filter may be NULL. :title_like is a LIKE pattern with '\' as its escape.
+SELECT * FROM todos
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:assignee IS NULL OR assignee = :assignee)
+  AND (:title_like IS NULL OR title LIKE :title_like ESCAPE '\')
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: browse_events
+-- Newest first, before a cursor; :source and :type may be NULL.
+SELECT * FROM events
+WHERE (:source IS NULL OR source = :source)
+  AND (:type IS NULL OR type = :type)
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: queue_minutes
+-- Per queue and minute since :since (minute 0 starts at :since): todos created,
+-- and todos finished (done, dead, cancelled) by their last change.
+SELECT queue, minute, SUM(created) AS created, SUM(finished) AS finished FROM (
+    SELECT queue, (created_at - :since) / 60000 AS minute, 1 AS created, 0 AS finished
+    FROM todos WHERE created_at >= :since
+    UNION ALL
+    SELECT queue, (updated_at - :since) / 60000, 0, 1
+    FROM todos WHERE state IN ('done', 'failed', 'cancelled') AND updated_at >= :since
+)
+GROUP BY queue, minute;
+
+-- name: done_since
+-- Per queue: todos done at or after :since.
+SELECT queue, COUNT(*) AS done FROM todos
+WHERE state = 'done' AND completed_at >= :since
+GROUP BY queue;
+
+-- name: dead_groups
+-- Dead letters grouped by queue and last error, the biggest group of a queue first.
+SELECT queue, last_error, COUNT(*) AS count, MIN(id) AS first_id, MAX(id) AS last_id,
+       MAX(updated_at) AS last_failed_at
+FROM todos WHERE state = 'failed'
+GROUP BY queue, last_error
+ORDER BY queue, count DESC, last_error;
+
+-- name: dead_letters_with_error
+-- One dead-letter group's ids (a queue, a last error; NULL matches NULL) after :after_id, oldest first.
+SELECT id FROM todos
+WHERE queue = :queue AND state = 'failed' AND last_error IS :last_error AND id > :after_id
+ORDER BY id
+LIMIT :limit;
+
+-- name: deliveries_by_source
+-- Per source: events kept (pruning lowers it) and the last one's arrival.
+SELECT source, COUNT(*) AS events, MAX(received_at) AS last_received_at FROM events GROUP BY source;
+
+-- name: browse_fingerprint
+-- What the live stream compares between two commits to say what changed.
+SELECT (SELECT MAX(id) FROM events) AS last_event_id,
+       (SELECT MAX(id) FROM todos) AS last_todo_id,
+       (SELECT MAX(updated_at) FROM todos) AS todos_updated_at,
+       (SELECT COUNT(*) FROM todos WHERE state = 'failed') AS dead,
+       (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
+       (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;

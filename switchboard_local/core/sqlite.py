@@ -40,6 +40,7 @@ from .errors import (
 from .group_commit import GroupCommit, Monotonic, SQLiteTransaction, is_busy
 from .queries import Q
 from .store import FileState, Params, Transaction, default_path, expanded
+from .tally import Tally
 
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another process's lock
 
@@ -449,8 +450,9 @@ class SQLiteStore:
         self.clock = clock
         self.rng = rng
         self.cache: dict[Any, Any] = {}
+        self.tally = Tally()
         self._busy_ms = busy_ms
-        self._group = GroupCommit(conn, thread, self.cache, busy_ms, monotonic=monotonic)
+        self._group = GroupCommit(conn, thread, self.cache, busy_ms, monotonic=monotonic, tally=self.tally)
         self._closed = False
         self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
         self._readers: list[aiosqlite.Connection] = []  # every reader opened, idle or not

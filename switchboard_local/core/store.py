@@ -23,6 +23,7 @@ from .errors import Unavailable
 
 if TYPE_CHECKING:
     from .group_commit import Monotonic
+    from .tally import Tally
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
@@ -144,6 +145,8 @@ class Store(Protocol):
     rng: random.Random
     # What verbs may keep between transactions (settings, briefly); see Transaction.cache.
     cache: dict[Any, Any]
+    # This process's counters (deliveries, claim and commit latencies): core/tally.py.
+    tally: Tally
 
     @classmethod
     async def open(

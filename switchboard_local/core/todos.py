@@ -242,7 +242,10 @@ async def claim_next(
 
     Returns None when nothing is claimable; that is not an error.
     """
-    return await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
+    started = time.perf_counter()
+    claimed = await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
+    store.tally.claimed(time.perf_counter() - started)  # call to committed answer, found or not
+    return claimed
 
 
 # A waiting claim re-tries at least this often even when nothing commits: a

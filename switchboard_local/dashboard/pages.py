@@ -33,6 +33,8 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .context import Context
+
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
@@ -91,7 +93,7 @@ async def sources_page(request: Request) -> Response:
     return render("sources.html", page="sources", title="Sources and adapters")
 
 
-def routes(ctx: Any = None) -> list[BaseRoute]:
+def routes(ctx: Context | None = None) -> list[BaseRoute]:
     """The pages and their static files, for the dashboard's app to mount beside the API
     (``ctx``, the dashboard's shared context, is not needed: a page reads nothing itself)."""
     return [

@@ -25,7 +25,7 @@ import logging
 import re
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import FrameType
@@ -33,9 +33,10 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..core import routing, sources, webhook_config
@@ -58,8 +59,20 @@ LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read
 STOP_GRACE_SECONDS = 5.0  # at a stop signal, how much longer a body still arriving may take
 
 
-def create_app(store: Store) -> Starlette:
-    """The receiver's routes, on a store the process opened (and will close)."""
+# The receiver's own paths: whatever another edge adds beside them (the
+# dashboard's routes and its guard) leaves these as they are.
+RECEIVER_PATHS = ("/hooks/", "/healthz")
+
+
+def create_app(
+    store: Store, *, routes: Sequence[BaseRoute] = (), middleware: Sequence[Middleware] = ()
+) -> Starlette:
+    """The receiver's routes, on a store the process opened (and will close).
+
+    ``routes`` are served beside the receiver's (after them: a receiver path
+    is always the receiver's) and ``middleware`` wraps the whole app; the
+    process module composes them from another edge (the dashboard).
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -77,7 +90,8 @@ def create_app(store: Store) -> Starlette:
         return await health(store)
 
     return Starlette(
-        routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
+        routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"]), *routes],
+        middleware=list(middleware),
         lifespan=lifespan,
     )
 
@@ -172,6 +186,7 @@ async def receive(store: Store, request: Request) -> Response:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         log.info("delivery source=%s outcome=too-large bytes=%s", who, shown(declared))
+        store.tally.delivery(name, "too_large")
         return _problem(413, f"body larger than {cap} bytes")
     body = bytearray()
     try:
@@ -179,6 +194,7 @@ async def receive(store: Store, request: Request) -> Response:
             body += chunk
             if len(body) > cap:  # stop reading: never buffer past the cap
                 log.info("delivery source=%s outcome=too-large", who)
+                store.tally.delivery(name, "too_large")
                 return _problem(413, f"body larger than {cap} bytes")
     except ClientDisconnect:  # the client went away, or its body stopped arriving (answered 408)
         log.info("delivery source=%s outcome=body-incomplete bytes=%d", who, len(body))
@@ -195,6 +211,7 @@ async def receive(store: Store, request: Request) -> Response:
     except webhooks.Unverified as exc:
         # Nothing is stored for an unverified delivery, not even its key.
         log.warning("delivery source=%s outcome=rejected reason=%s", who, shown(str(exc)))
+        store.tally.delivery(name, "unverified")
         return _problem(401, f"signature verification failed: {exc}")
 
     kind = shown(verified.type)
@@ -222,6 +239,7 @@ async def receive(store: Store, request: Request) -> Response:
     if isinstance(result, Exception):  # nothing was stored: the provider should retry
         log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", who, kind,
                   type(result).__name__, shown(str(result)))  # fmt: skip
+        store.tally.delivery(name, "failed")
         return _problem(503, "the event could not be stored; retry later")
     if result.unroutable is not None:
         log.error("delivery source=%s type=%s event=%d kept without todos: %s", who, kind,
@@ -234,6 +252,7 @@ async def receive(store: Store, request: Request) -> Response:
         "duplicate" if result.duplicate else "stored",
         list(result.todo_ids),
     )
+    store.tally.delivery(name, "duplicate" if result.duplicate else "stored")
     return JSONResponse(
         {"event_id": result.event_id, "duplicate": result.duplicate, "todos": list(result.todo_ids)},
         status_code=202,

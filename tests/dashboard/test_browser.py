@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from support import signing
-from support.browser import REBOUND_NAME, browser, page  # noqa: F401 (fixtures)
+from support.browser import REBOUND_NAME, chromium, tab
 from support.cli import Result, as_json
 from support.dashboard import Board, serving_dashboard
 
@@ -26,6 +26,18 @@ pytestmark = pytest.mark.browser
 
 SECRET = "browser-test-secret"
 SEEN = 15_000  # ms playwright waits for what the page must show: generous, never asserted as a time
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[BrowserContext]:
+    with chromium() as context:
+        yield context
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Iterator[Page]:
+    with tab(browser) as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -6,18 +6,18 @@ second, unpinned Chromium): the tests launch the system's `chromium`
 `executable_path`. A missing Chromium fails the tests, as a missing
 redis-server does: in CI a browser test that skipped would prove nothing.
 
-One browser per test module (`browser` fixture, module scope: starting
-Chromium costs a second or two), a fresh page per test (`page`).
+One browser per test module (`chromium()` in a module-scoped fixture:
+starting Chromium costs a second or two), a fresh tab per test (`tab()`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 
-import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, sync_playwright
 
 MISSING = "chromium is not installed (apt-get install chromium, or run scripts/test.sh; SWITCHBOARD_CHROMIUM names another)"
@@ -62,9 +62,9 @@ def launch(playwright: Playwright, user_data_dir: str) -> BrowserContext:
     )
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[BrowserContext]:
-    """One Chromium for the module (a persistent context on a fresh profile)."""
+@contextlib.contextmanager
+def chromium() -> Iterator[BrowserContext]:
+    """Chromium on a fresh profile, closed on exit (a module-scoped fixture holds one per test module)."""
     with tempfile.TemporaryDirectory(prefix="switchboard-chromium-") as profile, sync_playwright() as playwright:
         context = launch(playwright, profile)
         try:
@@ -73,15 +73,15 @@ def browser() -> Iterator[BrowserContext]:
             context.close()
 
 
-@pytest.fixture
-def page(browser: BrowserContext) -> Iterator[Page]:
-    """A fresh tab; what it logged to the console is in ``page.console_errors`` (a list of texts)."""
-    tab = browser.new_page()
+@contextlib.contextmanager
+def tab(context: BrowserContext) -> Iterator[Page]:
+    """A fresh tab; what it logged as errors is in ``tab.console_errors`` (a list of texts)."""
+    opened = context.new_page()
     errors: list[str] = []
-    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.console_errors = errors  # type: ignore[attr-defined]
+    opened.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.console_errors = errors  # type: ignore[attr-defined]
     try:
-        yield tab
+        yield opened
     finally:
-        tab.close()
+        opened.close()

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from switchboard_local.http import app as web
 class Answer:
     status: int
     body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)  # names lowercased
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -50,7 +51,7 @@ class Receiver:
         try:
             conn.request(method, path, body=body, headers=dict(headers))
             response = conn.getresponse()
-            return Answer(response.status, response.read())
+            return Answer(response.status, response.read(), {k.lower(): v for k, v in response.getheaders()})
         finally:
             conn.close()
 

@@ -1,0 +1,44 @@
+"""The dashboard as the process module composes it: its routes and its guard.
+
+    board = Dashboard(store, host, port, token, prober=..., stopping=...)
+    web.create_app(store, routes=board.routes(), middleware=board.middleware(exempt=web.RECEIVER_PATHS))
+
+Served at ``/`` on the receiver's address (`serve`, or the ingest leader's
+receiver on ``http.listen``). Everything under it passes the guard
+(guard.py); the receiver's own paths (``exempt``) do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from ..core.health import RedisProber
+from ..core.store import Store
+from . import api, pages
+from .context import Context, _never
+from .guard import Guard, Policy
+
+
+class Dashboard:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str,
+        port: int,
+        token: str,
+        exempt: Sequence[str] = (),
+        prober: RedisProber | None = None,
+        stopping: Callable[[], bool] = _never,
+    ) -> None:
+        self.policy = Policy(host=host, port=port, token=token, exempt=tuple(exempt))
+        self.context = Context(store, self.policy, prober=prober, stopping=stopping)
+
+    def routes(self) -> list[BaseRoute]:
+        return [*api.routes(self.context), *pages.routes(self.context)]
+
+    def middleware(self) -> list[Middleware]:
+        return [Middleware(Guard, policy=self.policy)]

@@ -1,0 +1,34 @@
+"""What every dashboard handler shares: the store, the guard's policy, the edge libraries' probes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.health import RedisProber, adapter_lag
+from ..core.sources import Source
+from ..core.store import Store
+from .guard import Policy
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class Context:
+    """``prober`` asks an adapter's Redis for its backlog (handed in by the process module:
+    this edge imports no broker library); ``stopping`` says the server is shutting down,
+    so that open streams end and let it stop."""
+
+    store: Store
+    policy: Policy
+    prober: RedisProber | None = None
+    stopping: Callable[[], bool] = _never
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def lag(self, source: Source, timeout: float) -> dict[str, Any]:
+        if self.prober is None or not source.enabled:
+            return {"waiting": None, "unacked": None, "lag_error": None if not source.enabled else "not probed here"}
+        return await adapter_lag(source, self.prober, timeout)
