@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 
 from ..core.health import RedisProber
 from ..core.store import Store
-from . import actions, api, pages, stream
+from . import actions, api, metrics, pages, stream
 from .context import Context, _never
 from .guard import Guard, Policy
 
@@ -39,7 +39,7 @@ class Dashboard:
 
     def routes(self) -> list[BaseRoute]:
         ctx = self.context
-        return [*api.routes(ctx), *actions.routes(ctx), *stream.routes(ctx), *pages.routes(ctx)]
+        return [*api.routes(ctx), *actions.routes(ctx), *stream.routes(ctx), *metrics.routes(ctx), *pages.routes(ctx)]
 
     def middleware(self) -> list[Middleware]:
         return [Middleware(Guard, policy=self.policy)]
