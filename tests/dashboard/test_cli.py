@@ -12,6 +12,7 @@ from support.cli import as_json
 from support.receiver import serve_process
 from support.waits import until
 
+
 def test_dashboard_prints_the_url_of_the_running_serve_with_the_token(db_path, cli):
     with serve_process(db_path) as serving:
         receiver = serving.wait_serving()
