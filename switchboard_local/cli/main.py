@@ -569,6 +569,7 @@ def _register_edges() -> None:
     from . import adapters as cli_adapters
     from . import agents as cli_agents
     from . import config as cli_config
+    from . import dashboard as cli_dashboard
     from . import doctor as cli_doctor
     from . import events as cli_events
     from . import queues as cli_queues
@@ -585,6 +586,7 @@ def _register_edges() -> None:
     cli_status.register(main)
     cli_service.register(main)
     cli_doctor.register(main)
+    cli_dashboard.register(main)
 
 
 _register_edges()

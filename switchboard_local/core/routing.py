@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from . import settings
+from . import audit, settings
 from .errors import InvalidArgument, NotFound, StoreFault
 from .events import Event, Guard, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
@@ -269,13 +269,16 @@ async def accept(
     return answers
 
 
-async def replay(store: Store, event_id: int, *, queues: Sequence[str] | None = None) -> list[int]:
+async def replay(
+    store: Store, event_id: int, *, queues: Sequence[str] | None = None, by: str | None = None
+) -> list[int]:
     """Route a stored event again; never a second event.
 
     The replay's todos are marked (``"replay": true`` in their payload, a
     ``:replay`` key suffix): a replay whose todos are still live finds them
     instead of adding more. ``queues`` (an agent's scope) keeps the replay to
-    those queues, and an event outside it is not found.
+    those queues, and an event outside it is not found. ``by`` (an operator)
+    is recorded in the audit trail, with the todos the replay answered.
     """
 
     def body(tx: Transaction) -> list[int]:
@@ -285,11 +288,14 @@ async def replay(store: Store, event_id: int, *, queues: Sequence[str] | None = 
             raise NotFound(f"event {event_id} does not exist")
         now = store.clock.now_ms()
         planned = _route_in(tx, _delivery_of(Event.from_row(row)), replay=True)
-        return [
+        made = [
             insert_id(tx, todo, now=now, event_id=event_id)
             for todo in planned
             if queues is None or todo.queue in queues
         ]
+        if by is not None:
+            audit.record(tx, now, by=by, action="event.replay", subject=event_id, todos=made)
+        return made
 
     return await store.write(body)
 

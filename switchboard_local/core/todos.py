@@ -678,6 +678,39 @@ async def redrive_many(
     return Redriven(matched, redriven, matched - redriven)
 
 
+async def redrive_group(
+    store: Store, *, queue: str, last_error: str | None, by: str | None = None, batch: int = BULK_BATCH
+) -> Redriven:
+    """A queue's dead letters whose last error is ``last_error`` (None: those with none) back to
+    pending with a fresh budget, ``batch`` per transaction, each in the audit trail when ``by`` is given."""
+    require_name("queue", queue)
+    if last_error is not None and not isinstance(last_error, str):
+        raise InvalidArgument("last_error must be a string or null")
+
+    def step(after_id: int) -> Callable[[Transaction], tuple[int, int, int]]:
+        def body(tx: Transaction) -> tuple[int, int, int]:
+            now = store.clock.now_ms()
+            _recover_lapsed(tx, now)
+            params = {"queue": queue, "last_error": last_error, "after_id": after_id, "limit": batch}
+            ids = [r["id"] for r in tx.all(Q.dead_letters_with_error, params)]
+            done: list[int] = []
+            for todo_id in ids:
+                try:
+                    if tx.one(Q.redrive, {"id": todo_id, "now": now}) is not None:
+                        done.append(todo_id)
+                except Conflict:  # a newer live todo holds its idempotency key: it stays a dead letter
+                    pass
+            if by is not None and ids:
+                audit.record(tx, now, by=by, action="todo.redrive", subject=queue, ids=done,
+                             skipped=len(ids) - len(done), last_error=last_error)  # fmt: skip
+            return len(ids), len(done), ids[-1] if ids else after_id
+
+        return body
+
+    matched, redriven = await _in_batches(store, step, batch=batch, progress=None)
+    return Redriven(matched, redriven, matched - redriven)
+
+
 async def _in_batches(
     store: Store,
     step: Callable[[int], Callable[[Transaction], tuple[int, int, int]]],

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 
 from ..core.health import RedisProber
 from ..core.store import Store
-from . import api, pages
+from . import actions, api, metrics, pages, stream
 from .context import Context, _never
 from .guard import Guard, Policy
 
@@ -38,7 +38,8 @@ class Dashboard:
         self.context = Context(store, self.policy, prober=prober, stopping=stopping)
 
     def routes(self) -> list[BaseRoute]:
-        return [*api.routes(self.context), *pages.routes(self.context)]
+        ctx = self.context
+        return [*api.routes(ctx), *actions.routes(ctx), *stream.routes(ctx), *metrics.routes(ctx), *pages.routes(ctx)]
 
     def middleware(self) -> list[Middleware]:
         return [Middleware(Guard, policy=self.policy)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,15 @@ def _never() -> bool:
     return False
 
 
+def _actor() -> str:
+    """Who acts through the dashboard, as the audit trail names them: the token is the
+    install's, so its holder is the OS user the server runs as."""
+    try:
+        return f"dashboard:{getpass.getuser()}"
+    except Exception:  # no user name in this environment
+        return "dashboard"
+
+
 @dataclass
 class Context:
     """``prober`` asks an adapter's Redis for its backlog (handed in by the process module:
@@ -27,6 +37,7 @@ class Context:
     prober: RedisProber | None = None
     stopping: Callable[[], bool] = _never
     extra: dict[str, Any] = field(default_factory=dict)
+    actor: str = field(default_factory=_actor)
 
     async def lag(self, source: Source, timeout: float) -> dict[str, Any]:
         if self.prober is None or not source.enabled:

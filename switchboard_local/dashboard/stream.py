@@ -1,0 +1,161 @@
+"""The live stream: ``GET /api/stream?topics=queues,todos`` as server-sent events.
+
+The pages hold one stream each and re-fetch what it names. It is driven by
+the commit watch the MCP long poll uses (core/watch.py: ``PRAGMA
+data_version`` with this store's own commits), so a change committed by any
+process on the file is seen. One ``Hub`` per dashboard watches the file for
+every open stream: after a commit it reads a small fingerprint
+(core/browse.py) and tells each stream which topics moved; it looks at most
+once per ``INTERVAL_SECONDS``, so no stream gets more than one message a
+second, however fast work moves.
+
+    retry: 3000                                  first: how soon a browser reconnects on its own
+    event: ready   data: {"topics": [...]}       the stream watches: a page may fetch now
+    event: change  data: {"topics": ["queues", "todos"]}
+
+The stream ends when the server stops (``Context.stopping``), and the
+browser's EventSource reconnects by itself after ``retry``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..core import browse
+from ..core.errors import InvalidArgument
+from ..core.store import Store
+from ..core.watch import Changes
+from .api import answers_errors
+from .context import Context
+
+log = logging.getLogger("switchboard_local.dashboard")
+
+INTERVAL_SECONDS = 1.0  # the most often the hub looks, and so the most often a stream hears
+RETRY_MS = 3000
+PING_SECONDS = 15  # a comment line keeps idle connections (and proxies) open
+WAKE_SECONDS = 1.0  # a stream looks at least this often whether the server is stopping
+
+
+class Subscriber:
+    """One stream's inbox: the topics changed since it last read, coalesced."""
+
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+        self._event = asyncio.Event()
+
+    def push(self, topics: set[str]) -> None:
+        self.topics |= topics
+        self._event.set()
+
+    async def take(self, timeout: float) -> set[str]:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        self._event.clear()
+        taken, self.topics = self.topics, set()
+        return taken
+
+
+class Hub:
+    """Watches the file while at least one stream is open; tells each what changed."""
+
+    def __init__(self, store: Store, *, interval: float = INTERVAL_SECONDS) -> None:
+        self.store = store
+        self.interval = interval
+        self._subscribers: set[Subscriber] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None
+
+    async def subscribe(self) -> Subscriber:
+        """A new inbox, once the hub has read the file's state (a later commit reaches it)."""
+        subscriber = Subscriber()
+        self._subscribers.add(subscriber)
+        if self._task is None or self._task.done():
+            self._ready = asyncio.Event()
+            self._task = asyncio.create_task(self._run(self._ready), name="dashboard-stream-hub")
+        assert self._ready is not None
+        await self._ready.wait()
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+        if not self._subscribers and self._task is not None:
+            self._task.cancel()  # nobody watches: stop polling the file
+            self._task = None
+
+    async def _run(self, ready: asyncio.Event) -> None:
+        while True:
+            try:
+                await self._watch(ready)
+            except Exception as exc:  # the file cannot be read now (StoreFault, a closed store): look again shortly
+                log.warning("dashboard stream: cannot watch the database: %s", exc)
+                ready.set()
+                await asyncio.sleep(self.interval)
+
+    async def _watch(self, ready: asyncio.Event) -> None:
+        changes = Changes(self.store)
+        poller = asyncio.create_task(changes.run())
+        try:
+            await changes.ready.wait()
+            seen = changes.count
+            last = await browse.fingerprint(self.store)
+            ready.set()
+            while True:
+                count = await changes.wait(seen, timeout=WAKE_SECONDS)
+                if poller.done():
+                    poller.result()  # it can only have failed: raise its error here
+                if count == seen:
+                    continue
+                seen = count  # read before the look: a commit during it is seen at the next
+                now = await browse.fingerprint(self.store)
+                topics = browse.changed_topics(last, now)
+                last = now
+                if topics:
+                    for subscriber in list(self._subscribers):
+                        subscriber.push(topics)
+                await asyncio.sleep(self.interval)
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await poller
+
+
+def parse_topics(value: str | None) -> set[str]:
+    if not value:
+        return set(browse.TOPICS)
+    wanted = {t.strip() for t in value.split(",") if t.strip()}
+    unknown = sorted(wanted - set(browse.TOPICS))
+    if unknown:
+        raise InvalidArgument(f"unknown topic {unknown[0]!r}: topics are {', '.join(browse.TOPICS)}")
+    return wanted
+
+
+def routes(ctx: Context) -> list[BaseRoute]:
+    hub = Hub(ctx.store)
+    ctx.extra["hub"] = hub
+
+    async def stream(request: Request) -> Response:
+        wanted = parse_topics(request.query_params.get("topics"))
+
+        async def events() -> Any:
+            subscriber = await hub.subscribe()
+            try:
+                yield ServerSentEvent(event="ready", data=json.dumps({"topics": sorted(wanted)}), retry=RETRY_MS)
+                while not ctx.stopping():
+                    topics = (await subscriber.take(WAKE_SECONDS)) & wanted
+                    if topics:
+                        yield ServerSentEvent(event="change", data=json.dumps({"topics": sorted(topics)}))
+            finally:
+                hub.unsubscribe(subscriber)
+
+        return EventSourceResponse(events(), ping=PING_SECONDS)
+
+    return [Route("/api/stream", answers_errors(stream), methods=["GET"])]

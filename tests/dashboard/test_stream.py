@@ -1,0 +1,79 @@
+"""The live stream (issue 14 §1 "Live"): server-sent events on the commit watch, from any process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from support.receiver import add_source
+from support.signing import github, secret_for
+
+pytestmark = pytest.mark.anyio
+
+SECRET = secret_for("github")
+
+
+def post_from_another_process(port: int, name: str, delivery: str) -> int:
+    """A signed GitHub delivery sent by a separate Python process; its HTTP status."""
+    body = json.dumps({"action": "opened", "issue": {"title": "from afar"}}).encode()
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": "issues", "X-GitHub-Delivery": delivery,
+               **github(body, SECRET)}  # fmt: skip
+    script = textwrap.dedent(f"""
+        import http.client, sys
+        conn = http.client.HTTPConnection("127.0.0.1", {port}, timeout=10)
+        conn.request("POST", "/hooks/{name}", body={body!r}, headers={headers!r})
+        print(conn.getresponse().status)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    return int(done.stdout.strip())
+
+
+async def test_the_stream_says_ready_first_and_tells_the_browser_when_to_reconnect(board):
+    with board.stream("queues,todos") as events:
+        assert events.status == 200
+        assert events.headers["content-type"].startswith("text/event-stream")
+        first = events.next()
+        assert first.event == "ready" and first.json() == {"topics": ["queues", "todos"]}
+        assert events.retry is not None and events.retry > 0
+
+
+async def test_a_webhook_posted_from_another_process_shows_up_on_the_stream(store, board):
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    with board.stream() as events:
+        events.next(event="ready")
+        assert post_from_another_process(board.port, "gh", "d-1") == 202
+        change = events.next(timeout=15, event="change")
+        assert {"events", "todos", "queues"} <= set(change.json()["topics"])
+
+
+async def test_a_todo_created_by_another_process_on_the_file_shows_up_on_the_stream(board, db_path):
+    with board.stream("queues") as events:
+        events.next(event="ready")
+        subprocess.run([sys.executable, "-m", "switchboard_local", "todo", "create", "--queue", "triage",
+                        "--title", "from the CLI", "--db", str(db_path)], check=True, capture_output=True, timeout=30)  # fmt: skip
+        assert events.next(timeout=15, event="change").json() == {"topics": ["queues"]}
+
+
+async def test_a_stream_hears_only_the_topics_it_asked_for(store, board, db_path):
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    with board.stream("dead") as quiet, board.stream("events") as told:
+        quiet.next(event="ready")
+        told.next(event="ready")
+        assert post_from_another_process(board.port, "gh", "d-2") == 202
+        assert told.next(timeout=15, event="change").json() == {"topics": ["events"]}
+        with pytest.raises(TimeoutError):
+            quiet.next(timeout=2.5, event="change")
+
+
+async def test_an_unknown_topic_is_refused_by_name(board):
+    answer = board.get("/api/stream?topics=queues,bogus")
+    assert answer.status == 400
+    assert "'bogus'" in answer.json()["error"]["message"]
+
+
+async def test_the_stream_is_guarded_like_every_dashboard_path(board):
+    assert board.get("/api/stream", headers={"Host": "rebound.example:80"}).status == 403
