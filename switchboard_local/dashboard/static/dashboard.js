@@ -267,18 +267,16 @@
   var retry = 1000;
   function connect() {
     if (!window.EventSource) { setLive("off", "no live updates"); return; }
-    stream = new EventSource("/api/stream");
-    var wasDown = false;
+    stream = new EventSource("/api/stream?topics=" + encodeURIComponent((TOPICS[page] || []).join(",")));
     stream.onopen = function () {
       retry = 1000;
       setLive("live", "live");
-      if (wasDown) soon(); // what changed while we were away
-      wasDown = false;
     };
     stream.onmessage = changed;
     stream.addEventListener("change", changed);
+    // "ready": the stream watches from now on; what changed since the page's first fetch is fetched now.
+    stream.addEventListener("ready", soon);
     stream.onerror = function () {
-      wasDown = true;
       if (stream.readyState === EventSource.CLOSED) {
         // The browser gave up (an error answer): try again ourselves, backing off.
         setLive("reconnecting", "reconnecting");
@@ -501,7 +499,11 @@
     if (t.state === "failed") {
       buttons.push(actionButton("Redrive", "", function () { return act("/api/todos/" + t.id + "/redrive"); }, null, "Todo " + t.id + " is ready again"));
     }
-    if (t.state === "pending" || t.state === "failed" || t.state === "claimed") {
+    if (t.state === "claimed") {
+      buttons.push(actionButton("Release", "quiet", function () { return act("/api/todos/" + t.id + "/release"); },
+        "Take todo " + t.id + " back from " + t.owner + "? Its holder's lease token stops working.", "Todo " + t.id + " released"));
+    }
+    if (t.state === "pending" || t.state === "claimed") {
       buttons.push(actionButton("Cancel", "danger", function () { return act("/api/todos/" + t.id + "/cancel", { reason: "cancelled from the dashboard" }); },
         "Cancel todo " + t.id + "?", "Todo " + t.id + " cancelled"));
     }
@@ -544,7 +546,7 @@
       replaceChildren($("#title"), e.source + " · ", el("span", { class: "mono" }, e.type));
       document.title = "Event " + e.id + " · switchboard-local";
       replaceChildren($("#actions"), actionButton("Replay", "quiet", function () { return act("/api/events/" + e.id + "/replay"); }, null,
-        function (r) { var ids = (r && r.todo_ids) || []; return "Replayed: " + (ids.length ? "todos " + ids.join(", ") : "no todos"); }));
+        function (r) { var ids = (r && r.todos) || []; return ids.length ? "Replayed: todo " + ids.join(", ") : "Replayed: no rule made a todo"; }));
       var headers = Object.keys(e.headers || {}).sort();
       replaceChildren(container,
         el("section", { class: "card" }, facts([
@@ -656,25 +658,38 @@
         var key = JSON.stringify([t.queue, t.last_error]);
         (rows[key] = rows[key] || []).push(t);
       });
-      replaceChildren(container, groups.map(function (g) { return deadGroup(g, rows[JSON.stringify([g.queue, g.last_error])] || []); }));
+      var byQueue = [], seen = {};
+      groups.forEach(function (g) {
+        var q = seen[g.queue];
+        if (!q) byQueue.push(q = seen[g.queue] = { queue: g.queue, groups: [], total: 0 });
+        q.groups.push(g);
+        q.total += g.count;
+      });
+      replaceChildren(container, byQueue.map(function (q) {
+        return el("div", { class: "queue-dead", "data-queue": q.queue },
+          el("div", { class: "queue-head" },
+            el("h2", null, queueLink(q.queue), el("span", { class: "count" }, count(q.total) + " dead")),
+            actionButton("Purge " + (q.total === 1 ? "it" : "all " + count(q.total)), "small danger", function () {
+              return act("/api/queues/" + encodeURIComponent(q.queue) + "/purge", { state: "failed" });
+            }, "Delete " + (q.total === 1 ? "the dead letter" : "all " + q.total + " dead letters") + " of " + q.queue + " for good?",
+            function (r) { return "Purged " + count(r && r.purged) + " from " + q.queue; })),
+          q.groups.map(function (g) { return deadGroup(g, rows[JSON.stringify([g.queue, g.last_error])] || []); }));
+      }));
     }, function (error) { failed(container, error); });
   };
 
   function deadGroup(g, todos) {
     var total = g.count;
-    var group = { queue: g.queue, last_error: g.last_error };
     var shown = todos.slice(0, DEAD_SHOWN);
     return el("section", { class: "card group", "data-queue": g.queue },
       el("div", { class: "group-head" },
         el("div", { class: "what" },
-          el("h3", null, queueLink(g.queue), " ", badge(count(total) + " dead", "failed"),
-            el("span", { class: "muted group-when" }, " last failed ", when(g.last_failed_at))),
-          el("p", { class: "error-line" }, g.last_error || "(no error given)")),
+          el("p", { class: "error-line" }, g.last_error || "(no error given)"),
+          el("p", { class: "group-meta" }, badge(count(total) + (total === 1 ? " todo" : " todos"), "failed"), " last failed ", when(g.last_failed_at))),
         el("div", { class: "actions" },
-          actionButton(total === 1 ? "Redrive" : "Redrive all " + count(total), "", function () { return act("/api/dead/redrive", group); },
-            null, function (r) { return "Redriven: " + count(r && r.redriven !== undefined ? r.redriven : total); }),
-          actionButton("Purge", "danger", function () { return act("/api/dead/purge", group); },
-            "Delete " + (total === 1 ? "this dead letter" : "these " + total + " dead letters") + " for good?", "Purged"))),
+          actionButton(total === 1 ? "Redrive" : "Redrive all " + count(total), "small", function () {
+            return act("/api/dead/redrive", { queue: g.queue, last_error: g.last_error });
+          }, null, function (r) { return "Redriven: " + count(r && r.redriven); }))),
       el("table", { class: "grid" },
         el("thead", null, el("tr", null, el("th", { scope: "col" }, "Todo"), el("th", { scope: "col" }, "Kind"),
           el("th", { scope: "col", class: "num" }, "Attempts"), el("th", { scope: "col", class: "num" }, "Failed"), el("th", { scope: "col" }, ""))),
@@ -685,9 +700,7 @@
             cell("Attempts", t.attempt + " / " + t.max_attempts, "num"),
             cell("Failed", when(t.updated_at), "num"),
             el("td", { class: "row-actions" },
-              actionButton("Redrive", "small quiet", function () { return act("/api/todos/" + t.id + "/redrive"); }, null, "Todo " + t.id + " is ready again"),
-              actionButton("Cancel", "small danger", function () { return act("/api/todos/" + t.id + "/cancel", { reason: "cancelled from the dashboard" }); },
-                "Cancel todo " + t.id + "?", "Todo " + t.id + " cancelled")));
+              actionButton("Redrive", "small quiet", function () { return act("/api/todos/" + t.id + "/redrive"); }, null, "Todo " + t.id + " is ready again")));
         }))),
       total > shown.length ? el("p", { class: "muted more-rows" }, el("a", { href: "/todos?state=failed&queue=" + encodeURIComponent(g.queue) },
         "and " + count(total - shown.length) + " more")) : null);
