@@ -75,6 +75,8 @@ BUILD_ERRORS = [
     "exit status 137: the runner ran out of memory",
 ]
 SHIP_ERROR = "carrier API answered 503 Service Unavailable (retry after 120 s)"
+SIGNUPS = ["lea.martin@example.org", "tom@brightly.io", "ana.silva@example.com", "kofi@mensah.dev", "mei.chen@example.org",
+           "raj.patel@example.net", "ines@atelier-ines.fr", "ola.nordmann@example.no", "sam.okafor@example.com"]
 PRODUCTS = [("Espresso grinder", 24900), ("Pour-over kettle", 7900), ("Beans, 1 kg", 3200), ("Milk frother", 5400)]
 
 
@@ -226,44 +228,47 @@ async def work(store: Store, queue: str, *, fail_with: str | None = None) -> boo
 
 
 async def history(db: Path) -> None:
-    """The past hour, minute by minute, on a clock that moves."""
+    """The past hour, minute by minute, on a clock that moves (and never past the real now)."""
     start = int(time.time() * 1000) - HISTORY_MINUTES * 60_000
     clock = ManualClock(start)
     store = await Store.open(db, clock=clock, rng=random.Random(1))
+
+    def at(ms: int) -> float:
+        clock.advance(max(0, ms - clock.now_ms()) / 1000)
+        return clock.now_ms() / 1000
+
     n = 0
     try:
         for minute in range(HISTORY_MINUTES):
-            busy = 1.0 + 0.8 * (minute > 20) + 0.6 * (35 < minute < 50)  # a morning that picks up
-            for _ in range(int(rng.expovariate(1 / (1.6 * busy)))):
+            base = start + minute * 60_000
+            busy = 1.0 + 0.9 * (minute > 20) + 0.8 * (35 < minute < 50)  # a morning that picks up
+            arrivals: list[tuple[str, str]] = []
+            arrivals += [("github", "push")] * min(6, int(rng.expovariate(1 / (1.3 * busy))))
+            arrivals += [("github", "pull_request")] * (rng.random() < 0.25)
+            arrivals += [("stripe", "payment_intent.succeeded")] * min(5, int(rng.expovariate(1 / (1.0 * busy))))
+            arrivals += [("stripe", "charge.dispute.created")] * (minute in (17, 44))
+            # Deliveries in the first 40 s of the minute, the agents' turns after them.
+            for offset, (name, kind) in sorted(zip((rng.uniform(0, 40_000) for _ in arrivals), arrivals)):
                 n += 1
-                clock.advance(rng.uniform(1, 8))
-                kind, raw, headers = github_push(n, clock.now_ms() / 1000)
-                await deliver(store, "github", raw, headers)
-            if rng.random() < 0.25:
-                n += 1
-                kind, raw, headers = github_pr(n, clock.now_ms() / 1000)
-                await deliver(store, "github", raw, headers)
-            for _ in range(int(rng.expovariate(1 / (1.2 * busy)))):
-                n += 1
-                clock.advance(rng.uniform(1, 6))
-                kind, raw, headers = stripe_event("payment_intent.succeeded", n, clock.now_ms() / 1000)
-                await deliver(store, "stripe", raw, headers)
-            if minute in (17, 44):
-                n += 1
-                kind, raw, headers = stripe_event("charge.dispute.created", n, clock.now_ms() / 1000)
-                await deliver(store, "stripe", raw, headers)
-            clock.advance(20)
-            # The agents keep up, mostly; the last minutes leave a backlog.
-            if minute < HISTORY_MINUTES - 4:
-                for queue, rate in (("builds", 2), ("fulfilment", 2), ("review", 1), ("billing", 1)):
-                    for _ in range(rate):
+                now_s = at(base + int(offset))
+                if kind == "push":
+                    _, raw, headers = github_push(n, now_s)
+                elif kind == "pull_request":
+                    _, raw, headers = github_pr(n, now_s)
+                else:
+                    _, raw, headers = stripe_event(kind, n, now_s)
+                await deliver(store, name, raw, headers)
+            at(base + 42_000)
+            if minute < HISTORY_MINUTES - 4:  # the agents keep up, mostly; the last minutes leave a backlog
+                for queue, turns in (("builds", 3), ("fulfilment", 3), ("review", 1), ("billing", 1)):
+                    for _ in range(turns):
                         error = None
-                        if queue == "builds" and rng.random() < 0.18:
+                        if queue == "builds" and rng.random() < 0.15:
                             error = BUILD_ERRORS[0] if rng.random() < 0.75 else BUILD_ERRORS[1]
                         if queue == "fulfilment" and 38 < minute < 46:
                             error = SHIP_ERROR  # the carrier's outage
+                        clock.advance(rng.uniform(0.5, 2.5))
                         await work(store, queue, fail_with=error)
-            clock.advance(max(0, start + (minute + 1) * 60_000 - clock.now_ms()))
     finally:
         await store.close()
 
@@ -277,22 +282,21 @@ def live(board: Board, redis: RedisServer, db: Path) -> int:
     plans = ["free", "team", "team", "business"]
     for i in range(9):
         client.xadd("app:signups", {"payload": json.dumps({
-            "email": f"{rng.choice(['lea', 'tom', 'ana', 'kofi', 'mei', 'raj', 'ines'])}.{i}@example.org",
+            "email": SIGNUPS[i],
             "plan": rng.choice(plans), "signed_up_at": iso(time.time()), "referrer": rng.choice(["google", "newsletter", None]),
         })})
-    now_s = time.time()
-    _, raw, headers = github_push(900, now_s)
+    deadline = time.monotonic() + 30
+    while len(board.get_json("/api/events?source=signups")["items"]) < 9:
+        if time.monotonic() > deadline:
+            raise SystemExit("the Redis adapter did not consume the stream entries")
+        time.sleep(0.2)
+    _, raw, headers = github_push(900, time.time())
     answer = board.receiver.post("github", raw, headers)
     assert answer.status == 202, answer.body
     push_event = answer.json()["event_id"]
     for i in range(3):
         _, raw, headers = stripe_event("payment_intent.succeeded", 900 + i, time.time())
         assert board.receiver.post("stripe", raw, headers).status == 202
-    deadline = time.monotonic() + 30
-    while sum(1 for _ in board.get_json("/api/events?source=signups")["items"]) < 9:
-        if time.monotonic() > deadline:
-            raise SystemExit("the Redis adapter did not consume the stream entries")
-        time.sleep(0.2)
     asyncio.run(now_work(db))
     return push_event
 

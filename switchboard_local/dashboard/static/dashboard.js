@@ -18,8 +18,8 @@
   var page = document.body.dataset.page;
   var itemId = document.body.dataset.id;
   var SVG = "http://www.w3.org/2000/svg";
-  var LARGE_JSON_CHARS = 3000; // a payload longer than this starts collapsed
-  var LARGE_JSON_LINES = 40;
+  var LARGE_JSON_CHARS = 8000; // a payload longer than this starts collapsed
+  var LARGE_JSON_LINES = 120;
   var HEX_LIMIT = 64 * 1024; // bytes shown in the hex view
 
   // ---- DOM, as text only ------------------------------------------------
@@ -71,6 +71,7 @@
   function ago(iso) {
     if (!iso) return "—";
     var seconds = (Date.now() - Date.parse(iso)) / 1000;
+    if (Math.abs(seconds) < 1) return "just now";
     return span(seconds) + (seconds >= 0 ? " ago" : " from now");
   }
 
@@ -101,7 +102,14 @@
   function badge(text, kind) { return el("span", { class: "badge " + (kind || text) }, text); }
 
   function stateBadge(todo) {
-    return todo.state === "failed" ? badge("dead", "failed") : badge(todo.state);
+    if (todo.state === "failed") return badge("dead", "failed");
+    if (todo.state === "pending" && todo.visible_at && Date.parse(todo.visible_at) > Date.now()) {
+      // Pending, but not claimable yet: a delay, or a failed attempt's backoff.
+      var b = badge(todo.attempt ? "retrying" : "delayed", "warn");
+      b.title = "claimable " + ago(todo.visible_at);
+      return b;
+    }
+    return badge(todo.state);
   }
 
   function todoLink(todo) { return el("a", { href: "/todos/" + Number(todo.id), class: "row-link" }, todo.title || "(untitled)"); }
@@ -249,7 +257,7 @@
 
   // The topics (as /api/stream names them) each page shows.
   var TOPICS = {
-    queues: ["queues"], todos: ["todos"], todo: ["todos"], events: ["events"], event: ["events", "todos"],
+    queues: ["queues", "events"], todos: ["todos"], todo: ["todos"], events: ["events"], event: ["events", "todos"],
     dead: ["dead", "todos"], sources: ["sources", "adapters", "events"],
   };
 
@@ -354,7 +362,17 @@
 
   var RENDER = {};
 
+  var LATEST_EVENTS = 8;
+
   RENDER.queues = function () {
+    var latest = api("/api/events?limit=" + LATEST_EVENTS).then(function (data) {
+      var events = data.items || [];
+      replaceChildren($("#events tbody"), events.length ? events.map(eventRow) : emptyRow(7, "No events yet."));
+    });
+    return Promise.all([latest, queueRows()]);
+  };
+
+  function queueRows() {
     return api("/api/queues").then(function (data) {
       var rows = data.items || [];
       var body = $("#queues tbody");
@@ -368,7 +386,7 @@
       replaceChildren($("#summary"), rows.length + (rows.length === 1 ? " queue · " : " queues · ") + count(total) + " ready" +
         (dead ? " · " + count(dead) + " dead" : ""));
     });
-  };
+  }
 
   function queueRow(q) {
     var name = el("td", { class: "lead", "data-label": "Queue" }, queueLink(q.queue), q.paused ? [" ", badge("paused")] : null);
@@ -379,34 +397,36 @@
       numCell("Delayed", q.delayed),
       numCell("Claimed", q.claimed),
       el("td", { "data-label": "Dead", class: "num" + (q.dead ? " hot" : " zero") },
-        q.dead ? el("a", { href: "/dead#" + encodeURIComponent(q.queue), class: "hot" }, count(q.dead)) : "0"),
+        q.dead ? el("a", { href: "/dead", class: "hot" }, count(q.dead)) : "0"),
       numCell("Done 1h", q.done_last_hour),
       cell("Oldest ready", oldest === null || oldest === undefined ? "—" : span(oldest), "num" + (oldest ? "" : " zero")),
       cell("Last hour", sparkline(q.created_per_minute || [], q.finished_per_minute || [])));
   }
 
-  /* Two lines (created, finished per minute over the last hour) in a small inline SVG. */
+  /* The last hour in a small inline SVG: todos created per minute as bars, finished per minute
+   * as a line over them; the hour's totals beside it. */
   function sparkline(created, finished) {
-    var w = 160, h = 28, pad = 2;
+    var w = 180, h = 30, pad = 1.5;
     var n = Math.max(created.length, finished.length, 2);
     var top = Math.max(1, Math.max.apply(null, created.concat(finished)));
-    function path(values, close) {
-      if (!values.length) return "";
-      var d = values.map(function (v, i) {
-        var x = pad + (i * (w - 2 * pad)) / (n - 1);
-        var y = h - pad - (v / top) * (h - 2 * pad);
-        return (i ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
-      }).join("");
-      return close ? d + "L" + (pad + ((values.length - 1) * (w - 2 * pad)) / (n - 1)).toFixed(1) + " " + (h - pad) + "L" + pad + " " + (h - pad) + "Z" : d;
-    }
-    var sum = function (a) { return a.reduce(function (x, y) { return x + y; }, 0); };
-    var label = "last hour: " + sum(created) + " created, " + sum(finished) + " finished";
-    return svg("svg", { class: "spark", viewBox: "0 0 " + w + " " + h, role: "img", "aria-label": label, preserveAspectRatio: "none" },
-      svg("title", null, label),
-      svg("line", { class: "base", x1: 0, y1: h - pad + 0.5, x2: w, y2: h - pad + 0.5 }),
-      created.length ? svg("path", { class: "area", d: path(created, true) }) : null,
-      created.length ? svg("path", { class: "created", d: path(created) }) : null,
-      finished.length ? svg("path", { class: "finished", d: path(finished) }) : null);
+    var step = w / n;
+    function y(v) { return h - pad - (v / top) * (h - 2 * pad); }
+    var bars = created.map(function (v, i) {
+      return v ? "M" + (i * step + 0.5).toFixed(1) + " " + (h - pad) + "V" + y(v).toFixed(1) + "h" + Math.max(1, step - 1).toFixed(1) + "V" + (h - pad) + "Z" : "";
+    }).join("");
+    var line = finished.map(function (v, i) {
+      return (i ? "L" : "M") + (i * step + step / 2).toFixed(1) + " " + y(v).toFixed(1);
+    }).join("");
+    var sum = function (a) { return a.reduce(function (x, v) { return x + v; }, 0); };
+    var made = sum(created), done = sum(finished);
+    var label = "Last hour: " + made + " created, " + done + " finished (per minute)";
+    return el("div", { class: "spark-cell" },
+      svg("svg", { class: "spark", viewBox: "0 0 " + w + " " + h, role: "img", "aria-label": label, preserveAspectRatio: "none" },
+        svg("title", null, label),
+        svg("line", { class: "base", x1: 0, y1: h - pad + 0.5, x2: w, y2: h - pad + 0.5 }),
+        bars ? svg("path", { class: "created", d: bars }) : null,
+        finished.length ? svg("path", { class: "finished", d: line }) : null),
+      el("span", { class: "spark-total" }, el("span", { class: "in" }, count(made) + " in"), el("span", { class: "out" }, count(done) + " out")));
   }
 
   var TODO_FILTERS = ["queue", "state", "kind", "assignee", "q"];
@@ -432,7 +452,7 @@
 
   function todoRow(t) {
     return el("tr", { "data-todo": t.id },
-      cell("#", String(t.id), "num muted"),
+      cell("#", String(t.id), "num id muted"),
       el("td", { class: "lead title", "data-label": "Title" }, todoLink(t)),
       cell("Queue", queueLink(t.queue)),
       cell("State", stateBadge(t)),
@@ -450,6 +470,12 @@
       document.title = "Todo " + t.id + " · switchboard-local";
       replaceChildren($("#actions"), todoActions(t));
       var attempts = t.attempts || [];
+      // A dead letter's or a retried todo's error is what the reader came for: first. A finished
+      // todo's last error is history (an earlier attempt failed): after its result.
+      var errorFirst = t.state === "failed" || t.state === "pending";
+      var lastError = t.last_error ? el("section", { class: "card", id: "last-error" },
+        el("h3", null, "Last error", errorFirst ? null : el("span", { class: "muted h-note" }, " · of an earlier attempt")),
+        el("pre", { class: "code error" }, t.last_error)) : null;
       replaceChildren(container,
         el("section", { class: "card" }, facts([
           ["Queue", queueLink(t.queue)],
@@ -468,14 +494,15 @@
           t.completed_at ? ["Completed", when(t.completed_at)] : null,
           t.cancelled_by ? ["Cancelled by", t.cancelled_by + (t.cancel_reason ? ": " + t.cancel_reason : "")] : null,
         ])),
-        t.last_error ? el("section", { class: "card", id: "last-error" }, el("h3", null, "Last error"), el("pre", { class: "code error" }, t.last_error)) : null,
+        errorFirst ? lastError : null,
         el("section", { class: "card", id: "payload" }, el("h3", null, "Payload"), codeBlock(pretty(t.payload) || "null", "payload")),
         t.result !== null && t.result !== undefined
           ? el("section", { class: "card", id: "result" }, el("h3", null, "Result"), codeBlock(pretty(t.result), "result")) : null,
+        errorFirst ? null : lastError,
         el("h2", null, "Attempts"),
         el("section", { class: "card flush" }, el("table", { class: "grid", id: "attempts" },
           el("thead", null, el("tr", null, ["#", "Owner", "Claimed", "Ended", "Outcome", "Error"].map(function (h, i) {
-            return el("th", { scope: "col", class: i === 0 ? "num" : null }, h);
+            return el("th", { scope: "col", class: i === 0 ? "num id" : null }, h);
           }))),
           el("tbody", null, attempts.length ? attempts.map(attemptRow) : emptyRow(6, "Not claimed yet.")))));
     }, function (error) { failed(container, error); });
@@ -484,7 +511,7 @@
   function attemptRow(a) {
     var outcome = a.outcome ? badge(a.outcome.replace(/_/g, " "), OUTCOME[a.outcome] || "") : badge("in progress", "claimed");
     return el("tr", null,
-      cell("#", String(a.attempt), "num muted"),
+      cell("#", String(a.attempt), "num id muted"),
       el("td", { class: "lead mono", "data-label": "Owner" }, a.owner),
       cell("Claimed", when(a.claimed_at)),
       cell("Ended", when(a.ended_at)),
@@ -523,13 +550,14 @@
   };
 
   function verifiedBadge(e) {
+    if (e.trust_mode === "queue") return badge("trusted", "");  // read from Redis: trusted by the connection
     if (e.verified) return badge("verified", "ok");
     return e.trust_mode === "none" || e.trust_mode === "trusted" ? badge(e.trust_mode || "unsigned", "") : badge("unverified", "warn");
   }
 
   function eventRow(e) {
     return el("tr", { "data-event": e.id },
-      cell("#", eventLink(e.id), "num"),
+      cell("#", eventLink(e.id), "num id"),
       el("td", { class: "lead", "data-label": "Source" }, el("a", { href: "/events?source=" + encodeURIComponent(e.source), class: "row-link" }, e.source)),
       cell("Type", el("a", { href: "/events/" + Number(e.id), class: "mono" }, e.type)),
       cell("Verified", verifiedBadge(e)),
@@ -562,10 +590,10 @@
         el("h2", null, "Todos it produced"),
         el("section", { class: "card flush" }, el("table", { class: "grid", id: "produced" },
           el("thead", null, el("tr", null, ["#", "Title", "Queue", "State"].map(function (h, i) {
-            return el("th", { scope: "col", class: i === 0 ? "num" : null }, h);
+            return el("th", { scope: "col", class: i === 0 ? "num id" : null }, h);
           }))),
           el("tbody", null, todos.length ? todos.map(function (t) {
-            return el("tr", { "data-todo": t.id }, cell("#", String(t.id), "num muted"), el("td", { class: "lead title", "data-label": "Title" }, todoLink(t)),
+            return el("tr", { "data-todo": t.id }, cell("#", String(t.id), "num id muted"), el("td", { class: "lead title", "data-label": "Title" }, todoLink(t)),
               cell("Queue", queueLink(t.queue)), cell("State", stateBadge(t)));
           }) : emptyRow(4, "No todo: no rule matched this event.")))),
         el("h2", null, "Body"),
@@ -699,8 +727,8 @@
             cell("Kind", orDash(t.kind, "mono")),
             cell("Attempts", t.attempt + " / " + t.max_attempts, "num"),
             cell("Failed", when(t.updated_at), "num"),
-            el("td", { class: "row-actions" },
-              actionButton("Redrive", "small quiet", function () { return act("/api/todos/" + t.id + "/redrive"); }, null, "Todo " + t.id + " is ready again")));
+            el("td", { class: "row-actions" }, el("div", null,
+              actionButton("Redrive", "small quiet", function () { return act("/api/todos/" + t.id + "/redrive"); }, null, "Todo " + t.id + " is ready again"))));
         }))),
       total > shown.length ? el("p", { class: "muted more-rows" }, el("a", { href: "/todos?state=failed&queue=" + encodeURIComponent(g.queue) },
         "and " + count(total - shown.length) + " more")) : null);
@@ -733,7 +761,7 @@
     var names = Object.keys(counts);
     if (!names.length) return el("span", { class: "muted" }, "none yet");
     return names.map(function (name) {
-      var kind = name === "stored" ? "ok" : name === "duplicate" ? "" : "bad";
+      var kind = !counts[name] ? "" : name === "stored" ? "ok" : name === "duplicate" ? "" : "bad";
       return badge(name + " " + count(counts[name]), kind);
     });
   }
@@ -755,7 +783,7 @@
       : [count(a.waiting) + " waiting", a.unacked ? el("span", { class: "muted" }, " · " + count(a.unacked) + " unacked") : null];
     return el("tr", null,
       el("td", { class: "lead", "data-label": "Name" }, el("a", { href: "/events?source=" + encodeURIComponent(a.name), class: "row-link" }, a.name)),
-      cell("Kind", el("span", { class: "mono" }, a.kind)),
+      cell("Kind", el("span", { class: "mono" }, a.kind + (a.config && a.config.mode ? " " + a.config.mode : ""))),
       cell("Enabled", enabledBadge(a)),
       cell("Last poll", when(a.last_poll_at), "num"),
       cell("Stored", count(a.messages_stored), "num"),
