@@ -15,8 +15,8 @@ from switchboard_local.dashboard.guard import Policy
 
 from support.dashboard import serving_dashboard
 from support.receiver import add_source
-from support.sql import rows
 from support.signing import github, secret_for
+from support.sql import rows
 
 pytestmark = pytest.mark.anyio
 
