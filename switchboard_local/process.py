@@ -2,7 +2,9 @@
 
 The one place that starts things: it opens the store, runs the pruner and the
 broker consumers beside the HTTP receiver (``Service``), or serves an agent
-over MCP stdio (``run_mcp``), and stops them in order. The edges never start
+over MCP stdio (``run_mcp``), and stops them in order. Wherever the receiver
+runs, the dashboard is served beside it (``receiver_app`` composes the two
+edges' routes into one app). The edges never start
 one another; the CLI calls this module, and this module imports each edge
 only when the command needs it (the MCP SDK is not loaded for `serve`).
 

@@ -40,6 +40,7 @@ class Context:
     actor: str = field(default_factory=_actor)
 
     async def lag(self, source: Source, timeout: float) -> dict[str, Any]:
-        if self.prober is None or not source.enabled:
-            return {"waiting": None, "unacked": None, "lag_error": None if not source.enabled else "not probed here"}
+        """What waits in an adapter's Redis now (a disabled one's too: its backlog grows meanwhile)."""
+        if self.prober is None:
+            return {"waiting": None, "unacked": None, "lag_error": "not probed by this process"}
         return await adapter_lag(source, self.prober, timeout)

@@ -98,6 +98,10 @@ class Policy:
     def csrf_token(self) -> str:
         return access_token.derived(self.token, "csrf")
 
+    def exempted(self, path: str) -> bool:
+        """A path the guard leaves alone: one of ``exempt``, or under one that ends with a slash."""
+        return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.exempt)
+
     def host_allowed(self, host: str | None) -> bool:
         if host is None:
             return False
@@ -135,7 +139,7 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or any(path == p or path.startswith(p) for p in self.policy.exempt):
+        if scope["type"] != "http" or self.policy.exempted(path):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

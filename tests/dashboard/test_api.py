@@ -79,7 +79,9 @@ async def test_todos_filter_by_queue_state_kind_assignee_and_title_text(store, b
     assert ids("kind=bug") == [c.id, a.id]
     assert ids("assignee=ann") == [a.id]
     assert ids("q=login") == [c.id, a.id]  # anywhere in the title, any case
-    assert ids("q=100%25") == []  # LIKE's wildcards are searched for as themselves
+    e = await make(store, queue="deploy", title="Reach 100% coverage")
+    assert ids("q=100%25") == [e.id]  # LIKE's wildcards are searched for as themselves
+    assert ids("q=10_") == [] and ids("q=%25") == [e.id]
 
 
 async def test_a_todo_in_a_list_has_the_mcp_rows_fields_without_its_payload(store, board):

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import stat
 
 import pytest
 
-from switchboard_local.core import access_token
+from switchboard_local.core import access_token, todos
+from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todos import Lease
+from switchboard_local.dashboard.guard import Policy
 
+from support.dashboard import serving_dashboard
 from support.receiver import add_source
 from support.signing import github, secret_for
+from support.sql import rows
 
 pytestmark = pytest.mark.anyio
 
@@ -58,3 +64,116 @@ async def test_the_token_file_is_made_owner_only_beside_the_database(board, db_p
     assert path.parent == db_path.parent
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text().strip() == board.token
+
+
+# ---------------------------------------------------------------- actions: token, CSRF, same origin
+
+
+async def dead_letter(store) -> int:
+    made, _ = await todos.create(store, NewTodo(queue="triage", title="doomed", max_attempts=1))
+    claimed = await todos.claim(store, made.id, owner="w")
+    await todos.fail(store, Lease.of(claimed), error="boom")
+    return made.id
+
+
+def still_dead(db_path, todo_id: int) -> bool:
+    return rows(db_path, "SELECT state FROM todos WHERE id = ?", (todo_id,)) == [("failed",)]
+
+
+async def test_an_action_without_the_token_is_refused_and_changes_nothing(store, board, db_path):
+    todo_id = await dead_letter(store)
+    answer = board.act(f"/api/todos/{todo_id}/redrive", token=None)
+    assert answer.status == 401 and answer.json()["error"]["code"] == "unauthorized"
+    assert still_dead(db_path, todo_id)
+
+
+async def test_an_action_with_a_wrong_token_is_refused(store, board, db_path):
+    todo_id = await dead_letter(store)
+    assert board.act(f"/api/todos/{todo_id}/redrive", token="x" * 43).status == 401
+    assert still_dead(db_path, todo_id)
+
+
+@pytest.mark.parametrize("csrf", [None, "0" * 64])
+async def test_an_action_without_the_right_csrf_token_is_refused(store, board, db_path, csrf):
+    todo_id = await dead_letter(store)
+    answer = board.act(f"/api/todos/{todo_id}/redrive", csrf=csrf)
+    assert answer.status == 403 and "CSRF" in answer.json()["error"]["message"]
+    assert still_dead(db_path, todo_id)
+
+
+async def test_a_cross_origin_post_is_refused(store, board, db_path):
+    todo_id = await dead_letter(store)
+    answer = board.act(f"/api/todos/{todo_id}/redrive", origin="https://attacker.example")
+    assert answer.status == 403 and "origin" in answer.json()["error"]["message"]
+    assert still_dead(db_path, todo_id)
+
+
+async def test_a_cross_site_fetch_is_refused_even_with_a_matching_origin(store, board, db_path):
+    todo_id = await dead_letter(store)
+    answer = board.act(f"/api/todos/{todo_id}/redrive", headers={"sec-fetch-site": "cross-site"})
+    assert answer.status == 403
+    assert still_dead(db_path, todo_id)
+
+
+async def test_a_post_under_a_forged_host_is_refused_before_anything_else(store, board, db_path):
+    todo_id = await dead_letter(store)
+    forged = {"host": "rebound.example", "origin": "http://rebound.example"}
+    assert board.act(f"/api/todos/{todo_id}/redrive", headers=forged).status == 403
+    assert still_dead(db_path, todo_id)
+
+
+# ---------------------------------------------------------------- the browser's way in: ?token=, the cookie
+
+
+def login(board, query: str) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=10)
+    conn.request("GET", f"/todos?{query}")
+    answer = conn.getresponse()
+    answer.read()
+    conn.close()
+    return answer.status, {k.lower(): v for k, v in answer.getheaders()}
+
+
+async def test_the_token_in_the_url_becomes_a_cookie_and_leaves_the_address_bar(board):
+    status, headers = login(board, f"queue=triage&token={board.token}")
+    assert status == 303 and headers["location"] == "/todos?queue=triage"
+    cookie = headers["set-cookie"]
+    assert cookie.startswith(f"switchboard_token_{board.port}={board.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+
+
+async def test_a_wrong_token_in_the_url_is_refused(board):
+    status, headers = login(board, "token=wrong")
+    assert status == 401 and "set-cookie" not in headers
+
+
+async def test_the_page_acts_with_its_cookie_and_the_csrf_token_from_the_session(store, board, db_path):
+    todo_id = await dead_letter(store)
+    cookie = {"cookie": f"switchboard_token_{board.port}={board.token}"}
+    assert board.get("/api/session").status == 401  # no token: no CSRF token either
+    session = board.get_json("/api/session", headers=cookie)
+    answer = board.act(f"/api/todos/{todo_id}/redrive", token=None, csrf=session["csrf_token"], headers=cookie)
+    assert answer.status == 200
+    assert not still_dead(db_path, todo_id)
+
+
+# ---------------------------------------------------------------- bound beyond loopback
+
+
+async def test_beyond_loopback_every_dashboard_request_needs_the_token(store, db_path):
+    with serving_dashboard(db_path, host="0.0.0.0") as board:
+        assert board.get("/api/queues").status == 401
+        assert board.get("/metrics").status == 401
+        assert board.get("/api/queues", headers={"authorization": f"Bearer {board.token}"}).status == 200
+        # a wildcard bind cannot know the machine's names: any Host passes, the token guards
+        reached_as = {"authorization": f"Bearer {board.token}", "host": "my-laptop.lan:8787"}
+        assert board.get("/api/queues", headers=reached_as).status == 200
+        assert board.get("/healthz").status == 200  # the receiver's paths stay the receiver's
+
+
+def test_the_host_check_knows_the_bound_address_and_the_loopback_names():
+    policy = Policy(host="192.168.1.5", port=8787, token="t" * 43)
+    assert policy.host_allowed("192.168.1.5:8787") and policy.host_allowed("LOCALHOST:8787")
+    assert not policy.host_allowed("192.168.1.5:80") and not policy.host_allowed(None)
+    assert not policy.loopback
+    assert Policy(host="::1", port=80, token="t" * 43).host_allowed("[::1]")

@@ -157,7 +157,8 @@ class Board:
 
 
 @contextlib.contextmanager
-def serving_dashboard(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Board]:
-    """`serve`'s app on a free loopback port with its dashboard, and a client holding the install's token."""
-    with serving(db_path, limits) as receiver:
+def serving_dashboard(db_path: Path, limits: web.Limits = web.Limits(), *, host: str = "127.0.0.1") -> Iterator[Board]:
+    """`serve`'s app on a free loopback port with its dashboard, and a client holding the install's token
+    (``host``: bind that address instead; the client still connects over loopback)."""
+    with serving(db_path, limits, host=host) as receiver:
         yield Board(receiver, access_token.read_or_create(db_path))

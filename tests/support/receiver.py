@@ -60,10 +60,13 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def serving(db_path: Path, limits: web.Limits = web.Limits()) -> Iterator[Receiver]:
-    """What `serve` runs (process.Service) on a free loopback port (the OS picks it), stopped on exit."""
+def serving(db_path: Path, limits: web.Limits = web.Limits(), *, host: str = "127.0.0.1") -> Iterator[Receiver]:
+    """What `serve` runs (process.Service) on a free loopback port (the OS picks it), stopped on exit.
+
+    ``host``: the address to bind instead (``0.0.0.0``: every interface); the test still connects over loopback.
+    """
     service = process.Service(db_path, limits=limits)
-    sock = process.listen("127.0.0.1", 0)
+    sock = process.listen(host, 0)
     thread = threading.Thread(target=service.run, args=(sock,), name="serve", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

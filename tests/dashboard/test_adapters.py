@@ -1,0 +1,38 @@
+"""Adapters on the dashboard with a real redis-server: the backlog asked of Redis at each read and scrape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from switchboard_local.core import sources
+from switchboard_local.core.redis_config import adapter_config
+
+from support.redis_server import started_redis_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    server = started_redis_server(tmp_path)
+    yield server
+    server.stop()
+
+
+async def test_an_adapter_s_backlog_is_shown_and_exported(store, board, redis_server):
+    config = adapter_config({"redis_url": redis_server.url, "mode": "list", "key": "jobs", "queue": "work"})
+    await sources.add(store, "jobs", family="queue", kind="list", trust_mode="queue", config=config)
+    await sources.set_enabled(store, "jobs", False, family="queue")  # nothing drains it: the backlog stays
+    redis_server.client().rpush("jobs", b"one", b"two", b"three")
+
+    (shown,) = board.get_json("/api/adapters")["items"]
+    assert (shown["name"], shown["enabled"], shown["waiting"], shown["lag_error"]) == ("jobs", False, 3, None)
+    assert "password" not in shown["config"].get("redis_url", "")
+
+    scraped = board.receiver.request("GET", "/metrics").body.decode()
+    families = {f.name: f for f in text_string_to_metric_families(scraped)}
+    (lag,) = families["switchboard_adapter_lag_messages"].samples
+    assert (lag.labels, lag.value) == ({"adapter": "jobs"}, 3)
