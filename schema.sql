@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS todos (
     updated_at       INTEGER NOT NULL,
     claimed_at       INTEGER,                     -- start of the current (or last) attempt
     completed_at     INTEGER,                     -- when it was done
+    completed_by     TEXT,                        -- who completed it: the last attempt of a done todo
     cancelled_by     TEXT,                        -- who cancelled it, and why: told to a holder
     cancel_reason    TEXT,                        --   whose lease the cancel ended
     CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
@@ -72,18 +73,31 @@ CREATE TABLE IF NOT EXISTS todos (
     CHECK ((state = 'pending') = (visible_at IS NOT NULL))
 );
 
--- Claim order within one queue, and across all queues: priority, then oldest.
+-- The indexes on todos. Every state change rewrites the row and each index
+-- entry whose key or partial condition changes, and a job's commit pays a
+-- page for each: so a finished todo sits in the table and in the indexes
+-- that never change (by queue, by event), and the partial ones below hold
+-- only the rows in play. tests/core/test_query_plans.py shows which query
+-- each serves.
+
+-- Claim order, per queue: priority, then oldest. Only pending rows (claimable
+-- now or later); a claim across queues walks the queues in it (a seek each).
 CREATE INDEX IF NOT EXISTS todos_ready_by_queue
     ON todos (queue, priority DESC, id) WHERE visible_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS todos_ready
-    ON todos (priority DESC, id) WHERE visible_at IS NOT NULL;
 
--- Lapsed leases are found at claim time without scanning.
+-- Claimed rows by lease expiry: lapsed leases are found at claim time
+-- without scanning.
 CREATE INDEX IF NOT EXISTS todos_leases
     ON todos (lease_expires_at) WHERE state = 'claimed';
 
+-- A queue's todos, newest first (listing, purge, whether a queue exists);
+-- the key never changes after the insert.
+CREATE INDEX IF NOT EXISTS todos_by_queue ON todos (queue, id);
+
+-- Dead letters, per queue (redrive, their groups, the count).
+CREATE INDEX IF NOT EXISTS todos_dead ON todos (queue, id) WHERE state = 'failed';
+
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS todos_by_state ON todos (queue, state);
 
 -- Idempotency: one live todo per (queue, key). Live = pending or claimed;
 -- finished todos (done, dead letters, cancelled) free the key. Keys of
@@ -106,21 +120,24 @@ CREATE TABLE IF NOT EXISTS event_todos (
 
 CREATE INDEX IF NOT EXISTS event_todos_by_todo ON event_todos (todo_id);
 
--- One row per claim: who held the todo, when, and how the attempt ended.
+-- The attempts that ended other than by completing, one row each, written
+-- once, when the attempt ends; seq orders them (1, 2, … per todo). The open
+-- attempt lives on its claimed todo (owner, claimed_at), and the attempt that
+-- completed a todo on the done todo (completed_by, claimed_at, completed_at):
+-- a job that succeeds first time writes no row here. queries.sql's
+-- attempts_of_todo puts the three together into one history.
 CREATE TABLE IF NOT EXISTS attempts (
-    id          INTEGER PRIMARY KEY,
     todo_id     INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,
     attempt     INTEGER NOT NULL,
     owner       TEXT    NOT NULL,
     claimed_at  INTEGER NOT NULL,
-    ended_at    INTEGER,                          -- NULL while the attempt is open
-    outcome     TEXT CHECK (outcome IN ('completed', 'failed', 'released', 'lease_expired',
-                                        'released_by_operator', 'cancelled')),
+    ended_at    INTEGER NOT NULL,
+    outcome     TEXT    NOT NULL CHECK (outcome IN ('failed', 'released', 'lease_expired',
+                                                    'released_by_operator', 'cancelled')),
     error       TEXT,
-    CHECK ((ended_at IS NULL) = (outcome IS NULL))
-);
-
-CREATE INDEX IF NOT EXISTS attempts_by_todo ON attempts (todo_id, id);
+    PRIMARY KEY (todo_id, seq)
+) WITHOUT ROWID;
 
 -- Agent profiles for the MCP server: the queues an agent may drain and the
 -- tools it may use (NULL: every tool).

@@ -139,7 +139,7 @@ async def todos(
         "before_id": cursor,
         "limit": _limit(limit),
     }
-    rows = await store.read_all(Q.browse_todos, params)
+    rows = await store.read_all(Q.browse_todos if queue is None else Q.browse_todos_in_queue, params)
     return _page([Todo.from_row(r) for r in rows], limit)
 
 

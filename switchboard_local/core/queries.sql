@@ -58,15 +58,45 @@ WHERE (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit;
 
--- name: attempts_of_todo
-SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY id;
+-- name: list_todos_in_queue
+-- list_todos for one queue (:queue): a walk down that queue's todos
+-- (todos_by_queue) rather than down every todo.
+SELECT * FROM todos
+WHERE queue = :queue
+  AND (:state IS NULL OR state = :state)
+  AND (:timing IS NULL
+       OR (:timing = 'ready' AND visible_at <= :now)
+       OR (:timing = 'delayed' AND visible_at > :now)
+       OR (:timing = 'dead' AND state = 'failed'))
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
 
--- name: close_lapsed_attempts
+-- name: attempts_of_todo
+-- A todo's attempt history, oldest first: the attempts that ended other than
+-- by completing (the attempts table), then the open attempt of a claimed
+-- todo or the attempt that completed a done one (both on the todo's row).
+SELECT attempt, owner, claimed_at, ended_at, outcome, error FROM (
+    SELECT seq, attempt, owner, claimed_at, ended_at, outcome, error
+    FROM attempts WHERE todo_id = :todo_id
+    UNION ALL
+    SELECT NULL, attempt, owner, claimed_at, NULL, NULL, NULL
+    FROM todos WHERE id = :todo_id AND state = 'claimed'
+    UNION ALL
+    SELECT NULL, attempt, completed_by, claimed_at, completed_at, 'completed', NULL
+    FROM todos WHERE id = :todo_id AND state = 'done' AND completed_by IS NOT NULL)
+ORDER BY seq IS NULL, seq;
+
+-- name: end_lapsed_attempts
 -- Part one of recovering lapsed leases (runs inside every claim's
--- transaction, so recovery never waits for a sweeper): end their attempts.
-UPDATE attempts SET ended_at = :now, outcome = 'lease_expired'
-WHERE ended_at IS NULL
-  AND todo_id IN (SELECT id FROM todos WHERE state = 'claimed' AND lease_expires_at <= :now);
+-- transaction, so recovery never waits for a sweeper): their attempts end,
+-- written to the history from the claimed rows.
+INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome)
+SELECT id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM attempts WHERE todo_id = todos.id),
+       attempt, owner, claimed_at, :now, 'lease_expired'
+FROM todos
+WHERE state = 'claimed' AND lease_expires_at <= :now;
 
 -- name: recover_lapsed_leases
 -- Part two: a lapsed todo with attempts left is visible again at once; one
@@ -97,19 +127,36 @@ WHERE id = :id
 RETURNING *;
 
 -- name: claim_next_any
--- The oldest highest-priority visible todo in any queue that is not paused
--- (one primary-key look per candidate; the walk passes over the visible todos
--- of paused queues that rank ahead).
+-- The oldest highest-priority visible todo in any queue that is not paused:
+-- the queues with pending todos, found by skipping along todos_ready_by_queue
+-- (a seek per queue), then each one's head as in claim_next_in_queues, then
+-- the best of those heads. No index orders todos across queues: one fewer to
+-- rewrite at every claim.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 WHERE id = (
-    SELECT id FROM todos AS t INDEXED BY todos_ready
-    WHERE visible_at <= :now
-      AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = t.queue AND queues.paused_at IS NOT NULL)
-    ORDER BY priority DESC, id
+    WITH RECURSIVE pending_queues (name) AS (
+        SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+                WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+                WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+        FROM pending_queues WHERE pending_queues.name IS NOT NULL
+    )
+    SELECT head.id
+    FROM pending_queues AS q
+    JOIN todos AS head ON head.id = (
+        SELECT id FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = q.name
+          AND visible_at <= :now
+          AND (assignee IS NULL OR assignee = :agent)
+        ORDER BY priority DESC, id
+        LIMIT 1)
+    WHERE q.name IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL)
+    ORDER BY head.priority DESC, head.id
     LIMIT 1)
 RETURNING *;
 
@@ -154,13 +201,18 @@ WHERE id = (
     LIMIT 1)
 RETURNING *;
 
--- name: open_attempt
-INSERT INTO attempts (todo_id, attempt, owner, claimed_at)
-VALUES (:todo_id, :attempt, :owner, :now);
-
--- name: close_attempt
-UPDATE attempts SET ended_at = :now, outcome = :outcome, error = :error
-WHERE todo_id = :todo_id AND ended_at IS NULL;
+-- name: end_attempt
+-- A claimed todo's attempt ends (:outcome, :error) and is written to the
+-- history, before the statement that ends it clears the claim: with
+-- :lease_token_hash, only under that live lease (the leased verbs); NULL, any
+-- claim (an operator's). No row written: nothing was claimed that way.
+INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error)
+SELECT id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM attempts WHERE todo_id = :id),
+       attempt, owner, claimed_at, :now, :outcome, :error
+FROM todos
+WHERE id = :id AND state = 'claimed'
+  AND (:lease_token_hash IS NULL OR (lease_token_hash = :lease_token_hash AND lease_expires_at > :now))
+RETURNING owner;
 
 -- name: heartbeat
 -- Resets the lease to now + ttl (it does not add), never past the cap that
@@ -172,8 +224,10 @@ WHERE id = :id AND state = 'claimed'
 RETURNING *;
 
 -- name: complete
+-- The attempt that completes stays on the row (completed_by, claimed_at,
+-- completed_at): no history row for the common case.
 UPDATE todos
-SET state = 'done', result = :result, completed_at = :now, updated_at = :now,
+SET state = 'done', result = :result, completed_at = :now, updated_at = :now, completed_by = owner,
     owner = NULL, lease_token_hash = NULL, lease_expires_at = NULL
 WHERE id = :id AND state = 'claimed'
   AND lease_token_hash = :lease_token_hash AND lease_expires_at > :now
@@ -230,7 +284,7 @@ UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now, visible_at = NULL
 WHERE id IN (
     SELECT id FROM todos
-    WHERE queue = :queue AND state = 'pending'
+    WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
       AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
     ORDER BY id
     LIMIT :limit)
@@ -238,11 +292,11 @@ RETURNING id;
 
 -- name: count_pending
 SELECT count(*) FROM todos
-WHERE queue = :queue AND state = 'pending'
+WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
   AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since);
 
--- name: last_attempt
-SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY id DESC LIMIT 1;
+-- name: last_ended_attempt
+SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY seq DESC LIMIT 1;
 
 -- name: redrive
 -- A dead letter back to pending with a fresh attempt budget.
@@ -645,6 +699,18 @@ SELECT * FROM ingest_members WHERE seen_at >= :since ORDER BY seen_at;
 -- filter may be NULL. :title_like is a LIKE pattern with '\' as its escape.
 SELECT * FROM todos
 WHERE (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:assignee IS NULL OR assignee = :assignee)
+  AND (:title_like IS NULL OR title LIKE :title_like ESCAPE '\')
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: browse_todos_in_queue
+-- browse_todos for one queue (:queue), down todos_by_queue.
+SELECT * FROM todos
+WHERE queue = :queue
   AND (:state IS NULL OR state = :state)
   AND (:kind IS NULL OR kind = :kind)
   AND (:assignee IS NULL OR assignee = :assignee)

@@ -46,7 +46,7 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for anoth
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -185,6 +185,91 @@ CREATE TABLE IF NOT EXISTS ingest_members (
     kind     TEXT    NOT NULL,
     seen_at  INTEGER NOT NULL
 ) WITHOUT ROWID;
+""",
+    # Fewer pages per job: the open attempt lives on its claimed todo and the
+    # completed one on its done todo (completed_by); attempts keeps the others,
+    # written once when they end, keyed (todo_id, seq) without a rowid. The
+    # indexes that every state change rewrote, (queue, state) and the ready
+    # order across queues, give way to (queue, id) and the dead letters'. Both
+    # tables are rebuilt (foreign keys are off while migrating), keeping ids,
+    # the todo id sequence and every row.
+    8: """
+CREATE TEMP TABLE migration_8_sequence AS SELECT seq FROM sqlite_sequence WHERE name = 'todos';
+CREATE TABLE todos_v8 (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue            TEXT    NOT NULL CHECK (queue <> ''),
+    assignee         TEXT,
+    title            TEXT    NOT NULL,
+    kind             TEXT,
+    payload          TEXT    NOT NULL DEFAULT 'null',
+    event_id         INTEGER REFERENCES events (id) ON DELETE SET NULL,
+    idempotency_key  TEXT,
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
+    priority         INTEGER NOT NULL DEFAULT 0,
+    attempt          INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts     INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    owner            TEXT,
+    lease_token_hash TEXT,
+    lease_expires_at INTEGER,
+    visible_at       INTEGER,
+    result           TEXT,
+    last_error       TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    claimed_at       INTEGER,
+    completed_at     INTEGER,
+    completed_by     TEXT,
+    cancelled_by     TEXT,
+    cancel_reason    TEXT,
+    CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
+    CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
+    CHECK ((state = 'pending') = (visible_at IS NOT NULL))
+);
+INSERT INTO todos_v8 (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+                      attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+                      last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
+                      cancelled_by, cancel_reason)
+SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+       attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+       last_error, created_at, updated_at, claimed_at, completed_at,
+       CASE WHEN state = 'done' THEN (
+           SELECT owner FROM attempts
+           WHERE attempts.todo_id = todos.id AND outcome = 'completed'
+           ORDER BY id DESC LIMIT 1) END,
+       cancelled_by, cancel_reason
+FROM todos;
+DROP TABLE todos;
+ALTER TABLE todos_v8 RENAME TO todos;
+DELETE FROM sqlite_sequence WHERE name = 'todos';
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'todos', MAX(COALESCE((SELECT seq FROM migration_8_sequence), 0), COALESCE((SELECT MAX(id) FROM todos), 0));
+DROP TABLE migration_8_sequence;
+CREATE INDEX todos_ready_by_queue ON todos (queue, priority DESC, id) WHERE visible_at IS NOT NULL;
+CREATE INDEX todos_leases ON todos (lease_expires_at) WHERE state = 'claimed';
+CREATE INDEX todos_by_queue ON todos (queue, id);
+CREATE INDEX todos_dead ON todos (queue, id) WHERE state = 'failed';
+CREATE INDEX todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
+CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
+CREATE TABLE attempts_v8 (
+    todo_id     INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    owner       TEXT    NOT NULL,
+    claimed_at  INTEGER NOT NULL,
+    ended_at    INTEGER NOT NULL,
+    outcome     TEXT    NOT NULL CHECK (outcome IN ('failed', 'released', 'lease_expired',
+                                                    'released_by_operator', 'cancelled')),
+    error       TEXT,
+    PRIMARY KEY (todo_id, seq)
+) WITHOUT ROWID;
+INSERT INTO attempts_v8 (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error)
+SELECT todo_id, ROW_NUMBER() OVER (PARTITION BY todo_id ORDER BY id), attempt, owner, claimed_at,
+       ended_at, outcome, error
+FROM attempts
+WHERE ended_at IS NOT NULL AND outcome <> 'completed';
+DROP TABLE attempts;
+ALTER TABLE attempts_v8 RENAME TO attempts;
 """,
 }
 

@@ -192,7 +192,7 @@ async def list_todos(
         "now": store.clock.now_ms(),
     }
     await _settle_lapsed(store)
-    rows = await store.read_all(Q.list_todos, params)
+    rows = await store.read_all(Q.list_todos if queue is None else Q.list_todos_in_queue, params)
     return [Todo.from_row(r) for r in rows]
 
 
@@ -224,8 +224,7 @@ async def claim(
         row = tx.one(Q.claim_by_id, {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id})
         if row is None:
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
-        tx.run(Q.open_attempt, {"todo_id": row["id"], "attempt": row["attempt"], "owner": owner, "now": now})
-        return Todo.from_row(row, lease_token=token)
+        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
 
     return await store.write(body)
 
@@ -313,8 +312,7 @@ def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], 
             row = tx.one(Q.claim_next_in_queues, {**params, "queues": json.dumps(queues)})
         if row is None:
             return None
-        tx.run(Q.open_attempt, {"todo_id": row["id"], "attempt": row["attempt"], "owner": owner, "now": now})
-        return Todo.from_row(row, lease_token=token)
+        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
 
     return body
 
@@ -351,7 +349,7 @@ def _recover_lapsed(tx: Transaction, now: int) -> None:
     recovered_at = tx.memo.get(RECOVERED_AT)
     if recovered_at is not None and now <= recovered_at:
         return
-    tx.run(Q.close_lapsed_attempts, {"now": now})
+    tx.run(Q.end_lapsed_attempts, {"now": now})
     tx.run(Q.recover_lapsed_leases, {"now": now})
     tx.memo[RECOVERED_AT] = now
 
@@ -422,7 +420,8 @@ async def complete(store: Store, lease: Lease, *, result: Any = None, then: Next
     per job. A refused finish claims nothing.
     """
     params = {"result": dump_json("result", result)}
-    finish = _leased_body(store, Q.complete, lease, params, outcome="completed", sized="result")
+    # No history row: the completing attempt stays on the done row (completed_by).
+    finish = _leased_body(store, Q.complete, lease, params, sized="result")
     return await _finish(store, finish, then)
 
 
@@ -470,7 +469,8 @@ def _leased_body(
 ) -> Callable[[Transaction], Todo]:
     """A verb that needs the current lease; a missing or stale token is refused.
 
-    ``sized`` names the parameter (result, error) that must fit limits.max_payload.
+    ``sized`` names the parameter (result, error) that must fit limits.max_payload;
+    ``outcome`` (failed, released) ends the attempt into the history.
     """
     todo_id = lease.todo_id
     if not lease.token or not isinstance(lease.token, str):
@@ -482,11 +482,16 @@ def _leased_body(
         if sized is not None:
             settings.require_size(tx, sized, params[sized])
         now = store.clock.now_ms()
-        row = tx.one(sql, {**params, "id": todo_id, "lease_token_hash": token_hash, "now": now})
+        leased = {"id": todo_id, "lease_token_hash": token_hash, "now": now}
+        # An attempt that ends other than by completing is written to the
+        # history first, while the row still holds its owner (the statement
+        # below clears it); under the same lease, so both or neither change.
+        if outcome is not None and tx.one(Q.end_attempt, {**leased, "outcome": outcome,
+                                                          "error": params.get("error")}) is None:  # fmt: skip
+            raise _why_token_refused(tx, todo_id, token_hash)
+        row = tx.one(sql, {**params, **leased})
         if row is None:
             raise _why_token_refused(tx, todo_id, token_hash)
-        if outcome is not None:
-            tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": outcome, "error": params.get("error"), "now": now})
         return Todo.from_row(row)
 
     return body
@@ -499,7 +504,7 @@ def _why_token_refused(tx: Transaction, todo_id: int, token_hash: str) -> Except
     todo = Todo.from_row(row)
     if todo.state == "cancelled":
         return Conflict(f"todo {todo_id} was cancelled{_by_and_why(todo)}; stop working on it")
-    last = tx.one(Q.last_attempt, {"todo_id": todo_id})
+    last = tx.one(Q.last_ended_attempt, {"todo_id": todo_id})
     if todo.state != "claimed" and last is not None and last["outcome"] == "released_by_operator":
         return Conflict(f"todo {todo_id} was released by an operator; the lease token is void")
     if todo.state != "claimed":
@@ -545,11 +550,11 @@ async def force_release(store: Store, todo_id: int, *, by: str) -> Todo:
     def body(tx: Transaction) -> Todo:
         now = store.clock.now_ms()
         _recover_lapsed(tx, now)
+        ended = {"id": todo_id, "lease_token_hash": None, "outcome": "released_by_operator", "error": None}
+        holder = tx.one(Q.end_attempt, {**ended, "now": now})
         row = tx.one(Q.force_release, {"id": todo_id, "now": now})
         if row is None:
             raise _not_in(tx, todo_id, ("claimed",), "released")
-        holder = tx.one(Q.last_attempt, {"todo_id": todo_id})
-        tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": "released_by_operator", "error": None, "now": now})
         audit.record(tx, now, by=by, action="todo.release", subject=todo_id, queue=row["queue"],
                      holder=None if holder is None else holder["owner"])  # fmt: skip
         return Todo.from_row(row)
@@ -581,10 +586,12 @@ async def cancel(store: Store, todo_id: int, *, by: str, reason: str | None = No
     def body(tx: Transaction) -> Todo:
         now = store.clock.now_ms()
         _recover_lapsed(tx, now)
+        # A claimed todo's attempt ends as cancelled (a pending one has none open).
+        ended = {"id": todo_id, "lease_token_hash": None, "outcome": "cancelled", "error": params["reason"]}
+        tx.run(Q.end_attempt, {**ended, "now": now})
         row = tx.one(Q.cancel, {**params, "id": todo_id, "now": now})
         if row is None:
             raise _not_in(tx, todo_id, ("pending", "claimed"), "cancelled")
-        tx.run(Q.close_attempt, {"todo_id": todo_id, "outcome": "cancelled", "error": params["reason"], "now": now})
         audit.record(tx, now, by=by, action="todo.cancel", subject=todo_id, queue=row["queue"],
                      reason=params["reason"])  # fmt: skip
         return Todo.from_row(row)

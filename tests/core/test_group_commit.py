@@ -297,7 +297,10 @@ async def warm_up_the_inline_regime(store: Store) -> None:
 def orphan_attempt(tx) -> None:  # noqa: ANN001
     """A write the database refuses only at COMMIT: a deferred foreign key to no todo."""
     tx.run("PRAGMA defer_foreign_keys = ON")
-    tx.run("INSERT INTO attempts (todo_id, attempt, owner, claimed_at) VALUES (999999, 1, 'nobody', 0)")
+    tx.run(
+        "INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome)"
+        " VALUES (999999, 1, 1, 'nobody', 0, 0, 'failed')"
+    )
 
 
 async def test_a_commit_the_database_refuses_answers_every_writer_of_the_group_with_the_error(store, db_path) -> None:

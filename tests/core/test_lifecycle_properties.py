@@ -46,6 +46,7 @@ from switchboard_local.core.errors import (
     NotFound,
     SwitchboardError,
 )
+from switchboard_local.core.queries import Q
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import (
     MAX_LIST_LIMIT,
@@ -403,12 +404,18 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def after_every_step(self) -> None:
         rows = self.reader.execute("SELECT * FROM todos ORDER BY id").fetchall()
-        attempts = self.reader.execute("SELECT * FROM attempts ORDER BY id").fetchall()
+        # Each todo's history as every surface reads it: the ended attempts and
+        # the open (or completing) one on the todo's own row.
+        attempts = [
+            {**dict(a), "todo_id": r["id"]}
+            for r in rows
+            for a in self.reader.execute(Q.attempts_of_todo, {"todo_id": r["id"]}).fetchall()
+        ]
         self.the_file_is_what_the_model_holds(rows, attempts)
         self.states_leases_and_attempts_agree(rows, attempts)
         self.stats_agree_with_a_recount(rows)
 
-    def the_file_is_what_the_model_holds(self, rows: list[sqlite3.Row], attempts: list[sqlite3.Row]) -> None:
+    def the_file_is_what_the_model_holds(self, rows: list[sqlite3.Row], attempts: list[dict]) -> None:
         assert [r["id"] for r in rows] == sorted(self.model.todos)
         for r in rows:
             t = self.model.todos[r["id"]]
@@ -422,7 +429,7 @@ class Lifecycle(RuleBasedStateMachine):
             if t.token is not None:
                 assert r["lease_token_hash"] == hash_token(t.token), f"todo {t.id}: not its claimer's token"
 
-    def states_leases_and_attempts_agree(self, rows: list[sqlite3.Row], attempts: list[sqlite3.Row]) -> None:
+    def states_leases_and_attempts_agree(self, rows: list[sqlite3.Row], attempts: list[dict]) -> None:
         now = self.now
         for r in rows:
             todo_id, state, visible = r["id"], r["state"], r["visible_at"]

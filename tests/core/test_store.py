@@ -22,7 +22,8 @@ from switchboard_local.core.errors import (
     Unavailable,
 )
 from switchboard_local.core.store import Store, default_path
-from switchboard_local.core.todo_model import NewTodo
+from switchboard_local.core.todo_model import NewTodo, hash_token
+from switchboard_local.core.todos import Lease
 
 from support.sql import rows, run
 from support.store import hold_the_thread
@@ -228,9 +229,90 @@ async def test_migration_6_makes_a_todo_awaiting_its_retry_pending_and_keeps_eve
     assert rows(db_path, "PRAGMA foreign_key_check") == []
 
 
+# Version 7's attempt history: one row per claim, the open one included.
+V7_HISTORY = {
+    1: [],
+    2: [(1, "w1", 100, 200, "failed", "boom"), (2, "w2", 300, None, None, None)],
+    3: [(1, "w1", 100, 200, "failed", "boom"), (1, "w2", 300, 350, "released", None),
+        (2, "w3", 400, 500, "completed", None)],
+    4: [(1, "w1", 100, 200, "failed", "one"), (2, "w2", 300, 400, "lease_expired", None)],
+    5: [(1, "w1", 100, 150, "cancelled", "not needed")],
+    6: [(1, "w1", 100, 150, "released_by_operator", None)],
+}
+
+
+def make_v7_file(path: Path) -> None:
+    """A database as version 7 wrote it: a todo in each state, with the attempts
+    each went through (the open one of the claimed todo too), live keys, and a
+    todo id sequence past the last row."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript((Path(__file__).parents[1] / "data" / "schema-v7.sql").read_text("utf-8"))
+        conn.executescript(
+            f"""
+            PRAGMA user_version = 7;
+            INSERT INTO todos (id, queue, title, idempotency_key, state, attempt, max_attempts, owner,
+                               lease_token_hash, lease_expires_at, visible_at, result, last_error,
+                               created_at, updated_at, claimed_at, completed_at, cancelled_by, cancel_reason)
+            VALUES (1, 'q', 'pending', 'k1', 'pending', 0, 3, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, NULL, NULL,
+                    NULL, NULL),
+                   (2, 'q', 'claimed', 'k2', 'claimed', 2, 3, 'w2', '{hash_token("tok")}', 10000000000000, NULL,
+                    NULL, 'boom', 0, 300, 300, NULL, NULL, NULL),
+                   (3, 'q', 'done', 'k3', 'done', 2, 3, NULL, NULL, NULL, NULL, '{{"ok": true}}', 'boom',
+                    0, 500, 400, 500, NULL, NULL),
+                   (4, 'q', 'dead', 'k4', 'failed', 2, 2, NULL, NULL, NULL, NULL, NULL, 'lease expired',
+                    0, 400, 300, NULL, NULL, NULL),
+                   (5, 'q', 'cancelled', 'k5', 'cancelled', 1, 3, NULL, NULL, NULL, NULL, NULL, NULL,
+                    0, 150, 100, NULL, 'op', 'not needed'),
+                   (6, 'q', 'released by an operator', NULL, 'pending', 0, 3, NULL, NULL, NULL, 150, NULL, NULL,
+                    0, 150, 100, NULL, NULL, NULL);
+            UPDATE sqlite_sequence SET seq = 40 WHERE name = 'todos';
+            """
+        )
+        conn.executemany(
+            "INSERT INTO attempts (todo_id, attempt, owner, claimed_at, ended_at, outcome, error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(todo_id, *a) for todo_id, history in V7_HISTORY.items() for a in history],
+        )
+    finally:
+        conn.close()
+
+
+async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_path, clock):
+    make_v7_file(db_path)
+    before = rows(db_path, "SELECT * FROM todos ORDER BY id")
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        for todo_id, history in V7_HISTORY.items():
+            got = await todos.get(upgraded, todo_id)
+            shown = [(a.attempt, a.owner, a.claimed_at, a.ended_at, a.outcome, a.error) for a in got.attempts]
+            assert shown == history, f"todo {todo_id}"
+        # Live keys are still held; finished todos' keys are free.
+        for key, held in (("k1", True), ("k2", True), ("k3", False), ("k4", False), ("k5", False)):
+            _, created = await todos.create(upgraded, NewTodo(queue="q", title="again", idempotency_key=key))
+            assert created is not held, key
+        # The claim survives with its lease: its holder completes it, and the history says who.
+        await todos.complete(upgraded, Lease(2, "tok"))
+        assert [(a.owner, a.outcome) for a in (await todos.get(upgraded, 2)).attempts] == [
+            ("w1", "failed"), ("w2", "completed")]  # fmt: skip
+        newest, _ = await todos.create(upgraded, NewTodo(queue="q", title="after the migration"))
+    assert newest.id == 44  # ids pruned before the migration are never reused (41-43: the freed keys above)
+    after = rows(db_path, "SELECT * FROM todos WHERE id <= 6 ORDER BY id")
+    # Every column version 7 had, as it was (completed_by is new, after completed_at); todo 2 was completed above.
+    assert [(*r[:22], *r[23:]) for r in after if r[0] != 2] == [tuple(r) for r in before if r[0] != 2]
+    assert [r[22] for r in after] == [None, "w2", "w3", None, None, None]  # completed_by
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA foreign_key_check") == []
+    assert rows(db_path, "PRAGMA integrity_check") == [("ok",)]
+
+
 async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, clock):
-    async with await Store.open(db_path, clock=clock) as current:
-        todo, _ = await todos.create(current, NewTodo(queue="q", title="from version 3"))
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:  # version 7's shape, taken back to version 3's below
+        conn.executescript((Path(__file__).parents[1] / "data" / "schema-v7.sql").read_text("utf-8"))
+        conn.execute("INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at)"
+                     " VALUES ('q', 'from version 3', 'pending', 0, 0, 0)")  # fmt: skip
+    finally:
+        conn.close()
     run(db_path, "DROP TABLE queues")
     run(db_path, "ALTER TABLE agents DROP COLUMN owner")  # version 3's shape
     run(db_path, "PRAGMA user_version = 3")
@@ -238,7 +320,7 @@ async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, cl
         paused = await queues.pause(upgraded, "q", by="op")
         assert (paused.paused, paused.has_todos) == (True, True)
         with pytest.raises(Conflict):
-            await todos.claim(upgraded, todo.id, owner="w")
+            await todos.claim(upgraded, 1, owner="w")
     assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
     assert rows(db_path, "SELECT name, paused_by FROM queues") == [("q", "op")]
 

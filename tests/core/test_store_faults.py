@@ -142,7 +142,8 @@ def full_disk(tmp_path) -> Iterator[Path]:
 
 
 def fill(folder: Path) -> None:
-    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+    # Unbuffered: a write the full disk cut short leaves nothing for close() to flush (and fail on).
+    with open(folder / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
         while True:
             f.write(b"\0" * 65536)
             f.flush()
