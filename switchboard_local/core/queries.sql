@@ -283,7 +283,7 @@ RETURNING *;
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now, visible_at = NULL
 WHERE id IN (
-    SELECT id FROM todos
+    SELECT id FROM todos INDEXED BY todos_ready_by_queue
     WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
       AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
     ORDER BY id
@@ -291,7 +291,7 @@ WHERE id IN (
 RETURNING id;
 
 -- name: count_pending
-SELECT count(*) FROM todos
+SELECT count(*) FROM todos INDEXED BY todos_ready_by_queue
 WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
   AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since);
 

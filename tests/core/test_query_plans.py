@@ -1,0 +1,142 @@
+"""Every hot statement on todos is served by an index, and every index on todos
+serves one: the plans SQLite makes for queries.sql on a real file (EXPLAIN
+QUERY PLAN), not timings.
+
+A job's commit pays a page for each index entry it changes, so an index that
+no plan uses is pure cost; a statement whose plan walks every todo grows with
+the file. The few statements that do walk every todo are listed below with
+why that is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from switchboard_local.core.queries import Q
+from switchboard_local.core.store import Store
+
+# statement -> the index (or primary key) its plan must search todos or attempts by.
+PLANS = {
+    # claiming, and lapse recovery inside every claim
+    "claim_next_in_queue": "todos_ready_by_queue",
+    "claim_next_in_queues": "todos_ready_by_queue",
+    "claim_next_any": "todos_ready_by_queue",
+    "claim_by_id": "INTEGER PRIMARY KEY",
+    "any_lapsed_lease": "todos_leases",
+    "end_lapsed_attempts": "todos_leases",
+    "recover_lapsed_leases": "todos_leases",
+    # the leased verbs and the history
+    "heartbeat": "INTEGER PRIMARY KEY",
+    "complete": "INTEGER PRIMARY KEY",
+    "fail": "INTEGER PRIMARY KEY",
+    "release": "INTEGER PRIMARY KEY",
+    "end_attempt": "INTEGER PRIMARY KEY",
+    "attempts_of_todo": "attempts USING PRIMARY KEY",
+    "last_ended_attempt": "attempts USING PRIMARY KEY",
+    # idempotency
+    "insert_todo": "todos_live_key",
+    "insert_todo_id": "todos_live_key",
+    "live_todo_by_key": "todos_live_key",
+    # listing one queue
+    "list_todos_in_queue": "todos_by_queue",
+    "browse_todos_in_queue": "todos_by_queue",
+    "queue_has_todos": "todos_by_queue",
+    "purge_todos": "todos_by_queue",
+    "count_purgeable": "todos_by_queue",
+    # pending todos of a queue (bulk cancel)
+    "count_pending": "todos_ready_by_queue",
+    "cancel_pending": "todos_ready_by_queue",
+    # dead letters
+    "dead_letters": "todos_dead",
+    "count_dead_letters": "todos_dead",
+    "dead_letters_with_error": "todos_dead",
+    "dead_groups": "todos_dead",
+    # events and their todos (retention keeps an event a live todo points to)
+    "prune_events": "todos_by_event",
+    "todos_of_event": "todos_by_event",
+    "event_in_scope": "todos_by_event",
+    "event_in_queues": "todos_by_event",
+}
+
+# Statements that walk every todo, and why that is accepted.
+WALKS = {
+    # Newest first across every queue: the walk down the primary key stops at the limit.
+    "list_todos": "newest first, stops at the limit",
+    "browse_todos": "newest first, stops at the limit",
+    # The pruner's hourly delete of finished todos: a pass over what retention keeps.
+    "prune_finished_todos": "hourly, bounded by retention",
+    # Counts by queue and state over every todo (done ones included): a read on a read-only connection.
+    "stats": "a read of every row's state",
+}
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: pytest.TempPathFactory):
+    path: Path = tmp_path_factory.mktemp("plans") / "switchboard.db"
+
+    async def create() -> None:
+        async with await Store.open(path):
+            pass
+
+    import asyncio
+
+    asyncio.run(create())
+    connection = sqlite3.connect(path)
+    yield connection
+    connection.close()
+
+
+def plan(conn: sqlite3.Connection, name: str) -> list[str]:
+    sql = getattr(Q, name)
+    params = {p: None for p in re.findall(r":(\w+)", sql)}
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+
+
+def full_scans_of_todos(lines: list[str]) -> list[str]:
+    """Plan lines that read todos row by row, rather than searching an index or the primary key."""
+    return [line for line in lines if re.fullmatch(r"SCAN (todos|t|head)( AS \w+)?", line)]
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_a_hot_statement_searches_an_index_and_never_scans_todos(conn, name: str) -> None:
+    lines = plan(conn, name)
+    assert any(PLANS[name] in line for line in lines), f"{name} does not use {PLANS[name]}: {lines}"
+    assert not full_scans_of_todos(lines), f"{name} scans todos: {lines}"
+
+
+def test_claiming_across_queues_never_sorts_the_backlog(conn) -> None:
+    # The queues are found by skipping along the per-queue index, then one head
+    # each: the only sort is of those heads.
+    lines = plan(conn, "claim_next_any")
+    assert "SEARCH todos USING INDEX todos_ready_by_queue (queue>?)" in lines
+    assert "SEARCH todos USING INDEX todos_ready_by_queue (queue=?)" in lines
+
+
+def test_every_index_on_todos_serves_a_plan(conn) -> None:
+    indexes = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'todos' AND sql IS NOT NULL")}  # fmt: skip
+    used = {index for index in PLANS.values() if index.startswith("todos_")}
+    assert indexes == used
+
+
+def test_the_statements_that_walk_every_todo_are_only_the_accepted_ones(conn) -> None:
+    names = [n for n in vars(Q) if not n.startswith("_")]
+    walking = set()
+    for name in names:
+        try:
+            lines = plan(conn, name)
+        except sqlite3.Error:  # PRAGMA data_version and the like: no plan
+            continue
+        if full_scans_of_todos(lines) and "todos" in getattr(Q, name):
+            walking.add(name)
+    assert walking <= set(WALKS) | DASHBOARD_READS, sorted(walking - set(WALKS) - DASHBOARD_READS)
+
+
+# The dashboard's and the watchers' reads that look at every todo by time (what
+# changed, what finished in the last hour): read-only connections, never on the
+# commit path; an index on a time every state change rewrites would cost every job.
+DASHBOARD_READS = {"queue_minutes", "done_since", "browse_fingerprint"}
