@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
 EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
 DRIVERS = ("sqlite3", "aiosqlite")
 # Only the store touches the database driver.
-DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit")
+DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints")
 # Libraries that belong to one edge each; the core uses none of them.
 EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic", "sse_starlette", "prometheus_client")
 

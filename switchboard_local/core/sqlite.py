@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from .checkpoints import WAL_AUTOCHECKPOINT, Checkpointer
 from .clock import Clock, SystemClock
 from .errors import (
     Busy,
@@ -364,6 +365,9 @@ def _pragmas(synchronous: str, busy_ms: int) -> list[str]:
         "PRAGMA foreign_keys = ON",
         # Bound the WAL file left behind after checkpoints.
         "PRAGMA journal_size_limit = 67108864",
+        # Checkpoints run beside the commits (checkpoints.py); a commit folds
+        # the log into the file itself only should that fall this far behind.
+        f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}",
     ]
 
 
@@ -530,8 +534,10 @@ class SQLiteStore:
         rng: random.Random,
         busy_ms: int = BUSY_TIMEOUT_MS,
         monotonic: Monotonic | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.path = path
+        self.checkpointer = checkpointer  # a writing store's; None for a read-only one
         self.clock = clock
         self.rng = rng
         self.cache: dict[Any, Any] = {}
@@ -566,10 +572,16 @@ class SQLiteStore:
                     conn = await loop.run_in_executor(thread, _connect_read_only, db_path, busy_ms)
                 else:
                     conn = await loop.run_in_executor(thread, _connect, db_path, synchronous, busy_ms)
+                    try:
+                        checkpointer = Checkpointer(db_path)
+                    except BaseException:
+                        conn.close()
+                        raise
         except BaseException:
             thread.shutdown(wait=False)
             raise
-        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random(), busy_ms, monotonic)
+        return cls(conn, thread, db_path, clock or SystemClock(), rng or random.Random(), busy_ms, monotonic,
+                   None if read_only else checkpointer)  # fmt: skip
 
     async def close(self) -> None:
         """Refuse new calls, let the writes already waiting commit, then close."""
@@ -583,6 +595,8 @@ class SQLiteStore:
         if self._peek_conn is not None:
             self._peek_conn.close()
         await self._group.close()
+        if self.checkpointer is not None:  # after the last commit: its TRUNCATE leaves an empty log
+            await asyncio.to_thread(self.checkpointer.close)
 
     @property
     def _commits(self) -> int:

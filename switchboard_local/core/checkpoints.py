@@ -1,0 +1,121 @@
+"""Checkpoints off the commit path: the writing process folds the WAL into the
+file from a thread and a connection of its own.
+
+SQLite's automatic checkpoint runs inside the COMMIT that crosses
+``wal_autocheckpoint`` pages: that commit also copies the log into the file
+and syncs it, which was the long tail of commit latency. Here the write
+connection's threshold is raised (WAL_AUTOCHECKPOINT, a safety net should this
+thread fall behind) and a ``Checkpointer`` does the work beside the commits:
+
+- every INTERVAL_SECONDS, when something committed (from any process: the
+  connection's ``data_version``), a PASSIVE checkpoint: it copies what no
+  reader still needs and never waits for a lock, so commits go on meanwhile.
+  A writer starts the log over once everything in it is copied, so the log
+  stays about one interval's worth of pages;
+- when the log still holds more than RESTART_PAGES pages the PASSIVE one could
+  not copy (a reader in the way), a RESTART one, waiting at most
+  RESTART_WAIT_MS for the lock and the readers; and the next look comes sooner;
+- when nothing has committed for IDLE_SECONDS, and at close, a TRUNCATE one:
+  the -wal file goes back to zero bytes.
+
+A checkpoint only copies committed pages from the log to the file; a crash
+at any point leaves every commit in one or the other (synchronous=FULL syncs
+the log at each commit). A checkpoint that finds the file busy is simply
+tried again at the next look.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+WAL_AUTOCHECKPOINT = 10_000  # pages: the write connection checkpoints inline only past this
+INTERVAL_SECONDS = 0.5
+RESTART_PAGES = 4096
+RESTART_WAIT_MS = 100
+IDLE_SECONDS = 1.0
+
+
+class Checkpointer:
+    """A thread that checkpoints the file's WAL; ``close`` stops it after a last TRUNCATE."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        interval: float = INTERVAL_SECONDS,
+        restart_pages: int = RESTART_PAGES,
+        idle: float = IDLE_SECONDS,
+    ) -> None:
+        self._interval = interval
+        self._restart_pages = restart_pages
+        self._idle = idle
+        self._stop = threading.Event()
+        # Its own connection: a checkpoint never holds the write connection, and
+        # never waits for a lock unless it asks to (busy_timeout 0 otherwise).
+        self._conn = sqlite3.connect(str(path.absolute()), isolation_level=None, timeout=0, check_same_thread=False)
+        self._conn.execute("PRAGMA busy_timeout = 0")
+        self.checkpoints = 0  # checkpoints run (tests and the bench read it)
+        self.truncations = 0
+        self._thread = threading.Thread(target=self._run, name="switchboard-checkpoints", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop, with a last TRUNCATE if anything committed since the last one."""
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+    def _run(self) -> None:
+        seen = self._version()
+        changed_at = time.monotonic()
+        dirty = False  # something committed since the last TRUNCATE
+        wait = self._interval
+        while not self._stop.wait(wait):
+            wait = self._interval
+            version = self._version()
+            now = time.monotonic()
+            if version != seen:
+                seen, changed_at, dirty = version, now, True
+                log, copied = self._checkpoint("PASSIVE")
+                if log - copied > self._restart_pages:
+                    self._checkpoint("RESTART", wait_ms=RESTART_WAIT_MS)
+                if log > self._restart_pages:
+                    wait = self._interval / 4  # a busy writer: look again sooner
+            elif dirty and now - changed_at >= self._idle:
+                dirty = not self._truncate()
+        if dirty or self._version() != seen:
+            self._truncate()
+
+    def _version(self) -> int:
+        with contextlib.suppress(sqlite3.Error):
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        return -1
+
+    def _truncate(self) -> bool:
+        """A TRUNCATE checkpoint; whether it emptied the log."""
+        log, copied = self._checkpoint("TRUNCATE")
+        if log == 0:
+            self.truncations += 1
+            return True
+        return False
+
+    def _checkpoint(self, mode: str, wait_ms: int = 0) -> tuple[int, int]:
+        """(pages in the log, pages copied); a busy or failed checkpoint counts as nothing copied."""
+        try:
+            if wait_ms:
+                self._conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+            try:
+                busy, log, copied = self._conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            finally:
+                if wait_ms:
+                    self._conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error:  # busy, or the file went away: the next look tries again
+            return -1, 0
+        self.checkpoints += 1
+        if busy and mode == "TRUNCATE":
+            return max(log, 1), copied
+        return log, copied
