@@ -37,10 +37,10 @@ RESULTS = WORK / "sql-results.json"
 
 # The statements whose rules the tests must pin (a trailing * is a prefix).
 TARGETS = (
-    "claim_*", "open_attempt", "close_attempt", "close_lapsed_attempts", "recover_lapsed_leases",
+    "claim_*", "end_attempt", "end_lapsed_attempts", "attempts_of_todo", "recover_lapsed_leases",
     "any_lapsed_lease", "heartbeat", "complete", "fail", "release", "redrive", "stats", "insert_todo*",
     "live_todo_by_key", "seen_delivery", "insert_event", "remember_delivery", "prune_*",
-    "keep_pruned_delivery", "forget_delivery_keys", "list_todos", "list_events", "todo_arrivals",
+    "keep_pruned_delivery", "forget_delivery_keys", "list_todos*", "list_events", "todo_arrivals",
     "event_in_scope", "event_in_queues", "todo_ids_of_event", "link_event_todo",
 )  # fmt: skip
 STATES = {"pending": "failed", "claimed": "pending", "done": "failed", "failed": "done",

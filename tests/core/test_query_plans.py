@@ -10,6 +10,7 @@ why that is accepted.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from pathlib import Path
@@ -81,8 +82,6 @@ def conn(tmp_path_factory: pytest.TempPathFactory):
     async def create() -> None:
         async with await Store.open(path):
             pass
-
-    import asyncio
 
     asyncio.run(create())
     connection = sqlite3.connect(path)
