@@ -32,7 +32,7 @@ from ..core.todo_model import (
     Todo,
 )
 from ..core.todos import Lease, NextClaim
-from . import live
+from . import batch, live
 from .common import ID, Commands, JsonValue, Out, common, operator, table, when
 from .events import SinceValue
 
@@ -191,6 +191,9 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 @click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
 @click.option("--wait", type=click.FloatRange(0, MAX_WAIT_SECONDS), default=0.0, show_default=True,
               help="Seconds to wait for a todo to become claimable (a long poll; not with ID).")  # fmt: skip
+@click.option("--max", "most", type=click.IntRange(1, todos.MAX_BATCH), default=None,
+              help=f"Claim up to this many (1-{todos.MAX_BATCH}) in one transaction, each with its own lease token; "
+                   "the answer is a list (not with ID).")  # fmt: skip
 @common
 def todo_claim(
     db: Path | None,
@@ -200,11 +203,13 @@ def todo_claim(
     owner: str | None,
     lease: float | None,
     wait: float,
+    most: int | None,
 ) -> None:
-    """Claim a todo by ID, or the next one in priority order.
+    """Claim a todo by ID, or the next one in priority order (with --max, up to that many).
 
     The answer carries the lease token that heartbeat, complete, fail and
-    release require. Nothing claimable is not an error (JSON: null).
+    release require. Nothing claimable is not an error (JSON: null; with
+    --max, an empty list).
     """
     out = Out(db, as_json)
     owner = owner or operator()
@@ -212,6 +217,11 @@ def todo_claim(
         raise click.UsageError("give an ID or --queue, not both")
     if todo_id is not None and wait:
         raise click.UsageError("--wait waits for the next todo; it does not go with an ID")
+    if todo_id is not None and most is not None:
+        raise click.UsageError("--max claims the next todos; it does not go with an ID")
+    if most is not None:
+        batch.claim_command(out, NextClaim(owner, queues or None, lease), most, wait)
+        return
     if todo_id is not None:
         claimed: Todo | None = out.run(lambda store: todos.claim(store, todo_id, owner=owner, lease=lease))
         empty: list[str] = []
@@ -243,6 +253,23 @@ async def _claim_next(store: Store, claim: NextClaim, wait: float) -> tuple[Todo
 
 
 token_option = click.option("--token", "lease_token", required=True, help="The lease token from the claim.")
+batch_token_option = click.option("--token", "lease_token", default=None, help="The lease token from the claim (not with --batch).")
+
+
+def _batch(source: str | None, todo_id: int | None, lease_token: str | None, value: Any, most: int | None) -> bool:
+    """Whether this is a --batch call; an ID and its token are required otherwise, and refused with it."""
+    if source is not None:
+        if todo_id is not None or lease_token is not None or value is not None:
+            raise click.UsageError("--batch takes each todo's id, token and result or error from its lines; "
+                                   "give no ID, --token, --result or --error with it")  # fmt: skip
+        return True
+    if most is not None:
+        raise click.UsageError("--max goes with --batch and --claim-next")
+    if todo_id is None:
+        raise click.UsageError("missing argument 'ID' (or --batch @FILE for many)")
+    if lease_token is None:
+        raise click.UsageError("missing option '--token'")
+    return False
 
 
 @todo.command("heartbeat")
@@ -258,7 +285,12 @@ def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_to
 
 
 def _next_options(fn: Any) -> Any:
-    """--claim-next and where to claim from: finish and take the next todo in one commit."""
+    """--claim-next and where to claim from: finish and take the next todo in one commit;
+    --batch to finish many (and --max: how many to claim next)."""
+    fn = click.option("--max", "most", type=click.IntRange(1, todos.MAX_BATCH), default=None,
+                      help="With --batch --claim-next: claim up to this many next (default: as many as the lines).")(fn)  # fmt: skip
+    fn = click.option("--batch", "batch_source", default=None, metavar="@FILE|@-",
+                      help="Many todos in one transaction: JSON lines of id, token and the verb's field.")(fn)  # fmt: skip
     fn = click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None,
                       help="With --claim-next: lease seconds for the next todo (default 300).")(fn)  # fmt: skip
     fn = click.option("--owner", default=None, help="With --claim-next: who claims (default: your user name).")(fn)
@@ -291,20 +323,32 @@ def _finish(
 
 
 @todo.command("complete")
-@click.argument("todo_id", metavar="ID", type=ID)
-@token_option
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@batch_token_option
 @click.option("--result", type=JsonValue(), default=None, help="JSON result, or @FILE.")
 @_next_options
 @common
 def todo_complete(
-    db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, result: Any, claim_next: bool,
-    queues: tuple[str, ...], owner: str | None, lease: float | None,
+    db: Path | None, as_json: bool | None, todo_id: int | None, lease_token: str | None, result: Any,
+    claim_next: bool, queues: tuple[str, ...], owner: str | None, lease: float | None, batch_source: str | None,
+    most: int | None,
 ) -> None:  # fmt: skip
     """Finish a claimed todo: it is done.
 
     With --claim-next the answer is {"todo": the finished one, "next": the
     newly claimed one with its lease token, or null}.
+
+    With --batch @FILE (or @- for stdin), many in one transaction, one JSON
+    line each: {"id": 12, "token": "…", "result": …}. Each line is answered on
+    its own (a list of {"id", "ok", "todo" | "error"}); exit 1 when any was
+    refused, 2 when a line is malformed (nothing is done then).
     """
+    if _batch(batch_source, todo_id, lease_token, result, most):
+        assert batch_source is not None
+        batch.finish_command(Out(db, as_json), "complete", batch_source, claim_next, queues, owner, lease, most,
+                             lambda found: f"todo {found.id} done")  # fmt: skip
+        return
+    assert todo_id is not None and lease_token is not None
     _finish(
         Out(db, as_json),
         lambda store, then: todos.complete(store, Lease(todo_id, lease_token), result=result, then=then),
@@ -321,16 +365,28 @@ def _failed_text(found: Todo) -> str:
 
 
 @todo.command("fail")
-@click.argument("todo_id", metavar="ID", type=ID)
-@token_option
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@batch_token_option
 @click.option("--error", default=None, help="What went wrong (kept as last_error).")
 @_next_options
 @common
 def todo_fail(
-    db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, error: str | None, claim_next: bool,
-    queues: tuple[str, ...], owner: str | None, lease: float | None,
+    db: Path | None, as_json: bool | None, todo_id: int | None, lease_token: str | None, error: str | None,
+    claim_next: bool, queues: tuple[str, ...], owner: str | None, lease: float | None, batch_source: str | None,
+    most: int | None,
 ) -> None:  # fmt: skip
-    """Fail the attempt: pending again after a backoff, or failed for good (a dead letter) at the cap."""
+    """Fail the attempt: pending again after a backoff, or failed for good (a dead letter) at the cap.
+
+    With --batch @FILE (or @- for stdin), many in one transaction, one JSON
+    line each: {"id": 12, "token": "…", "error": "…"}; answered as for
+    `todo complete --batch`.
+    """
+    if _batch(batch_source, todo_id, lease_token, error, most):
+        assert batch_source is not None
+        batch.finish_command(Out(db, as_json), "fail", batch_source, claim_next, queues, owner, lease, most,
+                             _failed_text)  # fmt: skip
+        return
+    assert todo_id is not None and lease_token is not None
     _finish(
         Out(db, as_json),
         lambda store, then: todos.fail(store, Lease(todo_id, lease_token), error=error, then=then),

@@ -24,11 +24,12 @@ full without sleeping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -65,8 +66,26 @@ class SQLiteTransaction:
 
     def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
         self._conn = conn
+        self._savepoints = 0  # named apart, so that nested ones never meet the group's own
         self.memo: dict[Any, Any] = {}
         self.cache: dict[Any, Any] = {} if cache is None else cache
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the body that is undone alone when it raises (store.Transaction.savepoint)."""
+        self._savepoints += 1
+        name = f"part{self._savepoints}"
+        memo = dict(self.memo)
+        self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            if self._conn.in_transaction:  # else SQLite rolled everything back: the caller's to answer
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                self.memo = memo  # what the part noted is undone with its rows
+            raise
+        self._conn.execute(f"RELEASE {name}")
 
     def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         try:

@@ -14,6 +14,7 @@ import asyncio
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -104,6 +105,14 @@ class Transaction(Protocol):
 
     def many(self, sql: str, params: Sequence[Params]) -> int:
         """Execute once per parameter set; the number of rows changed."""
+        ...
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """``with tx.savepoint(): …``: a part of the body that, when it raises,
+        is undone alone (its rows and what it put in ``memo``) before the error
+        goes on; the rest of the transaction stands. What a batch runs each
+        item in, so that a refused item changes nothing and the others commit.
+        """
         ...
 
 

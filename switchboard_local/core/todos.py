@@ -24,11 +24,11 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from . import audit, settings
 from .clock import rfc3339
-from .errors import Conflict, Forbidden, InvalidArgument, NotFound
+from .errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from .queries import Q
 from .store import Store, Transaction
 from .todo_model import (
@@ -229,6 +229,20 @@ async def claim(
     return await store.write(body)
 
 
+@overload
+async def claim_next(
+    store: Store, *, owner: str, queues: Sequence[str] | None = None, lease: float | None = None,
+    agent: str | None = None, max: None = None,
+) -> Todo | None: ...  # fmt: skip
+
+
+@overload
+async def claim_next(
+    store: Store, *, owner: str, queues: Sequence[str] | None = None, lease: float | None = None,
+    agent: str | None = None, max: int,
+) -> list[Todo]: ...  # fmt: skip
+
+
 async def claim_next(
     store: Store,
     *,
@@ -236,11 +250,15 @@ async def claim_next(
     queues: Sequence[str] | None = None,
     lease: float | None = None,
     agent: str | None = None,
-) -> Todo | None:
+    max: int | None = None,
+) -> Todo | None | list[Todo]:
     """Claim the oldest highest-priority visible todo in ``queues`` (all when None).
 
-    Returns None when nothing is claimable; that is not an error.
+    Returns None when nothing is claimable; that is not an error. With ``max``
+    (1-100): up to that many, as a list (``claim_next_many``).
     """
+    if max is not None:
+        return await claim_next_many(store, NextClaim(owner, queues, lease, agent), max)
     started = time.perf_counter()
     claimed = await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
     store.tally.claimed(time.perf_counter() - started)  # call to committed answer, found or not
@@ -252,20 +270,39 @@ async def claim_next(
 RECHECK_SECONDS = 1.0
 
 
-async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, changes: Changes) -> Todo | None:
+@overload
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: None = None
+) -> Todo | None: ...
+
+
+@overload
+async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int) -> list[Todo]: ...
+
+
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int | None = None
+) -> Todo | None | list[Todo]:
     """``claim_next``, waiting up to ``wait`` seconds for something claimable (a long poll).
 
     Each commit to the file, from any process, wakes it to try again
     (``changes`` must be running); so does every RECHECK_SECONDS. None when
-    nothing became claimable in time.
+    nothing became claimable in time. With ``max``: a list of up to ``max``
+    todos, answered as soon as one or more could be claimed (empty: none in time).
     """
+    if max is not None:
+        require_max(max)
     deadline = time.monotonic() + wait
     while True:
         seen = changes.count  # before the attempt: a commit during it still wakes the wait below
-        todo = await claim_next(store, owner=claim.owner, queues=claim.queues, lease=claim.lease, agent=claim.agent)
+        found: Todo | None | list[Todo]
+        if max is None:
+            found = await claim_next(store, owner=claim.owner, queues=claim.queues, lease=claim.lease, agent=claim.agent)
+        else:
+            found = await claim_next_many(store, claim, max)
         remaining = deadline - time.monotonic()
-        if todo is not None or remaining <= 0:
-            return todo
+        if found or remaining <= 0:  # a todo, or a list with one or more
+            return found
         await changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
 
 
@@ -419,10 +456,13 @@ async def complete(store: Store, lease: Lease, *, result: Any = None, then: Next
     With ``then``, the next todo is claimed in the same transaction: one commit
     per job. A refused finish claims nothing.
     """
+    return await _finish(store, _complete_body(store, lease, result), then)
+
+
+def _complete_body(store: Store, lease: Lease, result: Any) -> Callable[[Transaction], Todo]:
     params = {"result": dump_json("result", result)}
     # No history row: the completing attempt stays on the done row (completed_by).
-    finish = _leased_body(store, Q.complete, lease, params, sized="result")
-    return await _finish(store, finish, then)
+    return _leased_body(store, Q.complete, lease, params, sized="result")
 
 
 async def fail(store: Store, lease: Lease, *, error: str | None = None, then: NextClaim | None = None) -> Finished:
@@ -430,6 +470,10 @@ async def fail(store: Store, lease: Lease, *, error: str | None = None, then: Ne
 
     ``then`` as for ``complete``.
     """
+    return await _finish(store, _fail_body(store, lease, error), then)
+
+
+def _fail_body(store: Store, lease: Lease, error: str | None) -> Callable[[Transaction], Todo]:
     if error is not None and not isinstance(error, str):
         raise InvalidArgument("error must be a string")
     params = {
@@ -440,8 +484,7 @@ async def fail(store: Store, lease: Lease, *, error: str | None = None, then: Ne
         # of many todos that failed together spread out.
         "jitter": store.rng.uniform(0.5, 1.0),
     }
-    finish = _leased_body(store, Q.fail, lease, params, outcome="failed", sized="error")
-    return await _finish(store, finish, then)
+    return _leased_body(store, Q.fail, lease, params, outcome="failed", sized="error")
 
 
 async def release(store: Store, lease: Lease, *, delay: float = 0.0) -> Todo:
@@ -844,3 +887,167 @@ async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[Qu
         return found
     by_queue = {s.queue: s for s in found}
     return [by_queue.get(q) or QueueStats.empty(q) for q in sorted(set(queues))]
+
+
+# ---------------------------------------------------------------- batches
+#
+# As SQS has them: many single verbs in one transaction, each item answered on
+# its own. The items run the very bodies the single verbs run; a finish runs in
+# a savepoint of its own, so one that is refused (a stale token, a todo that is
+# not claimed or not there) is undone alone and the others commit.
+
+MAX_BATCH = 100  # items of one batch, and todos one batch claim may take
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One item of ``complete_many``: the lease, and the todo's JSON result."""
+
+    lease: Lease
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One item of ``fail_many``: the lease, and what went wrong (kept as last_error)."""
+
+    lease: Lease
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """One item's answer: ``todo`` (the finished todo) when ``ok``, else ``error``,
+    the refusal the single verb would have raised (same kind, same words)."""
+
+    todo_id: int
+    todo: Todo | None = None
+    error: SwitchboardError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.error is None:
+            assert self.todo is not None
+            return {"id": self.todo_id, "ok": True, "todo": self.todo.to_dict()}
+        return {"id": self.todo_id, "ok": False, "error": {"code": self.error.code, "message": self.error.message}}
+
+
+class Outcomes(list[ItemOutcome]):
+    """``complete_many``'s and ``fail_many``'s answer: one outcome per item, in the
+    items' order; ``next`` holds the todos claimed in the same transaction when
+    ``then`` was given (empty otherwise, and when nothing was claimable)."""
+
+    def __init__(self, outcomes: Sequence[ItemOutcome] = (), next: Sequence[Todo] = ()) -> None:
+        super().__init__(outcomes)
+        self.next: list[Todo] = list(next)
+
+    @property
+    def refused(self) -> list[ItemOutcome]:
+        return [o for o in self if not o.ok]
+
+
+def require_max(max: object) -> int:
+    """A batch claim's ``max``: 1 to MAX_BATCH."""
+    require_int("max", max, low=1, high=MAX_BATCH)
+    return max  # type: ignore[return-value]
+
+
+async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo]:
+    """Claim up to ``max`` (1-100) todos in one transaction, each under its own lease token.
+
+    The order and the rules are claim_next's, one claim after the other: highest
+    priority, then oldest; a lapsed lease is taken over. Fewer (none: an empty
+    list) when fewer are claimable; that is not an error.
+    """
+    require_max(max)
+    started = time.perf_counter()
+    one = _claim_next_body(store, claim)
+    claimed = await store.write(lambda tx: _claim_up_to(tx, one, max))
+    store.tally.claimed(time.perf_counter() - started)
+    return claimed
+
+
+def _claim_up_to(tx: Transaction, one: Callable[[Transaction], Todo | None], max: int) -> list[Todo]:
+    claimed: list[Todo] = []
+    while len(claimed) < max:
+        todo = one(tx)
+        if todo is None:
+            break
+        claimed.append(todo)
+    return claimed
+
+
+async def complete_many(
+    store: Store, items: Sequence[Completion], *, then: NextClaim | None = None, max: int | None = None
+) -> Outcomes:
+    """Complete each item as ``complete`` would, all in one transaction; one outcome per item.
+
+    A refused item (stale token, not claimed, not found, a result over the
+    payload cap) changes nothing and the others still complete. With ``then``,
+    up to ``max`` todos (default: as many as there are items, at most 100) are
+    claimed in the same transaction after the finishes, refused or not, and
+    come back in the answer's ``next``.
+    """
+    _require_items(items, Completion)
+    return await _finish_many(store, [(i.lease, lambda i=i: _complete_body(store, i.lease, i.result)) for i in items],
+                              then, max)  # fmt: skip
+
+
+async def fail_many(
+    store: Store, items: Sequence[Failure], *, then: NextClaim | None = None, max: int | None = None
+) -> Outcomes:
+    """Fail each item as ``fail`` would (a backoff, or a dead letter at the cap), in one
+    transaction; one outcome per item. ``then`` and ``max`` as for ``complete_many``."""
+    _require_items(items, Failure)
+    return await _finish_many(store, [(i.lease, lambda i=i: _fail_body(store, i.lease, i.error)) for i in items],
+                              then, max)  # fmt: skip
+
+
+def _require_items(items: object, kind: type) -> None:
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidArgument("items must be a list")
+    if not 1 <= len(items) <= MAX_BATCH:
+        raise InvalidArgument(f"items must hold between 1 and {MAX_BATCH} items, got {len(items)}")
+    for n, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidArgument(f"items[{n}] must be a {kind.__name__}")
+
+
+async def _finish_many(
+    store: Store,
+    items: list[tuple[Lease, Callable[[], Callable[[Transaction], Todo]]]],
+    then: NextClaim | None,
+    max: int | None,
+) -> Outcomes:
+    if then is None and max is not None:
+        raise InvalidArgument("max goes with then (the next claim)")
+    claim = None if then is None else _claim_next_body(store, then)
+    count = require_max(min(len(items), MAX_BATCH) if max is None else max)
+    # Each item's arguments are checked before the transaction, as the single
+    # verb checks them: one that is refused there is answered without running.
+    bodies: list[Callable[[Transaction], Todo] | SwitchboardError] = []
+    for _, make in items:
+        try:
+            bodies.append(make())
+        except SwitchboardError as exc:
+            bodies.append(exc)
+
+    def body(tx: Transaction) -> Outcomes:
+        outcomes = []
+        for (lease, _), finish in zip(items, bodies):
+            if isinstance(finish, SwitchboardError):
+                outcomes.append(ItemOutcome(lease.todo_id, error=finish))
+                continue
+            try:
+                with tx.savepoint():
+                    outcomes.append(ItemOutcome(lease.todo_id, todo=finish(tx)))
+            except StoreFault:
+                raise  # the database, not the item: nothing of the batch commits
+            except SwitchboardError as exc:
+                outcomes.append(ItemOutcome(lease.todo_id, error=exc))
+        return Outcomes(outcomes, [] if claim is None else _claim_up_to(tx, claim, count))
+
+    return await store.write(body)

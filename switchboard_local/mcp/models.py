@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer
 
+from ..core import todos
 from ..core.events import Event
 from ..core.todo_model import QueueStats, State, Todo
 from ..core.watch import Arrival
@@ -113,27 +114,86 @@ class TodoFull(Out):
         return cls.model_validate(todo.to_dict())
 
 
-class FinishedRow(TodoRow):
-    """complete's and fail's answer: the finished todo's row and, when claim_next
-    was asked, the next todo claimed in the same commit (null when none was)."""
+class ItemError(Out):
+    code: str = Field(description="not_found, conflict, invalid_argument or forbidden")
+    message: str
 
-    next: TodoFull | None = Field(
-        default=None,
-        description="only with claim_next: the next todo, claimed for you with its lease_token; null when none was",
+
+class ItemOutcome(Out):
+    """One item of a batch complete or fail: the finished todo, or why this item was refused."""
+
+    id: int
+    ok: bool
+    todo: TodoRow | None = Field(default=None, description="when ok: the todo, finished")
+    error: ItemError | None = Field(
+        default=None, description="when not ok: the refusal complete or fail would have answered for this item alone"
     )
 
     @model_serializer(mode="wrap")
-    def _omit_unasked(self, handler: Any) -> Any:
+    def _omit_absent(self, handler: Any) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and "next" not in self.model_fields_set:
-            data.pop("next", None)  # no claim_next asked: absent, not null
+        if isinstance(data, dict):
+            data.pop("error" if self.ok else "todo", None)
         return data
 
     @classmethod
-    def with_next(cls, todo: Todo, next_todo: Todo | None) -> FinishedRow:
-        fields = TodoRow.of(todo).model_dump()
-        fields["next"] = None if next_todo is None else TodoFull.of(next_todo)
-        return cls.model_validate(fields)
+    def of(cls, outcome: todos.ItemOutcome) -> ItemOutcome:
+        if outcome.error is not None:
+            error = ItemError.model_validate({"code": outcome.error.code, "message": outcome.error.message})
+            return cls(id=outcome.todo_id, ok=False, error=error)
+        assert outcome.todo is not None
+        return cls(id=outcome.todo_id, ok=True, todo=TodoRow.of(outcome.todo))
+
+
+class _OnlyWhatIsSet(Out):
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> Any:
+        data = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set} if isinstance(data, dict) else data
+
+
+# complete's and fail's answer, one schema for both shapes: a finished todo's
+# row (every TodoRow field) and, with claim_next, next; or, for items, items
+# and, with claim_next, next as a list. What a call did not ask for is absent.
+Finished = create_model(
+    "Finished",
+    __base__=_OnlyWhatIsSet,
+    __doc__="complete's and fail's answer: the finished todo's row, or with items one outcome per item.",
+    **{  # type: ignore[call-overload]
+        name: (info.annotation | None, Field(default=None, description=info.description))
+        for name, info in TodoRow.model_fields.items()
+    },
+    next=(
+        TodoFull | list[TodoFull] | None,
+        Field(
+            default=None,
+            description="only with claim_next: the next todo claimed for you with its lease_token (null when none "
+            "was); with items, a list of them (empty when none was)",
+        ),
+    ),
+    items=(
+        list[ItemOutcome] | None,
+        Field(default=None, description="only with items: one outcome per item, in their order"),
+    ),
+)
+
+
+def finished_row(todo: Todo) -> Any:
+    """The answer of complete or fail for one todo, without claim_next."""
+    return Finished.model_validate(TodoRow.of(todo).model_dump())
+
+
+def finished_with_next(todo: Todo, next_todo: Todo | None) -> Any:
+    """... with claim_next: the next todo (None: nothing was claimable)."""
+    return Finished.model_validate({**TodoRow.of(todo).model_dump(), "next": next_todo and TodoFull.of(next_todo)})
+
+
+def finished_items(outcomes: todos.Outcomes, *, claim_next: bool) -> Any:
+    """... for items: one outcome per item, and with claim_next the todos claimed next."""
+    fields: dict[str, Any] = {"items": [ItemOutcome.of(o) for o in outcomes]}
+    if claim_next:
+        fields["next"] = [TodoFull.of(t) for t in outcomes.next]
+    return Finished.model_validate(fields)
 
 
 class TodoPage(Out):
@@ -142,8 +202,20 @@ class TodoPage(Out):
 
 
 class ClaimNextResult(Out):
-    todo: TodoFull | None
+    """claim_next's answer: ``todo`` (null: nothing), or with max ``todos`` (empty: nothing)."""
+
+    todo: TodoFull | None = Field(default=None, description="without max: the todo claimed for you, or null")
+    todos: list[TodoFull] | None = Field(
+        default=None, description="only with max: the todos claimed for you, each with its own lease_token"
+    )
     empty: bool = Field(description="true when nothing claimable arrived within wait_seconds")
+
+    @model_serializer(mode="wrap")
+    def _omit_unasked(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            data.pop("todos" if "todos" not in self.model_fields_set else "todo", None)
+        return data
 
 
 class CreatedTodo(Out):

@@ -43,7 +43,9 @@ attempt), or release it if you should not do it. Errors start with a code: \
 not_found, conflict (e.g. your lease lapsed and someone else took the todo, \
 or an operator cancelled it or took it back: drop it), invalid_argument, \
 forbidden. Use create_for to hand work to another \
-queue or agent.
+queue or agent. To drain many small todos, claim_next with max claims \
+several at once (each with its own lease_token) and complete or fail with \
+items finish several in one call.
 
 Messages like <channel source="switchboard" todo_id="12" queue="review">todo \
 12 on review: Review PR 42</channel> are a doorbell: a new todo landed in your \

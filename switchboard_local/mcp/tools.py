@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core import agents, events, routing, settings, todos, watch
 from ..core.agents import Agent
@@ -30,7 +30,7 @@ from ..core.todo_model import (
     NewTodo,
     State,
 )
-from ..core.todos import Finished, Lease, NextClaim
+from ..core.todos import MAX_BATCH, Completion, Failure, Lease, NextClaim
 from .channel import Doorbell
 from .models import (
     ClaimNextResult,
@@ -38,13 +38,16 @@ from .models import (
     EventFull,
     EventPage,
     EventSummary,
-    FinishedRow,
+    Finished,
     QueueStatsResult,
     QueueStatsRow,
     Replayed,
     TodoFull,
     TodoPage,
     TodoRow,
+    finished_items,
+    finished_row,
+    finished_with_next,
 )
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
@@ -115,6 +118,7 @@ LeaseToken = Annotated[str, Field(min_length=1, description="the lease_token you
 LeaseSeconds = Annotated[float, Field(ge=1, le=LEASE_CAP_SECONDS, description="seconds (default 300)")]
 Limit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
 Cursor = Annotated[str, Field(description="next_cursor of the previous page")]
+BatchMax = Annotated[int, Field(ge=1, le=MAX_BATCH, description="claim up to this many (1-100); todos comes back")]
 
 
 # ---------------------------------------------------------------- reading
@@ -171,19 +175,25 @@ async def claim_next(
     queue: str | None = None,
     wait_seconds: Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)] = 0,
     lease_seconds: LeaseSeconds | None = None,
+    max: BatchMax | None = None,
 ) -> ClaimNextResult:
     """Claim the next todo: the highest priority, then the oldest, that is claimable in queue (default: all your
     queues). Returns it in full with its payload and a lease_token. With wait_seconds (up to 20) it waits for work
-    to arrive; when nothing does it returns {"todo": null, "empty": true}, which is not an error."""
+    to arrive; when nothing does it returns {"todo": null, "empty": true}, which is not an error. With max (1-100)
+    it claims up to that many in one go, each with its own lease_token, returned as todos (a list); a wait ends
+    as soon as one is claimable."""
     s = _session(ctx)
     if queue is not None and not s.scope.has_queue(queue):
         await anyio.sleep(wait_seconds)  # answered like a queue that exists but stays empty
-        return ClaimNextResult(todo=None, empty=True)
+        return ClaimNextResult(todo=None, empty=True) if max is None else ClaimNextResult(todos=[], empty=True)
     queues = [queue] if queue is not None else s.scope.queues
     polled = None if queues is None else frozenset(queues)
     s.polling.append(polled)
     try:
         claim = NextClaim(s.owner, queues, lease_seconds, s.scope.agent)
+        if max is not None:
+            found = await todos.claim_next_waiting(s.store, claim, wait=wait_seconds, changes=s.changes, max=max)
+            return ClaimNextResult(todos=[TodoFull.of(t) for t in found], empty=not found)
         todo = await todos.claim_next_waiting(s.store, claim, wait=wait_seconds, changes=s.changes)
         return ClaimNextResult(todo=None if todo is None else TodoFull.of(todo), empty=todo is None)
     finally:
@@ -207,22 +217,58 @@ ClaimNext = Annotated[
     bool, Field(description="also claim your next todo in the same commit; it comes back as next, with its lease_token")
 ]
 NextQueue = Annotated[str | None, Field(description="with claim_next: the queue to claim from (default: all yours)")]
+NextMax = Annotated[
+    int, Field(ge=1, le=MAX_BATCH, description="with items and claim_next: claim up to this many next (default: "
+                                               "as many as the items)")  # fmt: skip
+]
+
+
+class CompleteItem(BaseModel):
+    """One todo of a batch complete."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Id
+    lease_token: LeaseToken
+    result: Any = None
+
+
+class FailItem(BaseModel):
+    """One todo of a batch fail."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Id
+    lease_token: LeaseToken
+    error: str | None = None
+
+
+Items = Field(min_length=1, max_length=MAX_BATCH,
+              description="instead of id and lease_token: many todos (up to 100) in one commit, each answered on its "
+                          "own in items (a refused one changes nothing; the others go through)")  # fmt: skip
 
 
 async def complete(
     ctx: Context,
-    id: Id,
-    lease_token: LeaseToken,
+    id: Id | None = None,
+    lease_token: LeaseToken | None = None,
     result: Any = None,
     claim_next: ClaimNext = False,
     queue: NextQueue = None,
     lease_seconds: LeaseSeconds | None = None,
-) -> FinishedRow:
+    items: Annotated[list[CompleteItem] | None, Items] = None,
+    max: NextMax | None = None,
+) -> Finished:
     """Finish a claimed todo: it becomes done, with an optional JSON result (what you did, links, numbers) kept on
     the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded. With
-    claim_next the next todo is claimed in the same commit and returned as next (null when nothing is claimable)."""
+    claim_next the next todo is claimed in the same commit and returned as next (null when nothing is claimable).
+    For many at once pass items ([{id, lease_token, result}]) instead of id and lease_token: the answer's items
+    say, per todo, ok with the todo or the error; with claim_next, next is a list of up to max todos."""
     s = _session(ctx)
-    lease = _lease(s, id, lease_token)
+    if items is not None:
+        _only_items(id, lease_token, "result" if result is not None else None)
+        batch = [Completion(_lease(s, i.id, i.lease_token), i.result) for i in items]
+        return await _finish_many(s, claim_next, queue, lease_seconds, max,
+                                  lambda then, most: todos.complete_many(s.store, batch, then=then, max=most))  # fmt: skip
+    lease = _lease(s, *_one(id, lease_token, max))
     return await _finish(
         s, claim_next, queue, lease_seconds, lambda then: todos.complete(s.store, lease, result=result, then=then)
     )
@@ -230,22 +276,63 @@ async def complete(
 
 async def fail(
     ctx: Context,
-    id: Id,
-    lease_token: LeaseToken,
+    id: Id | None = None,
+    lease_token: LeaseToken | None = None,
     error: str | None = None,
     claim_next: ClaimNext = False,
     queue: NextQueue = None,
     lease_seconds: LeaseSeconds | None = None,
-) -> FinishedRow:
+    items: Annotated[list[FailItem] | None, Items] = None,
+    max: NextMax | None = None,
+) -> Finished:
     """Give up on this attempt at a claimed todo, saying why in error. It is pending again, claimable after a
     backoff (visible_at says when), until its attempts run out; then it is failed, a dead letter (dead_letter true)
     for an operator to look at.
-    With claim_next the next todo is claimed in the same commit and returned as next (null when none is)."""
+    With claim_next the next todo is claimed in the same commit and returned as next (null when none is).
+    For many at once pass items ([{id, lease_token, error}]) instead of id and lease_token, answered as by complete."""
     s = _session(ctx)
-    lease = _lease(s, id, lease_token)
+    if items is not None:
+        _only_items(id, lease_token, "error" if error is not None else None)
+        batch = [Failure(_lease(s, i.id, i.lease_token), i.error) for i in items]
+        return await _finish_many(s, claim_next, queue, lease_seconds, max,
+                                  lambda then, most: todos.fail_many(s.store, batch, then=then, max=most))  # fmt: skip
+    lease = _lease(s, *_one(id, lease_token, max))
     return await _finish(
         s, claim_next, queue, lease_seconds, lambda then: todos.fail(s.store, lease, error=error, then=then)
     )
+
+
+def _one(id: int | None, lease_token: str | None, max: int | None) -> tuple[int, str]:
+    """The todo of a call for one: id and lease_token both given."""
+    if max is not None:
+        raise InvalidArgument("max goes with items and claim_next: true")
+    if id is None:
+        raise InvalidArgument("id: Field required (or items, for many todos)")
+    if lease_token is None:
+        raise InvalidArgument("lease_token: Field required")  # as pydantic words a missing argument
+    return id, lease_token
+
+
+def _only_items(id: int | None, lease_token: str | None, value: str | None) -> None:
+    """A call for many takes everything per todo from its items."""
+    given = [name for name, v in (("id", id), ("lease_token", lease_token), (value, value)) if v is not None]
+    if given:
+        raise InvalidArgument(f"{given[0]}: give it in each of items, not beside them")
+
+
+def _next_claim(s: Session, claim_next: bool, queue: str | None, lease_seconds: float | None,
+                      max: int | None) -> NextClaim | None | bool:  # fmt: skip
+    """The claim that follows a finish: None when not asked, False when queue is outside the scope."""
+    if not claim_next:
+        if queue is not None or lease_seconds is not None or max is not None:
+            raise InvalidArgument("queue, lease_seconds and max go with claim_next: true")
+        return None
+    if not s.scope.may_use("claim_next"):
+        raise Forbidden("claim_next is not one of this agent's tools; complete or fail without it")
+    if queue is not None and not s.scope.has_queue(queue):
+        return False  # answered like a queue that exists but is empty
+    queues = [queue] if queue is not None else s.scope.queues
+    return NextClaim(s.owner, queues, lease_seconds, s.scope.agent)
 
 
 async def _finish(
@@ -253,21 +340,28 @@ async def _finish(
     claim_next: bool,
     queue: str | None,
     lease_seconds: float | None,
-    finish: Callable[[NextClaim | None], Awaitable[Finished]],
-) -> FinishedRow:
+    finish: Callable[[NextClaim | None], Awaitable[todos.Finished]],
+) -> Finished:
     """complete or fail, alone or with the next claim in the same commit."""
-    if not claim_next:
-        if queue is not None or lease_seconds is not None:
-            raise InvalidArgument("queue and lease_seconds go with claim_next: true")
-        return FinishedRow.of((await finish(None)).todo)
-    if not s.scope.may_use("claim_next"):
-        raise Forbidden("claim_next is not one of this agent's tools; complete or fail without it")
-    if queue is not None and not s.scope.has_queue(queue):
-        # answered like a queue that exists but is empty
-        return FinishedRow.with_next((await finish(None)).todo, None)
-    queues = [queue] if queue is not None else s.scope.queues
-    finished = await finish(NextClaim(s.owner, queues, lease_seconds, s.scope.agent))
-    return FinishedRow.with_next(finished.todo, finished.next)
+    then = _next_claim(s, claim_next, queue, lease_seconds, None)
+    finished = await finish(then or None)
+    if then is None:
+        return finished_row(finished.todo)
+    return finished_with_next(finished.todo, finished.next)
+
+
+async def _finish_many(
+    s: Session,
+    claim_next: bool,
+    queue: str | None,
+    lease_seconds: float | None,
+    max: int | None,
+    finish: Callable[[NextClaim | None, int | None], Awaitable[todos.Outcomes]],
+) -> Finished:
+    """complete or fail for items, alone or with the next claims in the same commit."""
+    then = _next_claim(s, claim_next, queue, lease_seconds, max)
+    outcomes = await finish(then or None, max if then else None)
+    return finished_items(outcomes, claim_next=claim_next)
 
 
 async def release(

@@ -1,9 +1,10 @@
 """A draining agent as its own OS process, for the concurrency tests.
 
-    python tests/support/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
+    python tests/support/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE] [--max N]
 
 Claims and completes until the queue is empty, printing one JSON line per
-completed todo. With --hang-on-first it claims one todo, prints it (id, lease
+completed todo. With --max it claims up to N at a time and completes each
+batch claiming the next one in the same transaction (the batch verbs). With --hang-on-first it claims one todo, prints it (id, lease
 token, lease end in ms), and sleeps (the test kills it: a crashed agent
 holding a lease).
 """
@@ -30,12 +31,15 @@ async def main() -> int:
     parser.add_argument("--lease", type=float, default=300.0)
     parser.add_argument("--hang-on-first", action="store_true")
     parser.add_argument("--start-when", help="wait until this file exists (so that all workers start together)")
+    parser.add_argument("--max", type=int, default=None, help="claim and complete in batches of up to this many")
     args = parser.parse_args()
     async with await Store.open(args.db) as store:
         if args.start_when:
             print(json.dumps({"ready": True}), flush=True)
             while not os.path.exists(args.start_when):
                 time.sleep(0.01)
+        if args.max is not None:
+            return await drain_in_batches(store, args.owner, args.queue, args.lease, args.max)
         while True:
             todo = await todos.claim_next(store, owner=args.owner, queues=[args.queue], lease=args.lease)
             if todo is None:
@@ -46,6 +50,21 @@ async def main() -> int:
                 time.sleep(3600)
             done = (await todos.complete(store, Lease.of(todo), result={"by": args.owner})).todo
             print(json.dumps({"completed": done.id, "attempt": done.attempt}), flush=True)
+
+
+async def drain_in_batches(store: Store, owner: str, queue: str, lease: float, most: int) -> int:
+    claim = todos.NextClaim(owner, [queue], lease)
+    batch = await todos.claim_next_many(store, claim, most)
+    while batch:
+        items = [todos.Completion(Lease.of(t), {"by": owner}) for t in batch]
+        outcomes = await todos.complete_many(store, items, then=claim, max=most)
+        for outcome in outcomes:
+            if not outcome.ok:
+                print(json.dumps({"refused": outcome.todo_id, "error": str(outcome.error)}), flush=True)
+                return 1
+            print(json.dumps({"completed": outcome.todo_id, "attempt": outcome.todo.attempt}), flush=True)
+        batch = outcomes.next
+    return 0
 
 
 if __name__ == "__main__":
