@@ -129,7 +129,8 @@ def raw_ingest_rows(tmp: Path) -> float:
     for statement in _statements(schema_sql()):
         conn.execute(statement)
     event = {"source": "s", "family": "queue", "type": "stream", "trust_mode": "queue", "verified": 1,
-             "verify_detail": None, "content_type": None, "headers": "{}", "body": b'{"order": 1}', "size": 12, "now": 1}
+             "verify_detail": None, "content_type": None, "headers": "{}", "body": b'{"order": 1}', "size": 12, "now": 1,
+             "body_key": None, "window_start": 0}
     todo = {"queue": "q", "assignee": None, "title": "t", "kind": "stream", "payload": '{"body": {"order": 1}}',
             "priority": 0, "max_attempts": 5, "visible_at": 1, "now": 1}  # fmt: skip
     total = N * 5
@@ -137,7 +138,7 @@ def raw_ingest_rows(tmp: Path) -> float:
     for batch in range(total // 64):
         keys = [f"{batch}-{i}" for i in range(64)]
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(Q.insert_event.replace("RETURNING id", ""), [{**event, "external_id": k} for k in keys])
+        conn.executemany(Q.insert_event.replace("RETURNING id", ""), [{**event, "external_id": k, "pruned_key": f"id:{k}"} for k in keys])
         first = conn.execute("SELECT max(id) FROM events").fetchone()[0] - 63
         conn.executemany(Q.insert_todo.replace("RETURNING *", ""),
                          [{**todo, "event_id": first + i, "idempotency_key": k} for i, k in enumerate(keys)])  # fmt: skip
