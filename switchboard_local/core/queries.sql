@@ -641,14 +641,17 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 DELETE FROM settings WHERE name = :name;
 
 -- name: sources_generation
--- Grows by one in every transaction that changes a source or a rule
--- (bump_sources_generation): what the delivery path's cache of sources and
--- rules is keyed by, in every process on the file. No row: 0.
-SELECT coalesce((SELECT CAST(value AS INTEGER) FROM settings WHERE name = 'sources.generation'), 0) AS generation;
+-- A token made anew in every transaction that changes a source or a rule
+-- (new_sources_generation): what the delivery path's caches of sources and
+-- rules are kept under, in every process on the file. No row: ''.
+SELECT coalesce((SELECT value FROM settings WHERE name = 'sources.generation'), '') AS generation;
 
--- name: bump_sources_generation
-INSERT INTO settings (name, value) VALUES ('sources.generation', '1')
-ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+-- name: new_sources_generation
+-- A random token, not a count: a change rolled back can never leave a value
+-- that a later change would take again (a cache filled inside the rolled-back
+-- transaction could then pass for current).
+INSERT INTO settings (name, value) VALUES ('sources.generation', :token)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- ---- ingest leadership (leadership.py) ----
 
