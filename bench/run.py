@@ -499,7 +499,7 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack) -> list[Mea
         measures.append((names, lambda i: tuple(bare.run(1000, 32).values())))
     if "e" in sections:
         rd = _load("redis_drain")
-        from redis_server import RedisServer
+        from support.redis_server import RedisServer
 
         server = RedisServer(tmp).start()
         stack.callback(server.stop)
