@@ -28,6 +28,28 @@ WHERE :idempotency_key IS NULL OR NOT EXISTS (
       AND (state = 'claimed' OR visible_at IS NOT NULL))
 RETURNING id;
 
+-- name: insert_todo_with_id
+-- A batch of the ingestion back half's todos (executemany), their ids given:
+-- the batch asked live_keys_held first, so no live todo holds these keys (the
+-- unique index todos_live_key would refuse one that did).
+INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key,
+                   state, priority, max_attempts, visible_at, created_at, updated_at)
+VALUES (:id, :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
+        'pending', :priority, :max_attempts, :visible_at, :now, :now);
+
+-- name: live_keys_held
+-- Which of :keys (a JSON array of [queue, idempotency key]) a live todo holds: their positions.
+SELECT k.key AS position FROM json_each(:keys) AS k
+WHERE EXISTS (
+    SELECT 1 FROM todos
+    WHERE queue = json_extract(k.value, '$[0]') AND idempotency_key = json_extract(k.value, '$[1]')
+      AND (state = 'claimed' OR visible_at IS NOT NULL));
+
+-- name: next_todo_id
+-- The id SQLite would give the next todo (AUTOINCREMENT: past every id ever used).
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'todos'), 0),
+           coalesce((SELECT max(id) FROM todos), 0)) + 1 AS id;
+
 -- name: set_todo_event
 -- A direct create's event, recorded after its todo (audit.py).
 UPDATE todos SET event_id = :event_id WHERE id = :id RETURNING *;
@@ -410,6 +432,35 @@ WHERE NOT EXISTS (SELECT 1 FROM events WHERE source = :source AND external_id = 
       WHERE source = :source AND (key = :pruned_key OR (key = :body_key AND seen_at >= :window_start)))
 RETURNING id;
 
+-- name: insert_event_with_id
+-- A batch of new events (executemany), their ids given: the batch asked
+-- seen_deliveries first (UNIQUE (source, external_id) still refuses a repeat).
+INSERT INTO events (id, source, family, type, external_id, trust_mode, verified, verify_detail,
+                    content_type, headers, body, size, received_at)
+VALUES (:id, :source, :family, :type, :external_id, :trust_mode, :verified, :verify_detail,
+        :content_type, :headers, :body, :size, :now);
+
+-- name: seen_deliveries
+-- For a batch of deliveries (a JSON array of [source, external_id, pruned_key,
+-- body_key, window_start], as insert_event takes them one by one): the
+-- position of each one seen before, with the event it repeats.
+SELECT d.key AS position,
+       coalesce(
+           (SELECT id FROM events
+            WHERE source = json_extract(d.value, '$[0]') AND external_id = json_extract(d.value, '$[1]')),
+           (SELECT event_id FROM delivery_keys
+            WHERE source = json_extract(d.value, '$[0]')
+              AND (key = json_extract(d.value, '$[2]')
+                   OR (key = json_extract(d.value, '$[3]') AND seen_at >= json_extract(d.value, '$[4]')))
+            LIMIT 1)) AS event_id
+FROM json_each(:deliveries) AS d
+WHERE event_id IS NOT NULL;
+
+-- name: next_event_id
+-- The id SQLite would give the next event (AUTOINCREMENT: past every id ever used).
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+           coalesce((SELECT max(id) FROM events), 0)) + 1 AS id;
+
 -- name: insert_operator_event
 -- An operator's action (audit.py): always new, trusted as the operator's own.
 INSERT INTO events (source, family, type, external_id, trust_mode, verified, verify_detail,
@@ -642,6 +693,19 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- name: delete_setting
 DELETE FROM settings WHERE name = :name;
+
+-- name: sources_generation
+-- A token made anew in every transaction that changes a source or a rule
+-- (new_sources_generation): what the delivery path's caches of sources and
+-- rules are kept under, in every process on the file. No row: ''.
+SELECT coalesce((SELECT value FROM settings WHERE name = 'sources.generation'), '') AS generation;
+
+-- name: new_sources_generation
+-- A random token, not a count: a change rolled back can never leave a value
+-- that a later change would take again (a cache filled inside the rolled-back
+-- transaction could then pass for current).
+INSERT INTO settings (name, value) VALUES ('sources.generation', :token)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- ---- ingest leadership (leadership.py) ----
 

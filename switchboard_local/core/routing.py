@@ -16,6 +16,7 @@ stay on the event.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Sequence
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from . import audit, settings
-from .errors import InvalidArgument, NotFound, StoreFault
+from . import audit, settings, sources
+from .errors import InvalidArgument, NotFound, StoreFault, Unavailable
 from .events import Event, Guard, Ingested, NewEvent, get_event, ingest_many
 from .queries import Q
 from .rules import Rule, lookup, render, rules_of
@@ -178,11 +179,31 @@ def default_queue_of(source: Source) -> str:
     return source.config.get("queue") or source.name
 
 
+def _routes(tx: Transaction, source: str) -> tuple[list[Rule], str]:
+    """A source's rules (parsed) and default queue, as of this transaction.
+
+    Kept in the store's cache under the sources generation, read once per
+    transaction (tx.memo): rules and sources are read and parsed again only
+    after one changed (sources.changed), in whichever process.
+    """
+    now = tx.memo.get(_GENERATION)
+    if now is None:
+        now = tx.memo[_GENERATION] = sources.generation(tx)
+    cached = tx.cache.get(("routes", source))
+    if cached is None or cached[0] != now:
+        cached = tx.cache[("routes", source)] = (now, rules_of(tx, source), _default_queue(tx, source))
+    return cached[1], cached[2]
+
+
+_GENERATION = ("sources", "generation")
+
+
 def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> list[NewTodo]:
+    rules, default_queue = _routes(tx, delivery.source)
     return plan(
-        rules_of(tx, delivery.source),
+        rules,
         delivery,
-        _default_queue(tx, delivery.source),
+        default_queue,
         replay=replay,
         max_payload=settings.value_in(tx, settings.MAX_PAYLOAD),
     )
@@ -194,28 +215,27 @@ async def deliver(store: Store, event: NewEvent) -> Ingested:
     return result
 
 
+# The source rows a producer already holds (one, or several for a batch of the receiver's requests).
+Held = Source | Sequence[Source] | None
+
+
 async def deliver_many(
-    store: Store, events: Sequence[NewEvent], *, source: Source | None = None, guard: Guard | None = None
+    store: Store, events: Sequence[NewEvent], *, source: Held = None, guard: Guard | None = None
 ) -> list[Ingested]:
     """``deliver`` for a batch, in one transaction: all of it, or none.
 
-    ``source`` is the row the producer already holds (every event is then of
-    it): its default queue is taken from there instead of being read again.
-    Rules are read once per source and transaction.
+    ``source`` is the row (or rows) the producer already holds: an event of
+    one takes its default queue from there instead of it being read again.
+    Rules are read and parsed once per change of sources and rules (``_routes``).
     """
     payloads = [parse_payload(e.body, e.content_type) for e in events]
-    # Read once per transaction: a rerun of the write (group commit) or a
-    # later transaction reads them afresh.
-    routes: dict[tuple[Transaction, str], tuple[list[Rule], str]] = {}
+    held = {s.name: s for s in ([] if source is None else [source] if isinstance(source, Source) else source)}
 
     def derive_for(payload: Any):  # noqa: ANN202
         def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
-            key = (tx, new.source)
-            if key not in routes:
-                held = source is not None and source.name == new.source
-                default_queue = default_queue_of(source) if held else _default_queue(tx, new.source)
-                routes[key] = (rules_of(tx, new.source), default_queue)
-            rules, default_queue = routes[key]
+            rules, default_queue = _routes(tx, new.source)
+            if new.source in held:
+                default_queue = default_queue_of(held[new.source])
             delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
             return plan(rules, delivery, default_queue, max_payload=settings.value_in(tx, settings.MAX_PAYLOAD))
 
@@ -225,9 +245,12 @@ async def deliver_many(
 
 
 async def accept(
-    store: Store, source: Source, events: Sequence[NewEvent], *, guard: Guard | None = None
+    store: Store, source: Source | Sequence[Source], events: Sequence[NewEvent], *, guard: Guard | None = None
 ) -> list[Ingested | Exception]:
     """The back half every producer ends in: route each delivery, or keep it.
+
+    ``source`` is the producer's source row (or the rows of every event's
+    source, for the receiver's batches: see ``Intake``).
 
     The batch is delivered in one transaction. Should routing refuse it (a
     rule that cannot render, a payload that cannot be a todo), each delivery
@@ -331,3 +354,52 @@ async def dry_run(
     default_queue = default_queue_of(Source.from_row(row)) if row is not None else delivery.source
     max_payload = (await settings.get(store, settings.MAX_PAYLOAD.name)).value
     return plan(rules, delivery, default_queue, max_payload=max_payload)
+
+
+class Intake:
+    """Deliveries from many callers at once (the receiver's requests), stored in batches.
+
+    ``accept`` answers one delivery as ``accept`` would (its ``Ingested``, or
+    the exception that kept it from being stored, a ``StoreFault`` included),
+    and only once it is committed. While a batch is being stored, the
+    deliveries that arrive wait; the next batch takes all of them (up to
+    ``max_batch``) in one transaction, with executemany: a lone delivery is
+    stored at once, a crowd shares commits and statements. A delivery that
+    cannot be routed does not hold back the others (``accept``'s fallback).
+    """
+
+    def __init__(self, store: Store, *, max_batch: int = 256) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self._waiting: list[tuple[Source, NewEvent, asyncio.Future[Ingested | Exception]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def accept(self, source: Source, event: NewEvent) -> Ingested | Exception:
+        waiter: asyncio.Future[Ingested | Exception] = asyncio.get_running_loop().create_future()
+        self._waiting.append((source, event, waiter))
+        if self._task is None:
+            self._task = asyncio.create_task(self._store_waiting())
+        # A caller that goes away leaves its delivery in the batch: stored, or not, all the same.
+        return await asyncio.shield(waiter)
+
+    async def _store_waiting(self) -> None:
+        batch: list[tuple[Source, NewEvent, asyncio.Future[Ingested | Exception]]] = []
+        try:
+            while self._waiting:
+                batch = self._waiting[: self.max_batch]
+                del self._waiting[: self.max_batch]
+                held = list({source.name: source for source, _, _ in batch}.values())
+                try:
+                    answers = await accept(self.store, held, [event for _, event, _ in batch])
+                except Exception as exc:  # a fault of the store: nothing of the batch was stored
+                    answers = [exc] * len(batch)
+                for (_, _, waiter), answer in zip(batch, answers):
+                    if not waiter.done():
+                        waiter.set_result(answer)
+        finally:
+            self._task = None
+            # Cancelled (the process stops): nobody may be left waiting, nor told "stored".
+            for _, _, waiter in [*batch, *self._waiting]:
+                if not waiter.done():
+                    waiter.set_exception(Unavailable("the process is stopping; the delivery may not be stored"))
+            self._waiting.clear()

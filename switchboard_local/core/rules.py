@@ -19,6 +19,7 @@ from typing import Any
 from . import audit
 from .errors import InvalidArgument, NotFound
 from .queries import Q
+from .sources import changed
 from .store import Store, Transaction
 from .todo_model import DEFAULT_MAX_ATTEMPTS, NewTodo
 
@@ -242,6 +243,7 @@ async def add(
             raise InvalidArgument(f"no source named {source!r}; add it first")
         now = store.clock.now_ms()
         rule = Rule.from_row(tx.one(Q.insert_rule, {**params, "now": now}))
+        changed(tx)
         if by is not None:
             audit.record(tx, now, by=by, action="rule.add", subject=rule.id, source=source, queue=queue, drop=drop)
         return rule
@@ -263,6 +265,7 @@ async def remove(store: Store, rule_id: int, *, by: str | None = None) -> None:
         if tx.run(Q.delete_rule, {"id": rule_id}) == 0:
             raise NotFound(f"rule {rule_id} does not exist")
         _renumber(tx, [r["id"] for r in tx.all(Q.list_rules, {"source": None})])
+        changed(tx)
         if by is not None:
             audit.record(tx, store.clock.now_ms(), by=by, action="rule.remove", subject=rule_id)
 
@@ -281,6 +284,7 @@ async def move(store: Store, rule_id: int, to: int, *, by: str | None = None) ->
         ids.remove(rule_id)
         ids.insert(to - 1, rule_id)
         _renumber(tx, ids)
+        changed(tx)
         if by is not None:
             audit.record(tx, store.clock.now_ms(), by=by, action="rule.move", subject=rule_id, to=to)
         return [Rule.from_row(r) for r in tx.all(Q.list_rules, {"source": None})]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from secrets import token_hex
 from typing import Any
 
 from . import audit
@@ -206,6 +207,7 @@ async def add(
             if taken == family:
                 raise Conflict(f"{a_noun(family)} named {name!r} exists already")
             raise Conflict(f"the name {name!r} is taken by {a_noun(taken)}")
+        changed(tx)
         if by is not None:
             audit.record(tx, row["created_at"], by=by, action="source.add", subject=name, family=family, kind=kind)
         return Source.from_row(row)
@@ -215,18 +217,64 @@ async def add(
 
 def _found(row: Any, name: str, family: str | None) -> Source:
     """The row as a source of that family; anything else is not found."""
-    wanted = "source or adapter" if family is None else noun(family)
-    if row is None:
-        raise NotFound(f"no {wanted} named {name!r}")
-    if family is not None and row["family"] != family:
-        raise NotFound(f"no {wanted} named {name!r} ({name!r} is {a_noun(row['family'])})")
+    if row is None or (family is not None and row["family"] != family):
+        raise NotFound(_missing(name, family, None if row is None else row["family"]))
     return Source.from_row(row)
+
+
+def _missing(name: str, family: str | None, found: str | None) -> str:
+    """Why no source of ``family`` answers to ``name`` (``found``: the family that does)."""
+    wanted = "source or adapter" if family is None else noun(family)
+    if found is None:
+        return f"no {wanted} named {name!r}"
+    return f"no {wanted} named {name!r} ({name!r} is {a_noun(found)})"
 
 
 async def get(store: Store, name: str, *, family: str | None = None) -> Source:
     """One source by name: a point read, on the loop's own connection (every webhook request asks)."""
     row = await store.peek(lambda tx: tx.one(Q.get_source, {"name": name}))
     return _found(row, name, family)
+
+
+def changed(tx: Transaction) -> None:
+    """Say, in the transaction that changes a source or a rule, that one changed.
+
+    Every verb that writes a source's row (but its health) or a rule calls
+    this: the delivery path's caches (``for_delivery``, routing's rules) are
+    kept only while the generation it renews stays the same, in any process.
+    """
+    tx.run(Q.new_sources_generation, {"token": token_hex(8)})
+
+
+def generation(tx: Transaction) -> str:
+    """The token of the last change of sources and rules (``changed``); '' before any."""
+    return str(tx.one(Q.sources_generation)["generation"])  # type: ignore[index]
+
+
+async def for_delivery(store: Store, name: str, *, family: str) -> Source:
+    """The source a delivery is for, as ``get`` finds it, parsed once per change.
+
+    A point read of the generation per call; the row is read and parsed again
+    only after a source or rule changed (any process's change, made through
+    these verbs). Its health fields (last poll, counts) may be old: only what
+    configures the source is kept current.
+    """
+
+    def read(tx: Transaction) -> tuple[str, Source | None]:
+        now = generation(tx)
+        cached = tx.cache.get(("source", name))
+        if cached is not None and cached[0] == now:
+            return cached  # type: ignore[no-any-return]
+        row = tx.one(Q.get_source, {"name": name})
+        found = None if row is None else Source.from_row(row)
+        if found is not None:  # unknown names are not kept: a flood of them must not grow the cache
+            tx.cache[("source", name)] = (now, found)
+        return now, found
+
+    _, found = await store.peek(read)
+    if found is None or found.family != family:
+        raise NotFound(_missing(name, family, None if found is None else found.family))
+    return found
 
 
 async def list_sources(store: Store, *, family: str | None = None) -> list[Source]:
@@ -241,6 +289,7 @@ async def remove(store: Store, name: str, *, family: str | None = None, by: str 
         _found(tx.one(Q.get_source, {"name": name}), name, family)
         tx.run(Q.delete_source, {"name": name})
         rules = tx.run(Q.delete_rules_of_source, {"name": name})
+        changed(tx)
         if by is not None:
             audit.record(tx, store.clock.now_ms(), by=by, action="source.remove", subject=name, rules_removed=rules)
 
@@ -254,6 +303,7 @@ async def set_enabled(
         _found(tx.one(Q.get_source, {"name": name}), name, family)
         now = store.clock.now_ms()
         row = tx.one(Q.set_source_enabled, {"name": name, "enabled": int(enabled), "now": now})
+        changed(tx)
         if by is not None:
             audit.record(tx, now, by=by, action="source.enable" if enabled else "source.disable", subject=name)
         return Source.from_row(row)
@@ -296,6 +346,7 @@ async def _change_secrets(
         secrets = change(Source.from_row(row).secrets)
         now = store.clock.now_ms()
         updated = tx.one(Q.set_source_secrets, {"name": name, "secrets": json.dumps(secrets), "now": now})
+        changed(tx)
         if by is not None:
             audit.record(tx, now, by=by, action=action, subject=name, **detail)
         return Source.from_row(updated)

@@ -83,8 +83,11 @@ def create_app(
                         shown(source.name), refs)  # fmt: skip
         yield
 
+    # Concurrent deliveries are stored in batches (one transaction, executemany).
+    intake = routing.Intake(store)
+
     async def hook(request: Request) -> Response:
-        return await receive(store, request)
+        return await receive(store, request, intake)
 
     async def healthz(request: Request) -> Response:
         return await health(store)
@@ -168,11 +171,11 @@ def _problem(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def receive(store: Store, request: Request) -> Response:
+async def receive(store: Store, request: Request, intake: routing.Intake) -> Response:
     name = request.path_params["name"]
     who = shown(name)
     try:
-        source = await sources.get(store, name, family="webhook")
+        source = await sources.for_delivery(store, name, family="webhook")
     except NotFound:
         source = None
     except StoreFault as exc:
@@ -233,7 +236,7 @@ async def receive(store: Store, request: Request) -> Response:
         replay_window=webhook_config.replay_window(source),
     )
     try:
-        (result,) = await routing.accept(store, source, [event])
+        result = await intake.accept(source, event)
     except StoreFault as exc:
         result = exc
     if isinstance(result, Exception):  # nothing was stored: the provider should retry
