@@ -44,8 +44,8 @@ import json
 import os
 import platform
 import sqlite3
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
