@@ -28,7 +28,7 @@ from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
 from .store import Store, Transaction
 from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
-from .todos import insert_id
+from .todos import insert_id, insert_params
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
 FAMILIES = (*SOURCE_FAMILIES, "operator")
@@ -302,20 +302,7 @@ def _ingest_batch(
 
 def todo_row(todo: NewTodo, *, now: int, event_id: int | None, id: int) -> dict[str, Any]:
     """insert_todo_with_id's parameters: the columns todos.insert_id writes, and the id."""
-    return {
-        "id": id,
-        "queue": todo.queue,
-        "assignee": todo.assignee,
-        "title": todo.title,
-        "kind": todo.kind,
-        "payload": todo.payload_json,
-        "event_id": event_id,
-        "idempotency_key": todo.idempotency_key,
-        "priority": todo.priority,
-        "max_attempts": todo.max_attempts,
-        "visible_at": now + round(todo.delay * 1000),
-        "now": now,
-    }
+    return {"id": id, **insert_params(todo, now=now, event_id=event_id)}
 
 
 def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:

@@ -97,8 +97,9 @@ def insert_id(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None 
     return int(row["id"])
 
 
-def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | None) -> tuple[Any, bool]:
-    params = {
+def insert_params(todo: NewTodo, *, now: int, event_id: int | None) -> dict[str, Any]:
+    """The columns an insert of ``todo`` writes, as named parameters."""
+    return {
         "queue": todo.queue,
         "assignee": todo.assignee,
         "title": todo.title,
@@ -111,6 +112,10 @@ def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | 
         "visible_at": now + round(todo.delay * 1000),
         "now": now,
     }
+
+
+def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | None) -> tuple[Any, bool]:
+    params = insert_params(todo, now=now, event_id=event_id)
     row = tx.one(sql, params)
     if row is not None:
         return row, True
