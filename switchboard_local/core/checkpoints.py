@@ -7,11 +7,18 @@ and syncs it, which was the long tail of commit latency. Here the write
 connection's threshold is raised (WAL_AUTOCHECKPOINT, a safety net should this
 thread fall behind) and a ``Checkpointer`` does the work beside the commits:
 
-- every INTERVAL_SECONDS, when something committed (from any process: the
-  connection's ``data_version``), a PASSIVE checkpoint: it copies what no
-  reader still needs and never waits for a lock, so commits go on meanwhile.
-  A writer starts the log over once everything in it is copied, so the log
-  stays about one interval's worth of pages;
+- every INTERVAL_SECONDS (0.1 s, as watch.py polls), when something
+  committed (from any process: the connection's ``data_version``), a
+  PASSIVE checkpoint: it copies what no reader still needs and never waits
+  for a lock, so commits go on meanwhile.
+  When it copied everything (no reader holds an older snapshot), a RESTART
+  one at once, during which this process's writes wait (``writer_turn``):
+  it copies the few pages committed since, and the next write starts the
+  log over from its first page. So the -wal file stops growing after about
+  one interval's worth of pages, and a commit rewrites pages of it rather
+  than appending: a file that grows makes each commit's fdatasync write the
+  file's size too, which cost about as much again as the data (0.2 ms a
+  commit on the development VM);
 - when the log still holds more than RESTART_PAGES pages the PASSIVE one could
   not copy (a reader in the way), a RESTART one, waiting at most
   RESTART_WAIT_MS for the lock and the readers; and the next look comes sooner;
@@ -33,7 +40,8 @@ import time
 from pathlib import Path
 
 WAL_AUTOCHECKPOINT = 10_000  # pages: the write connection checkpoints inline only past this
-INTERVAL_SECONDS = 0.5
+INTERVAL_SECONDS = 0.1
+REWIND_WAIT_MS = 5  # the most the RESTART that starts the log over waits (this process's writes wait with it)
 RESTART_PAGES = 4096
 RESTART_WAIT_MS = 100
 IDLE_SECONDS = 1.0
@@ -54,12 +62,18 @@ class Checkpointer:
         self._restart_pages = restart_pages
         self._idle = idle
         self._stop = threading.Event()
+        # The write connection's lock (group_commit.GroupCommit.turn), set by the
+        # store: held for the RESTART that starts the log over, so that this
+        # process's next write waits a moment for it rather than racing it.
+        self.writer_turn: threading.Lock | None = None
         # Its own connection: a checkpoint never holds the write connection, and
         # never waits for a lock unless it asks to (busy_timeout 0 otherwise).
         self._conn = sqlite3.connect(str(path.absolute()), isolation_level=None, timeout=0, check_same_thread=False)
         self._conn.execute("PRAGMA busy_timeout = 0")
         self.checkpoints = 0  # checkpoints run (tests and the bench read it)
         self.truncations = 0
+        self.rewinds = 0  # RESTARTs after which the next write starts the log over
+        self._busy = False  # the last checkpoint found the file busy
         self._thread = threading.Thread(target=self._run, name="switchboard-checkpoints", daemon=True)
         self._thread.start()
 
@@ -81,7 +95,9 @@ class Checkpointer:
             if version != seen:
                 seen, changed_at, dirty = version, now, True
                 log, copied = self._checkpoint("PASSIVE")
-                if log - copied > self._restart_pages:
+                if 0 < log == copied:
+                    self._rewind()
+                elif log - copied > self._restart_pages:
                     self._checkpoint("RESTART", wait_ms=RESTART_WAIT_MS)
                 if log > self._restart_pages:
                     wait = self._interval / 4  # a busy writer: look again sooner
@@ -89,6 +105,19 @@ class Checkpointer:
                 dirty = not self._truncate()
         if dirty or self._version() != seen:
             self._truncate()
+
+    def _rewind(self) -> None:
+        """Everything in the log was copied: a RESTART, holding this process's
+        writes back meanwhile, so that the next write starts the log over."""
+        turn = self.writer_turn
+        if turn is not None and not turn.acquire(timeout=REWIND_WAIT_MS / 1000):
+            return  # the writer is busy for a while: the next look tries again
+        try:
+            self._checkpoint("RESTART", wait_ms=REWIND_WAIT_MS)
+        finally:
+            if turn is not None:
+                turn.release()
+        self.rewinds += not self._busy
 
     def _version(self) -> int:
         with contextlib.suppress(sqlite3.Error):
@@ -114,8 +143,10 @@ class Checkpointer:
                 if wait_ms:
                     self._conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error:  # busy, or the file went away: the next look tries again
+            self._busy = True
             return -1, 0
         self.checkpoints += 1
+        self._busy = bool(busy)
         if busy and mode == "TRUNCATE":
             return max(log, 1), copied
         return log, copied

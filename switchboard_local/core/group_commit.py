@@ -161,6 +161,12 @@ class GroupCommit:
     def flushing(self) -> bool:
         return self._flushing
 
+    @property
+    def turn(self) -> threading.Lock:
+        """Held by whoever uses the connection: another holder (the checkpointer)
+        makes this process's writes wait until it lets go."""
+        return self._conn_lock
+
     async def write(self, body: Callable[[SQLiteTransaction], T]) -> T:
         loop = asyncio.get_running_loop()
         tick_owner = self._inline_tick_task

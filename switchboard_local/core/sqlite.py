@@ -544,6 +544,8 @@ class SQLiteStore:
         self.tally = Tally()
         self._busy_ms = busy_ms
         self._group = GroupCommit(conn, thread, self.cache, busy_ms, monotonic=monotonic, tally=self.tally)
+        if checkpointer is not None:
+            checkpointer.writer_turn = self._group.turn
         self._closed = False
         self._peek_conn: sqlite3.Connection | None = None  # the loop's read-only connection (peek)
         self._readers: list[aiosqlite.Connection] = []  # every reader opened, idle or not
