@@ -22,6 +22,7 @@ tested with, and the constants and parametrize tables more than one test uses.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -32,7 +33,7 @@ import pytest
 from switchboard_local.core import events, settings, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.core.store import Store
-from switchboard_local.core.todo_model import NewTodo, QueueStats
+from switchboard_local.core.todo_model import NewTodo, QueueStats, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 
 from support.cli import as_json
@@ -210,6 +211,19 @@ async def test_create_stores_a_pending_todo_with_every_field(store, clock):
     assert (todo.owner, todo.lease_expires_at, todo.claimed_at, todo.completed_at) == (None, None, None, None)
     assert (todo.result, todo.last_error, todo.event_id, todo.lease_token) == (None, None, None, None)
     assert await todos.get(store, todo.id) == todo
+
+
+def test_every_column_of_a_todo_row_reaches_the_field_of_its_name():
+    columns = [f.name for f in dataclasses.fields(Todo) if f.name not in ("lease_token", "attempts")]
+    row = {name: f"value of {name}" for name in columns}
+    row["payload"], row["result"] = '{"in": "payload"}', '{"in": "result"}'
+    todo = Todo.from_row(row, lease_token="the token")
+    for name in columns:
+        if name not in ("payload", "result"):
+            assert getattr(todo, name) == f"value of {name}", name
+    assert (todo.payload, todo.result, todo.lease_token) == ({"in": "payload"}, {"in": "result"}, "the token")
+    null_row = {**row, "payload": "null", "result": None}
+    assert (Todo.from_row(null_row).payload, Todo.from_row(null_row).result) == (None, None)
 
 
 async def test_create_defaults(store):
