@@ -617,9 +617,6 @@ class PostgresStore:
         threads = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="switchboard-pg")
         store = cls(url, pool, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
-        if not read_only:
-            with contextlib.suppress(OSError):  # the token's folder; only the dashboard needs it
-                store.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return store
 
     async def __aenter__(self) -> PostgresStore:

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 START_SECONDS = 60
@@ -81,6 +82,7 @@ class PostgresServer:
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._names = itertools.count(1)
+        self._dropper: ThreadPoolExecutor | None = None
         self._prefix, uid, gid = _as_server_user()
         if uid is not None:
             os.chown(self.root, uid, gid if gid is not None else -1)
@@ -126,6 +128,9 @@ class PostgresServer:
                     raise
                 time.sleep(0.05)
 
+    def template_url(self) -> str:
+        return self.url(TEMPLATE)
+
     def admin(self, *statements: str) -> None:
         """Run statements as the superuser on the maintenance database, each committed at once."""
         import psycopg
@@ -150,11 +155,19 @@ class PostgresServer:
         return self.url(name)
 
     def drop(self, url: str) -> None:
-        """Drop a test's database (its connections ended first)."""
+        """Drop a test's database now (connections still on it are ended)."""
         name = url.rsplit("/", 1)[1]
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
+    def release(self, url: str) -> None:
+        """Drop a test's database in the background, while the next test runs."""
+        if self._dropper is None:
+            self._dropper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-drop")
+        self._dropper.submit(self.drop, url)
+
     def stop(self) -> None:
+        if self._dropper is not None:
+            self._dropper.shutdown(wait=True)
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)  # fast shutdown
             try:
