@@ -78,14 +78,15 @@ class PostgresServer:
 
     def __init__(self) -> None:
         self.bin = find_bin()
-        self.root = Path(tempfile.mkdtemp(prefix="switchboard-pg-"))
+        self._prefix, uid, gid = _as_server_user()
+        # As root the server runs as nobody, who must reach the folder: /tmp, whatever $TMPDIR says.
+        self.root = Path(tempfile.mkdtemp(prefix="switchboard-pg-", dir="/tmp" if uid is not None else None))
         self.data = self.root / "data"
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._names = itertools.count(1)
         self._worker: ThreadPoolExecutor | None = None
         self._ready: list[Future[str]] = []
-        self._prefix, uid, gid = _as_server_user()
         if uid is not None:
             os.chown(self.root, uid, gid if gid is not None else -1)
             self.root.chmod(0o700)
