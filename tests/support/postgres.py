@@ -170,6 +170,12 @@ class PostgresServer:
         self.admin(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
         return self.url(name)
 
+    def empty_database(self) -> str:
+        """A new database with nothing in it (not even the schema); its URL. Drop it with ``release``."""
+        name = f"e{os.getpid()}_{next(self._names)}"
+        self.admin(f"CREATE DATABASE {name}")
+        return self.url(name)
+
     def drop(self, url: str) -> None:
         """Drop a test's database now (connections still on it are ended)."""
         name = url.rsplit("/", 1)[1]
