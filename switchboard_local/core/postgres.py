@@ -59,7 +59,8 @@ T = TypeVar("T")
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
 BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
-POOL_SIZE = 10  # connections (and threads) of one store
+WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
+READERS = 4  # pooled read-only connections for read_one, read_all and peek
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
@@ -547,6 +548,7 @@ class PostgresStore:
         self,
         url: str,
         pool: ConnectionPool[psycopg.Connection[PgRow]],
+        readers: ConnectionPool[psycopg.Connection[PgRow]],
         threads: ThreadPoolExecutor,
         clock: Clock,
         rng: random.Random,
@@ -563,6 +565,7 @@ class PostgresStore:
         self.tally = Tally()
         self.read_only = read_only
         self._pool = pool
+        self._readers = readers
         self._threads = threads
         self._settings = settings
         self._statements = Statements()
@@ -594,7 +597,21 @@ class PostgresStore:
         where = redacted(url)
         url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
 
-        def prepare() -> ConnectionPool[psycopg.Connection[PgRow]]:
+        def pool(size: int, *, read_only: bool, name: str) -> ConnectionPool[psycopg.Connection[PgRow]]:
+            made: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=size,
+                kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
+                configure=lambda conn: _configure(conn, read_only=read_only, **settings),
+                open=False,
+                timeout=CONNECT_SECONDS,
+                name=f"switchboard {name}",
+            )
+            made.open(wait=False)
+            return made
+
+        def prepare() -> tuple[ConnectionPool[psycopg.Connection[PgRow]], ConnectionPool[psycopg.Connection[PgRow]]]:
             with driver_errors(where):
                 try:
                     conn = _connect(url, read_only=read_only, **settings)
@@ -608,22 +625,12 @@ class PostgresStore:
                         _migrate(conn, where)
                 finally:
                     conn.close()
-                pool: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
-                    url,
-                    min_size=1,
-                    max_size=POOL_SIZE,
-                    kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
-                    configure=lambda conn: _configure(conn, read_only=read_only, **settings),
-                    open=False,
-                    timeout=CONNECT_SECONDS,
-                    name=f"switchboard {where}",
-                )
-                pool.open(wait=False)
-                return pool
+                # Reads run read-only: a statement that would write is refused there, as on SQLite.
+                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads")
 
-        pool = await asyncio.to_thread(prepare)
-        threads = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="switchboard-pg")
-        store = cls(url, pool, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
+        writers, readers = await asyncio.to_thread(prepare)
+        threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
+        store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
         return store
 
@@ -645,6 +652,7 @@ class PostgresStore:
         if listener is not None:
             await asyncio.to_thread(listener.stop)
         await asyncio.to_thread(self._pool.close)
+        await asyncio.to_thread(self._readers.close)
         self._threads.shutdown(wait=False)
 
     @property
@@ -714,14 +722,14 @@ class PostgresStore:
         return await self._in_thread(lambda: self._read(sql, params))
 
     def _read(self, sql: str, params: Params) -> list[PgRow]:
-        with driver_errors(self.where), self._pool.connection() as conn:
+        with driver_errors(self.where), self._readers.connection() as conn:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
         """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
 
         def run() -> T:
-            with driver_errors(self.where), self._pool.connection() as conn:
+            with driver_errors(self.where), self._readers.connection() as conn:
                 return body(PgTransaction(conn, self._statements, self.cache))
 
         return await self._in_thread(run)
