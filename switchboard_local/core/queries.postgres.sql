@@ -195,7 +195,7 @@ FROM lapsed JOIN recovered ON recovered.id = lapsed.id;
 -- history in one statement; it always runs just before this one
 -- (todos._recover_lapsed). What is left here is only what another
 -- transaction holds, and that one recovers it: this changes nothing.
-SELECT 0 AS recovered WHERE CAST(:now AS bigint) IS NULL;
+SELECT WHERE CAST(:now AS bigint) IS NULL;
 
 -- name: any_lapsed_lease
 SELECT 1 AS "1" FROM todos WHERE state = 'claimed' AND lease_expires_at <= sb_ts(:now) LIMIT 1;
