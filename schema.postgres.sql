@@ -106,7 +106,8 @@ $$;
 -- The batch's look for a delivery seen before (queries.postgres.sql's
 -- seen_deliveries): under the id lock, exclusive, and (VOLATILE) with a
 -- snapshot taken after it, so it sees every delivery committed before the
--- lock was granted. The event it repeats, or NULL.
+-- lock was granted. The event it repeats (by its external id, else the kept
+-- key of one pruned since, else its body: seen_delivery's order), or NULL.
 CREATE OR REPLACE FUNCTION sb_seen_delivery(source text, external_id text, pruned_key text, body_key text,
                                             window_start bigint) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
@@ -117,10 +118,10 @@ BEGIN
         (SELECT events.id FROM events
          WHERE events.source = sb_seen_delivery.source AND events.external_id = sb_seen_delivery.external_id),
         (SELECT delivery_keys.event_id FROM delivery_keys
-         WHERE delivery_keys.source = sb_seen_delivery.source
-           AND (delivery_keys.key = pruned_key
-                OR (delivery_keys.key = body_key AND delivery_keys.seen_at >= sb_ts(window_start)))
-         LIMIT 1));
+         WHERE delivery_keys.source = sb_seen_delivery.source AND delivery_keys.key = pruned_key),
+        (SELECT delivery_keys.event_id FROM delivery_keys
+         WHERE delivery_keys.source = sb_seen_delivery.source AND delivery_keys.key = body_key
+           AND delivery_keys.seen_at >= sb_ts(window_start)));
 END
 $$;
 

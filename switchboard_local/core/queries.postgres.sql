@@ -413,19 +413,20 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 
 -- name: cancel_pending
 -- A queue's pending todos (:kind and :since may be NULL), oldest first, a
--- batch at a time. The batch is locked as it is picked (a todo claimed
--- meanwhile is waited for and left out, and the next one taken instead), and
--- the update looks at the state again.
+-- batch at a time. The batch is picked once (ARRAY: an IN would pick again
+-- for every row, past the rows this statement changed) and locked as it is
+-- picked (a todo claimed meanwhile is waited for and left out, and the next
+-- one taken instead); the update looks at the state again.
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
-WHERE id IN (
+WHERE id = ANY (ARRAY(
     SELECT id FROM todos
     WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
       AND (CAST(:kind AS text) IS NULL OR kind = :kind)
       AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since))
     ORDER BY id
     LIMIT :limit
-    FOR UPDATE)
+    FOR UPDATE))
   AND state = 'pending'
 RETURNING id;
 
@@ -470,15 +471,16 @@ WHERE queue = :queue AND state = 'failed'
 
 -- name: purge_todos
 -- A queue's finished todos in :state, last touched before :before (NULL: any
--- time), oldest first, a batch at a time; locked as they are picked (one
--- redriven meanwhile is left out), and the delete looks at the state again.
-DELETE FROM todos WHERE id IN (
+-- time), oldest first, a batch at a time: picked once (as cancel_pending),
+-- locked as they are picked (one redriven meanwhile is left out), and the
+-- delete looks at the state again.
+DELETE FROM todos WHERE id = ANY (ARRAY(
     SELECT id FROM todos
     WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before))
     ORDER BY id
     LIMIT :limit
-    FOR UPDATE)
+    FOR UPDATE))
   AND state = :state
 RETURNING id;
 
@@ -595,12 +597,17 @@ VALUES (sb_new_id('events'), :source, 'operator', :type, :external_id, 'operator
 RETURNING id;
 
 -- name: seen_delivery
--- The event a delivery repeats (see insert_event).
-(SELECT id AS event_id FROM events WHERE source = :source AND external_id = :external_id
- UNION ALL
- SELECT event_id FROM delivery_keys
- WHERE source = :source
-   AND (key = :pruned_key OR (key = :body_key AND seen_at >= sb_ts(:window_start))))
+-- The event a delivery repeats (see insert_event): a stored event with its
+-- external id first, then the kept key of one pruned since, then its body (the
+-- order SQLite's plan gives queries.sql's).
+SELECT event_id FROM (
+    SELECT id AS event_id, 1 AS preference FROM events WHERE source = :source AND external_id = :external_id
+    UNION ALL
+    SELECT event_id, 2 FROM delivery_keys WHERE source = :source AND key = :pruned_key
+    UNION ALL
+    SELECT event_id, 3 FROM delivery_keys
+    WHERE source = :source AND key = :body_key AND seen_at >= sb_ts(:window_start)) AS seen
+ORDER BY preference
 LIMIT 1;
 
 -- name: remember_delivery
