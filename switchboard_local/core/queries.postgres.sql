@@ -774,33 +774,25 @@ SELECT COALESCE(MAX(id), 0) AS id FROM events;
 
 -- name: todos_after
 -- Todos created after :after_id, in :queue (NULL: every queue), oldest first,
--- as they are now: what `todo watch` follows. On PostgreSQL an id seen does
--- not mean every smaller one is committed (ids are drawn before commits,
--- which may land in another order): see the report of the store.
+-- as they are now: what `todo watch` follows. An id seen means every smaller
+-- one is committed or never will be: sb_todos_after first waits for the
+-- transactions that drew ids before it (schema.postgres.sql).
 SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason
-FROM todos
-WHERE id > :after_id
-  AND (CAST(:queue AS text) IS NULL OR queue = :queue)
-ORDER BY id
-LIMIT :limit;
+FROM sb_todos_after(:after_id, :queue, :limit) AS todos
+ORDER BY id;
 
 -- name: todo_arrivals
 -- Todos created after :after_id that :agent could claim in the queues (a JSON
 -- array, or NULL for all), oldest first, with the source of the event each
 -- came from and whether its queue is paused: what the doorbell rings for.
-SELECT todos.id, todos.queue, todos.title, todos.state, events.source,
-       CAST(EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
-            AS integer) AS paused
-FROM todos LEFT JOIN events ON events.id = todos.event_id
-WHERE todos.id > :after_id
-  AND (CAST(:queues AS jsonb) IS NULL OR todos.queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
-  AND (todos.assignee IS NULL OR todos.assignee = :agent)
-ORDER BY todos.id
-LIMIT :limit;
+-- Waits as todos_after does.
+SELECT id, queue, title, state, source, paused
+FROM sb_todo_arrivals(:after_id, CAST(:queues AS jsonb), :agent, :limit)
+ORDER BY id;
 
 -- ---- rules (routing, applied in position order) ----
 

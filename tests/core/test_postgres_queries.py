@@ -252,3 +252,24 @@ def test_a_batch_holds_every_other_insert_of_an_id_off_until_it_commits(schema_d
         assert other.execute(lock).fetchone() == (False, True)
         other.rollback()
         batch.commit()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("follow", ["todos_after", "todo_arrivals"])
+def test_a_follower_never_passes_a_smaller_id_that_commits_later(schema_database: str, follow: str) -> None:
+    with psycopg.connect(schema_database) as slow, psycopg.connect(schema_database, autocommit=True) as fast, \
+            psycopg.connect(schema_database, autocommit=True) as follower, \
+            psycopg.connect(schema_database, autocommit=True) as watcher:  # fmt: skip
+        smaller = slow.execute(statement("insert_todo_id"), todo_params(None, "slow")).fetchone()
+        larger = fast.execute(statement("insert_todo_id"), todo_params(None, "fast")).fetchone()
+        assert smaller is not None and larger is not None and smaller[0] < larger[0]
+        params = {"after_id": 0, "queue": None, "queues": None, "agent": "a", "limit": 10}
+        seen: list[list[int]] = []
+        reader = threading.Thread(
+            target=lambda: seen.append([row[0] for row in follower.execute(statement(follow), params).fetchall()])
+        )
+        reader.start()
+        until(lambda: waiting_for_a_lock(watcher, follower.info.backend_pid), True)  # the slow one is awaited
+        slow.commit()
+        reader.join()
+        assert seen == [[smaller[0], larger[0]]]
