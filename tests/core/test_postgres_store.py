@@ -25,7 +25,7 @@ from support.cli import invoke
 from support.postgres import PostgresServer
 from support.sql import rows, run, value
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
 @pytest.fixture
