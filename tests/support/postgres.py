@@ -87,6 +87,8 @@ class PostgresServer:
         self.process: subprocess.Popen[bytes] | None = None
         self._names = itertools.count(1)
         self._free: list[str] = []  # databases emptied for reuse
+        self._admin: Any = None  # the maintenance connection (admin)
+        self._admin_lock = threading.Lock()
         self._lock = threading.Lock()
         self._template_fingerprint: tuple[Any, ...] = ()
         self._reset = ""
@@ -141,9 +143,11 @@ class PostgresServer:
         """Run statements as the superuser on the maintenance database, each committed at once."""
         import psycopg
 
-        with psycopg.connect(self.url(), autocommit=True) as conn:
+        with self._admin_lock:
+            if self._admin is None or self._admin.closed:
+                self._admin = psycopg.connect(self.url(), autocommit=True)
             for statement in statements:
-                conn.execute(statement)  # type: ignore[arg-type]
+                self._admin.execute(statement)  # type: ignore[arg-type]
 
     def prepare_template(self, setup: Callable[[str], None] | None = None) -> None:
         """The template every test's database is copied from: empty, or as ``setup(url)`` leaves it."""
@@ -209,6 +213,8 @@ class PostgresServer:
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)  # fast shutdown
             try:
