@@ -416,9 +416,10 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 -- batch at a time. The batch is locked as it is picked (a todo claimed
 -- meanwhile is waited for and left out, and the next one taken instead), and
 -- the update looks at the state again.
-UPDATE todos
-SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
-WHERE id IN (
+-- The batch is picked once (MATERIALIZED): as the inner side of a semi-join a
+-- LIMIT … FOR UPDATE subquery is run again per row, skipping the rows this
+-- statement already changed, and would take every matching todo.
+WITH batch AS MATERIALIZED (
     SELECT id FROM todos
     WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
       AND (CAST(:kind AS text) IS NULL OR kind = :kind)
@@ -426,6 +427,9 @@ WHERE id IN (
     ORDER BY id
     LIMIT :limit
     FOR UPDATE)
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
+WHERE id IN (SELECT id FROM batch)
   AND state = 'pending'
 RETURNING id;
 
@@ -472,13 +476,15 @@ WHERE queue = :queue AND state = 'failed'
 -- A queue's finished todos in :state, last touched before :before (NULL: any
 -- time), oldest first, a batch at a time; locked as they are picked (one
 -- redriven meanwhile is left out), and the delete looks at the state again.
-DELETE FROM todos WHERE id IN (
+-- Picked once (MATERIALIZED), as cancel_pending's batch is, for the same reason.
+WITH batch AS MATERIALIZED (
     SELECT id FROM todos
     WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before))
     ORDER BY id
     LIMIT :limit
     FOR UPDATE)
+DELETE FROM todos WHERE id IN (SELECT id FROM batch)
   AND state = :state
 RETURNING id;
 

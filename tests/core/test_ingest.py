@@ -51,8 +51,9 @@ async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path
     assert (event.trust_mode, event.verified) == ("hmac-sha256", True)
     assert event.verify_detail == "X-Hub-Signature-256 matched"
     assert (event.content_type, event.received_at) == ("application/json", clock.now_ms())
-    # On disk, as a BLOB, not re-encoded text.
-    assert rows(db_path, "SELECT body, typeof(body) FROM events") == [(RAW_BODY, "blob")]
+    # On disk, as bytes (a BLOB, a bytea), not re-encoded text.
+    body_type = "pg_typeof(body)::text" if sql.is_url(db_path) else "typeof(body)"
+    assert rows(db_path, f"SELECT body, {body_type} FROM events") == [(RAW_BODY, "bytea" if sql.is_url(db_path) else "blob")]
     stored = [await todos.get(store, i) for i in got.todo_ids]
     assert [(t.title, t.event_id, t.state) for t in stored] == [
         ("first", got.event_id, "pending"),

@@ -228,12 +228,16 @@ class PostgresServer:
 
 def _fingerprint(conn: Any) -> tuple[Any, ...]:
     """The objects of a database (relations, functions, triggers, schemas) and its schema versions."""
-    return tuple(conn.execute("""
+    objects = tuple(conn.execute("""
         SELECT (SELECT string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname)
                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'),
                (SELECT string_agg(p.proname, ',' ORDER BY p.proname)
                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'),
                (SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE NOT tgisinternal),
                (SELECT string_agg(nspname, ',' ORDER BY nspname) FROM pg_namespace),
-               (SELECT string_agg(version::text, ',' ORDER BY version) FROM schema_migrations)
+               to_regclass('schema_migrations') IS NOT NULL
     """).fetchone())
+    if not objects[-1]:
+        return objects
+    versions = conn.execute("SELECT string_agg(version::text, ',' ORDER BY version) FROM schema_migrations").fetchone()
+    return (*objects, *versions)
