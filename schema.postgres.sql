@@ -120,6 +120,7 @@ BEGIN
          WHERE delivery_keys.source = sb_seen_delivery.source
            AND (delivery_keys.key = pruned_key
                 OR (delivery_keys.key = body_key AND delivery_keys.seen_at >= sb_ts(window_start)))
+         ORDER BY delivery_keys.key = pruned_key DESC  -- its own pruned event before a later one's body
          LIMIT 1));
 END
 $$;

@@ -602,11 +602,14 @@ RETURNING id;
 
 -- name: seen_delivery
 -- The event a delivery repeats (see insert_event).
-(SELECT id AS event_id FROM events WHERE source = :source AND external_id = :external_id
- UNION ALL
- SELECT event_id FROM delivery_keys
- WHERE source = :source
-   AND (key = :pruned_key OR (key = :body_key AND seen_at >= sb_ts(:window_start))))
+-- Its event first, then its own pruned event's key, then a body within the window.
+SELECT event_id FROM (
+    SELECT id AS event_id, 0 AS rank FROM events WHERE source = :source AND external_id = :external_id
+    UNION ALL
+    SELECT event_id, CASE WHEN key = :pruned_key THEN 1 ELSE 2 END FROM delivery_keys
+    WHERE source = :source
+      AND (key = :pruned_key OR (key = :body_key AND seen_at >= sb_ts(:window_start)))) AS seen
+ORDER BY rank
 LIMIT 1;
 
 -- name: remember_delivery
