@@ -573,6 +573,7 @@ class PostgresStore:
         self._busy = 0  # calls in flight (close waits for them)
         self._idle: asyncio.Event | None = None
         self.commits = 0  # this store's commits that changed rows
+        self._commits_lock = threading.Lock()
         self._listener: _Listener | None = None
 
     def __str__(self) -> str:
@@ -710,7 +711,8 @@ class PostgresStore:
                     time.sleep(min(0.2, 0.002 * 2**attempt) * random.random())
                     continue
                 if tx.changed:
-                    self.commits += 1
+                    with self._commits_lock:  # writes commit on several threads
+                        self.commits += 1
                 self.tally.committed(time.perf_counter() - started, 1)
                 return result
 
