@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import agents, copy, events, queues, routing, rules, settings, sources, todos, webhook_config
+from switchboard_local.core import (
+    agents,
+    copy,
+    events,
+    queues,
+    routing,
+    rules,
+    settings,
+    sources,
+    todos,
+    webhook_config,
+)
 from switchboard_local.core.errors import Conflict, InvalidArgument
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store import Store
