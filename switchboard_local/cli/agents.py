@@ -15,7 +15,7 @@ from ..core import agents
 from ..core.agents import TOOL_NAMES, Agent
 from ..core.errors import SwitchboardError
 from ..core.store import DB_ENV
-from .common import Out, common, exit_status, operator, printable, table, when
+from .common import Database, Out, common, exit_status, operator, printable, table, when
 
 AGENT_ENV = "SWITCHBOARD_AGENT"
 
@@ -35,9 +35,9 @@ def register(main: click.Group) -> None:
 )
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=Database(),
     default=None,
-    help=f"Database file (default: ${DB_ENV}, else the user data dir).",
+    help=f"Database file, or a postgresql:// URL (default: ${DB_ENV}, else the user data dir).",
 )
 @click.option(
     "--ingest",

@@ -33,7 +33,7 @@ from ..core.errors import (
     SwitchboardError,
     Unavailable,
 )
-from ..core.store import DB_ENV, Store
+from ..core.store import DB_ENV, Location, Store, is_url
 from ..core.text import NON_C0_CONTROLS, escape_controls
 from ..core.todo_model import INT64_MAX, dump_json
 
@@ -184,14 +184,25 @@ class JsonValue(click.ParamType):
         return value
 
 
+class Database(click.ParamType):
+    """--db: a file path, or a PostgreSQL URL (``postgresql://…`` or ``postgres://…``) kept as it is."""
+
+    name = "path|url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Location:
+        if isinstance(value, Path) or is_url(value):
+            return value  # type: ignore[no-any-return]
+        return click.Path(dir_okay=False, path_type=Path).convert(value, param, ctx)  # type: ignore[no-any-return]
+
+
 def common(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--db and --json, accepted on every command (and on the group)."""
     fn = click.option("--json", "as_json", is_flag=True, default=None, help="Print one JSON value on stdout.")(fn)
     fn = click.option(
         "--db",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=Database(),
         default=None,
-        help=f"Database file (default: ${DB_ENV}, else the user data dir).",
+        help=f"Database file, or a postgresql:// URL (default: ${DB_ENV}, else the user data dir).",
     )(fn)
     return fn
 
@@ -247,7 +258,7 @@ def _usage_error(exc: click.ClickException, *, as_json: bool) -> int:
 class Out:
     """Where a command's answer goes: JSON or text for people."""
 
-    def __init__(self, db: Path | None, as_json: bool | None) -> None:
+    def __init__(self, db: Location | None, as_json: bool | None) -> None:
         parent = click.get_current_context().find_root().obj or {}
         self.db = db if db is not None else parent.get("db")
         self.json = bool(as_json if as_json is not None else parent.get("json"))

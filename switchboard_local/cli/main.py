@@ -20,7 +20,7 @@ from .. import __version__
 from ..core import todos, watch
 from ..core.clock import rfc3339
 from ..core.errors import SwitchboardError
-from ..core.store import Store, default_path
+from ..core.store import Store, default_path, describe
 from ..core.todo_model import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_CAP_SECONDS,
@@ -618,7 +618,8 @@ def db_path(db: Path | None, as_json: bool | None) -> None:
         path = out.db if out.db is not None else default_path()
     except SwitchboardError as exc:  # $SWITCHBOARD_DB in the home of no user
         out.fail(exc)
-    out.emit({"path": str(path)}, str(path))
+    shown = describe(path)  # a URL's password is never printed
+    out.emit({"path": shown}, shown)
 
 
 def _register_edges() -> None:

@@ -2,10 +2,11 @@
 
 ``Store`` and ``Transaction`` are Protocols: what a verb may ask of a
 database. ``SQLiteStore`` (sqlite.py, with group_commit.py for its writes)
-implements them on one SQLite file; ``Store.open`` opens it (a PostgreSQL
-store will be chosen there by its URL, once it exists). Verbs and edges
-annotate with these names, so they depend on the interface, never on SQLite,
-and nothing here imports a database driver.
+implements them on one SQLite file, ``PostgresStore`` (postgres.py) on a
+PostgreSQL database; ``Store.open`` picks one by what it is given (a
+``postgresql://`` or ``postgres://`` URL, else a file path). Verbs and edges
+annotate with these names, so they depend on the interface, never on a
+backend, and nothing here imports a database driver.
 """
 
 from __future__ import annotations
@@ -33,11 +34,54 @@ T = TypeVar("T")
 Params = Mapping[str, Any] | Sequence[Any]
 
 
-def default_path() -> Path:
-    """The database path: $SWITCHBOARD_DB, else the platform's user data dir."""
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+Location = Path | str
+"""Where a database is: a file's path, or (a str) a PostgreSQL URL."""
+
+
+def is_url(location: object) -> bool:
+    """Whether ``location`` (a --db value, $SWITCHBOARD_DB) names a PostgreSQL database by URL."""
+    return isinstance(location, str) and location[:13].lower().startswith(URL_SCHEMES)
+
+
+def location(value: str | os.PathLike[str]) -> Location:
+    """A --db value or $SWITCHBOARD_DB as the store takes it: a URL as it is, else an expanded path."""
+    return value if is_url(value) else expanded(value)
+
+
+def describe(where: Location) -> str:
+    """A database's name for messages: a path, or a URL with its password hidden."""
+    if is_url(where):
+        assert isinstance(where, str)
+        return redacted(where)
+    return str(where)
+
+
+def redacted(url: str) -> str:
+    """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``."""
+    import re
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("://", 1)[0] + "://(a malformed URL)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def default_path() -> Location:
+    """The database: $SWITCHBOARD_DB (a path or a PostgreSQL URL), else the platform's user data dir."""
     from_env = os.environ.get(DB_ENV)
     if from_env:
-        return expanded(from_env)
+        return location(from_env)
     import platformdirs
 
     return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
@@ -117,15 +161,16 @@ class Transaction(Protocol):
 
 
 class Store(Protocol):
-    """What the verbs ask of a database. SQLite (``SQLiteStore``) implements it
-    today; a PostgreSQL store will implement the same, and the verbs will not
-    know which they hold.
+    """What the verbs ask of a database. SQLite (``SQLiteStore``) and PostgreSQL
+    (``PostgresStore``) implement it, and the verbs do not know which they hold.
 
     The contract:
 
     - **Writes.** ``write(body)`` runs ``body`` in one transaction (SQLite:
       ``BEGIN IMMEDIATE`` … ``COMMIT``; ROLLBACK if it raises) and answers
       only once that transaction is committed and durable: store, then ack.
+      (PostgreSQL: one transaction per call on a pooled connection; the
+      server takes concurrent writers, so there is no group commit.)
       Writes of one process may share a transaction (group commit), each
       isolated so that one that raises is rolled back alone, the others
       commit, and each caller gets its own result or error. A body may
@@ -139,7 +184,8 @@ class Store(Protocol):
       wait behind a write's commit. ``peek`` is a point read (a few rows by
       index) for hot paths, answered on the caller's own thread.
     - **Changes.** ``data_version()`` is a value that changes whenever
-      anything that changed rows was committed, by any process.
+      anything that changed rows was committed, by any process (PostgreSQL:
+      by any host, heard through LISTEN/NOTIFY).
     - **Errors.** What the database did leaves a store only as the project's
       errors (core/errors.py: Busy, Unavailable, StoreUnusable, a refused
       constraint as Conflict), never as a driver's; only a statement the
@@ -149,6 +195,8 @@ class Store(Protocol):
       raises RuntimeError.
     """
 
+    # SQLite: the database file. PostgreSQL: a local file name, never the
+    # database, beside which the files of a database (the dashboard token) go.
     path: Path
     clock: Clock
     rng: random.Random
@@ -168,7 +216,8 @@ class Store(Protocol):
         monotonic: Monotonic | None = None,
         read_only: bool = False,
     ) -> Store:
-        """Open the store at ``path`` (default: $SWITCHBOARD_DB, else the user data dir).
+        """Open the store at ``path`` (default: $SWITCHBOARD_DB, else the user data dir):
+        a file path (SQLite), or a ``postgresql://`` URL (PostgreSQL).
 
         ``clock`` is the verbs' time, ``rng`` their jitter, ``monotonic`` the
         group commit's time budget (all injected so that tests move them).
@@ -176,21 +225,38 @@ class Store(Protocol):
         and never changed (nothing created, migrated or chmod-ed; every write
         refused with ``Unavailable``); anything else is refused as when opened.
         """
-        from .sqlite import SQLiteStore  # the one implementation today
+        if path is None:
+            path = default_path()
+        if is_url(path):
+            from .postgres import PostgresStore  # only when asked for: psycopg is imported there alone
+
+            assert isinstance(path, str)
+            return await PostgresStore.open(
+                path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
+            )
+        from .sqlite import SQLiteStore
 
         return await SQLiteStore.open(
             path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
         )
 
     @classmethod
-    async def inspect(cls, path: Path) -> FileState:
+    async def inspect(cls, path: Location) -> FileState:
         """What the existing file at ``path`` is, without changing it: never created, migrated or chmod-ed.
 
         Reads its identity, journal mode and integrity (which reads every
         page). Raises ``Unavailable`` when it cannot be opened, ``Busy`` when
-        it stays locked.
+        it stays locked. For a PostgreSQL URL: its schema version and whether
+        it is ours or empty (PostgreSQL checks its own pages).
         """
+        if is_url(path):
+            from .postgres import inspect_url
+
+            assert isinstance(path, str)
+            return await asyncio.to_thread(inspect_url, path)
         from .sqlite import inspect_file
+
+        assert isinstance(path, Path)
 
         return await asyncio.to_thread(inspect_file, path)
 

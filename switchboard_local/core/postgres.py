@@ -1,0 +1,830 @@
+"""The store on a PostgreSQL database: its URL, how it is opened and migrated,
+its transactions and reads, its change feed, and how the driver's errors
+become the core's.
+
+``PostgresStore`` implements ``store.Store`` with psycopg 3: a
+``psycopg_pool.ConnectionPool`` of *synchronous* connections, driven from the
+event loop through a thread pool of the same size. Why sync connections and
+threads rather than psycopg's async API: the Transaction protocol is
+synchronous (a verb's body is a plain callable that runs its statements one
+after another, and may run more than once), so a body has to run on a thread
+that can block on each statement anyway; one hop per transaction to a thread
+holding a pooled connection is what an async connection would cost per
+statement. And why no group commit: PostgreSQL takes concurrent writers (row
+locks, ``FOR UPDATE SKIP LOCKED``), so each ``write`` is simply one
+transaction on its own pooled connection, committed (and flushed, with
+``synchronous_commit=on``) before it answers; the server groups the WAL
+flushes of concurrent commits itself.
+
+Transactions run at READ COMMITTED (what the claim's ``SKIP LOCKED`` is made
+for); a body that meets a serialization failure or a deadlock is rolled back
+and run again. A statement that fails aborts a PostgreSQL transaction, where
+SQLite lets the transaction go on: a body that catches a refusal (``Conflict``)
+and carries on is therefore run again with every statement inside a savepoint
+of its own, so that its answer is what it would have been on SQLite.
+
+Statements are the named ones of queries.postgres.sql: ``tx.one(Q.claim_by_id)``
+runs the PostgreSQL text under the same name, its ``:name`` parameters turned
+into psycopg's ``%(name)s`` once, when first used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import psycopg
+import psycopg.errors as pgerrors
+from psycopg import pq
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .clock import Clock, SystemClock
+from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from .store import APP_NAME, FileState, Params, Transaction, is_url, redacted
+from .tally import Tally
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
+BUSY_TIMEOUT_MS = 30_000
+CONNECT_SECONDS = 10  # connect_timeout of every connection
+POOL_SIZE = 10  # connections (and threads) of one store
+RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
+LISTEN_CHANNEL = "switchboard"
+SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
+MIGRATION_LOCK = 0x53424C51  # pg_advisory_xact_lock key ('SBLQ'): one opener creates or migrates at a time
+
+
+def local_path(url: str) -> Path:
+    """Where the files that live beside a database go for this one (the dashboard token):
+    the user data dir, a name made of the user, host, port and database (never the password)."""
+    import platformdirs
+
+    parts = urlsplit(url)
+    user = unquote(parts.username or "")
+    host = unquote(parts.hostname or "local")
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = 5432
+    database = unquote(parts.path.lstrip("/")) or user or "postgres"
+    name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
+    return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
+
+
+def busy_timeout_ms() -> int:
+    raw = os.environ.get(BUSY_TIMEOUT_ENV)
+    if not raw:
+        return BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
+    return round(seconds * 1000)
+
+
+# ---------------------------------------------------------------- statements
+
+
+def convert_params(sql: str) -> str:
+    """``:name`` → ``%(name)s``, ``?`` → ``%s``, ``%`` → ``%%``; casts (``::``), strings,
+    quoted names, dollar quotes and comments are left alone."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "'" or c == '"':
+            end = i + 1
+            while end < n:
+                if sql[end] == c:
+                    if end + 1 < n and sql[end + 1] == c:  # '' or "" inside
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i : end + 1].replace("%", "%%"))
+            i = end + 1
+        elif c == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+            out.append(sql[i:end].replace("%", "%%"))
+            i = end
+        elif c == "/" and sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end].replace("%", "%%"))
+            i = end
+        elif c == "$" and (m := re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", sql[i:])):
+            tag = m.group(0)
+            end = sql.find(tag, i + len(tag))
+            end = n if end < 0 else end + len(tag)
+            out.append(sql[i:end].replace("%", "%%"))
+            i = end
+        elif c == ":":
+            if sql.startswith("::", i):
+                out.append("::")
+                i += 2
+            elif m := re.match(r":([A-Za-z_][A-Za-z0-9_]*)", sql[i:]):
+                out.append(f"%({m.group(1)})s")
+                i += len(m.group(0))
+            else:
+                out.append(c)
+                i += 1
+        elif c == "?":
+            out.append("%s")
+            i += 1
+        elif c == "%":
+            out.append("%%")
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+class Statements:
+    """The PostgreSQL text of each named statement, converted for psycopg once, when first used.
+
+    A statement is found by its name (``Q.name`` carries it); a plain string
+    is accepted only when it is the SQLite text of a named statement.
+    """
+
+    def __init__(self) -> None:
+        from . import queries
+
+        self._pg: Mapping[str, str] = queries.POSTGRES
+        self._names_by_text = {str(text): name for name, text in vars(queries.Q).items() if isinstance(text, str)}
+        self._converted: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, sql: str) -> tuple[str, str]:
+        name = getattr(sql, "name", None) or self._names_by_text.get(sql)
+        if name is None:
+            raise ValueError(
+                "the PostgreSQL store runs named statements only (Q.name from core/queries.sql), "
+                f"not SQL text: {sql[:80]!r}"
+            )
+        found = self._converted.get(name)
+        if found is None:
+            try:
+                text = self._pg[name]
+            except KeyError:
+                raise ValueError(f"queries.postgres.sql has no statement named {name!r}") from None
+            found = convert_params(str(text))
+            with self._lock:
+                self._converted[name] = found
+        return name, found
+
+
+# ---------------------------------------------------------------- rows
+
+
+class PgRow:
+    """A row as sqlite3.Row offers it: ``row["col"]``, ``row[0]``, ``keys()``, iteration, equality with tuples."""
+
+    __slots__ = ("_values", "_index")
+
+    def __init__(self, values: tuple[Any, ...], index: dict[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: str | int | slice) -> Any:
+        if isinstance(key, str):
+            try:
+                return self._values[self._index[key]]
+            except KeyError:
+                lowered = {k.lower(): v for k, v in self._index.items()}
+                if key.lower() in lowered:
+                    return self._values[lowered[key.lower()]]
+                raise IndexError(f"No item with that key: {key!r}") from None
+        return self._values[key]
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PgRow):
+            return self._values == other._values and self._index == other._index
+        if isinstance(other, tuple):
+            return self._values == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values)
+
+    def __repr__(self) -> str:
+        return f"PgRow({dict(zip(self._index, self._values))!r})"
+
+
+def row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
+    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    return lambda values: PgRow(tuple(values), index)
+
+
+# ---------------------------------------------------------------- transactions
+
+
+class _Rerun(Exception):
+    """A statement was refused, the body carried on, and PostgreSQL had aborted the
+    transaction: run the body again with a savepoint around each statement."""
+
+
+_CHANGES = ("INSERT", "UPDATE", "DELETE", "MERGE")
+
+
+class PgTransaction:
+    """The statements a body runs on one connection (store.Transaction, on PostgreSQL).
+
+    ``careful``: each statement inside a savepoint of its own, so that one
+    refused leaves the transaction usable (what a body that catches
+    ``Conflict`` and carries on needs; see ``PostgresStore.write``).
+    """
+
+    def __init__(
+        self, conn: psycopg.Connection[PgRow], statements: Statements, cache: dict[Any, Any], *, careful: bool = False
+    ) -> None:
+        self._conn = conn
+        self._statements = statements
+        self._careful = careful
+        self.memo: dict[Any, Any] = {}
+        self.cache = cache
+        self.changed = False  # a statement changed rows (only such commits are news to data_version)
+        self.refused = False  # a statement was refused outside a savepoint: the transaction is aborted
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the body that is undone alone when it raises (store.Transaction.savepoint)."""
+        if self.refused and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
+            raise _Rerun()  # a refusal the body caught left the transaction aborted
+        memo = dict(self.memo)
+        refused = self.refused
+        try:
+            with self._conn.transaction():  # nested: SAVEPOINT … RELEASE, ROLLBACK TO on an error
+                yield
+        except BaseException:
+            self.memo = memo  # what the part noted is undone with its rows
+            self.refused = refused
+            raise
+
+    def _execute(self, sql: str, params: Params, fetch: Callable[[psycopg.Cursor[PgRow]], T]) -> T:
+        name, text = self._statements[sql]
+        try:
+            if self._careful:
+                with self._conn.transaction():
+                    return self._run(text, params, fetch)
+            return self._run(text, params, fetch)
+        except pgerrors.InFailedSqlTransaction:
+            if self.refused:
+                raise _Rerun() from None
+            raise
+        except psycopg.IntegrityError as exc:
+            if not self._careful and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                self.refused = True
+            raise Conflict(f"the database refused the change: {_first_line(exc)}") from exc
+
+    def _run(self, text: str, params: Params, fetch: Callable[[psycopg.Cursor[PgRow]], T]) -> T:
+        with self._conn.cursor() as cursor:
+            cursor.execute(text, _params(params))  # type: ignore[arg-type]
+            self._note_changes(cursor)
+            return fetch(cursor)
+
+    def _note_changes(self, cursor: psycopg.Cursor[PgRow]) -> None:
+        status = cursor.statusmessage or ""
+        if status.startswith(_CHANGES) and not status.endswith(" 0"):
+            self.changed = True
+
+    def one(self, sql: str, params: Params = ()) -> PgRow | None:
+        return self._execute(sql, params, lambda cursor: cursor.fetchone() if cursor.description else None)
+
+    def all(self, sql: str, params: Params = ()) -> list[PgRow]:
+        return self._execute(sql, params, lambda cursor: cursor.fetchall() if cursor.description else [])
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        return self._execute(sql, params, lambda cursor: max(cursor.rowcount, 0))
+
+    def many(self, sql: str, params: Sequence[Params]) -> int:
+        name, text = self._statements[sql]
+        sets = [_params(p) for p in params]
+        if not sets:
+            return 0
+        try:
+            if self._careful:
+                with self._conn.transaction():
+                    return self._run_many(text, sets)
+            return self._run_many(text, sets)
+        except pgerrors.InFailedSqlTransaction:
+            if self.refused:
+                raise _Rerun() from None
+            raise
+        except psycopg.IntegrityError as exc:
+            if not self._careful and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                self.refused = True
+            raise Conflict(f"the database refused the change: {_first_line(exc)}") from exc
+
+    def _run_many(self, text: str, sets: list[Any]) -> int:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(text, sets)
+            changed = max(cursor.rowcount, 0)
+            if changed:
+                self.changed = True
+            return changed
+
+
+def _params(params: Params) -> Any:
+    if isinstance(params, Mapping):
+        return params
+    return tuple(params)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+# ---------------------------------------------------------------- errors
+
+_RETRY = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
+_BUSY = (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)  # lock_timeout, statement_timeout
+_UNUSABLE = (pgerrors.DataCorrupted, pgerrors.IndexCorrupted)
+
+
+def translate(exc: BaseException, where: str) -> SwitchboardError | None:
+    """The core's error for a driver error, or None for a bug (bad SQL, a misused API)."""
+    if isinstance(exc, PoolTimeout):
+        return Unavailable(f"{where}: no connection to the database within the timeout ({_first_line(exc)})")
+    if not isinstance(exc, psycopg.Error):
+        return None
+    message = _first_line(exc)
+    if isinstance(exc, psycopg.IntegrityError):
+        return Conflict(f"the database refused the change: {message}")
+    if isinstance(exc, _BUSY) or isinstance(exc, _RETRY):
+        return Busy(f"{where}: {message}; try again later")
+    if isinstance(exc, _UNUSABLE):
+        return StoreUnusable(f"{where} cannot be used: {message}")
+    sqlstate = exc.sqlstate or ""
+    if isinstance(exc, psycopg.OperationalError) or sqlstate[:2] in ("08", "28", "3D", "53", "57", "58", "XX"):
+        return Unavailable(f"{where}: {message}")
+    if sqlstate in ("25006", "42501"):  # a read-only transaction or server; no privilege
+        return Unavailable(f"{where}: {message}")
+    if isinstance(exc, psycopg.InterfaceError):  # a closed connection
+        return Unavailable(f"{where}: {message}")
+    return None
+
+
+@contextlib.contextmanager
+def driver_errors(where: str) -> Iterator[None]:
+    """Driver errors leave the store as the core's errors, never as psycopg's."""
+    try:
+        yield
+    except (psycopg.Error, PoolTimeout) as exc:
+        translated = translate(exc, where)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+# ---------------------------------------------------------------- schema
+
+
+def schema_sql() -> str:
+    """schema.postgres.sql: the packaged copy in a wheel, else the repository root's."""
+    packaged = resources.files(__package__).joinpath("schema.postgres.sql")
+    if packaged.is_file():
+        return packaged.read_text("utf-8")
+    return (Path(__file__).resolve().parents[2] / "schema.postgres.sql").read_text("utf-8")
+
+
+# version -> SQL that upgrades a database from version - 1 (none yet: the
+# PostgreSQL schema starts at version 8, SQLite's when it was written).
+MIGRATIONS: dict[int, str] = {}
+FIRST_VERSION = 8
+
+
+def _schema_version() -> int:
+    from .sqlite import SCHEMA_VERSION  # the one number both backends share
+
+    return SCHEMA_VERSION
+
+
+def _identity(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
+    """(ours, version, empty) of the database ``conn`` is on: read only."""
+    row = conn.execute(
+        "SELECT to_regclass('schema_migrations') IS NOT NULL, "
+        "(SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f'))"
+    ).fetchone()
+    assert row is not None
+    has_table, relations = bool(row[0]), int(row[1])
+    if not has_table:
+        return relations == 0, 0, relations == 0
+    version = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return True, int(version[0]) if version else 0, False
+
+
+def _refuse(where: str, ours: bool, version: int, current: int, *, read_only: bool) -> None:
+    if not ours:
+        raise StoreUnusable(
+            f"{where} is a PostgreSQL database but not a switchboard-local one "
+            "(it has tables and no schema_migrations); it was left as it is"
+        )
+    if version > current:
+        raise StoreUnusable(
+            f"{where} has schema version {version}, newer than this switchboard-local "
+            f"understands ({current}); upgrade switchboard-local to use it"
+        )
+    if read_only and version != current:
+        what = "no schema yet" if version == 0 else f"schema version {version}"
+        raise StoreUnusable(f"{where} has {what}; it is created or upgraded when opened for writing")
+
+
+def _migrate(conn: psycopg.Connection[Any], where: str) -> None:
+    """Bring the database to the current version, or refuse it and leave it untouched.
+
+    Read first without a lock (an up-to-date database costs one query); else,
+    in one transaction under an advisory lock (concurrent openers wait for
+    each other and find the work done), create the schema or run each step.
+    """
+    current = _schema_version()
+    ours, version, _ = _identity(conn)
+    _refuse(where, ours, version, current, read_only=False)
+    if version == current:
+        return
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        ours, version, _ = _identity(conn)
+        _refuse(where, ours, version, current, read_only=False)
+        if version == current:
+            return
+        if version == 0:
+            conn.execute(schema_sql())  # type: ignore[arg-type]  # one script, no parameters
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (current,))
+            return
+        for target in range(version + 1, current + 1):
+            step = MIGRATIONS.get(target)
+            if step is None:
+                raise StoreUnusable(f"{where} has schema version {version}, which this switchboard-local cannot upgrade")
+            conn.execute(step)  # type: ignore[arg-type]
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (target,))
+
+
+def _connect(url: str, *, read_only: bool = False, **settings: str) -> psycopg.Connection[PgRow]:
+    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_SECONDS, row_factory=row_factory)
+    try:
+        _configure(conn, read_only=read_only, **settings)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _configure(conn: psycopg.Connection[Any], *, read_only: bool, **settings: str) -> None:
+    """The session settings of every connection of a store (each a SET, in autocommit)."""
+    wanted = {"TimeZone": "UTC", "application_name": APP_NAME, **settings}
+    if read_only:
+        wanted["default_transaction_read_only"] = "on"
+    for name, value in wanted.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+
+def inspect_url(url: str) -> FileState:
+    """``Store.inspect`` for a database URL: its identity, read with nothing changed."""
+    where = redacted(url)
+    current = _schema_version()
+    with driver_errors(where):
+        conn = _connect(url, read_only=True)
+        try:
+            ours, version, empty = _identity(conn)
+        finally:
+            conn.close()
+    return FileState(database=True, current=current, version=version, ours=ours, empty=empty, journal_mode="")
+
+
+# ---------------------------------------------------------------- the store
+
+
+class PostgresStore:
+    """The store on a PostgreSQL database (see ``Store`` for the contract; the module for why threads).
+
+    Writes: ``write(body)`` is one transaction on a pooled connection, in a
+    thread; rerun after a serialization failure or a deadlock, and rerun
+    with a savepoint per statement when the body carried on past a refused
+    statement. Reads and ``peek``: autocommit statements on pooled
+    connections (each sees every commit before it). Changes: one connection
+    of its own LISTENs on ``switchboard`` (the schema's triggers notify at
+    each commit that changed rows, from any host), started at the first
+    ``data_version()``. ``path`` is not the database: a local file name
+    (``local_path``) beside which the files that go with a database (the
+    dashboard token) are kept.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        pool: ConnectionPool[psycopg.Connection[PgRow]],
+        threads: ThreadPoolExecutor,
+        clock: Clock,
+        rng: random.Random,
+        *,
+        read_only: bool,
+        settings: dict[str, str],
+    ) -> None:
+        self.url = url
+        self.where = redacted(url)
+        self.path = local_path(url)
+        self.clock = clock
+        self.rng = rng
+        self.cache: dict[Any, Any] = {}
+        self.tally = Tally()
+        self.read_only = read_only
+        self._pool = pool
+        self._threads = threads
+        self._settings = settings
+        self._statements = Statements()
+        self._closed = False
+        self._busy = 0  # calls in flight (close waits for them)
+        self._idle: asyncio.Event | None = None
+        self.commits = 0  # this store's commits that changed rows
+        self._listener: _Listener | None = None
+
+    def __str__(self) -> str:
+        return self.where
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        synchronous: str = "FULL",
+        monotonic: Any = None,  # group commit's time budget: no group commit here
+        read_only: bool = False,
+    ) -> PostgresStore:
+        if synchronous not in SYNCHRONOUS_COMMIT:
+            raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_COMMIT)}")
+        if not is_url(url):
+            raise InvalidArgument("a PostgreSQL database is named by a postgresql:// URL")
+        settings = {"lock_timeout": f"{busy_timeout_ms()}ms", "synchronous_commit": SYNCHRONOUS_COMMIT[synchronous]}
+        where = redacted(url)
+        url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
+
+        def prepare() -> ConnectionPool[psycopg.Connection[PgRow]]:
+            with driver_errors(where):
+                try:
+                    conn = _connect(url, read_only=read_only, **settings)
+                except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
+                    raise InvalidArgument(f"{where} is not a database URL libpq accepts: {_first_line(exc)}") from None
+                try:
+                    if read_only:
+                        ours, version, _ = _identity(conn)
+                        _refuse(where, ours, version, _schema_version(), read_only=True)
+                    else:
+                        _migrate(conn, where)
+                finally:
+                    conn.close()
+                pool: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+                    url,
+                    min_size=1,
+                    max_size=POOL_SIZE,
+                    kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
+                    configure=lambda conn: _configure(conn, read_only=read_only, **settings),
+                    open=False,
+                    timeout=CONNECT_SECONDS,
+                    name=f"switchboard {where}",
+                )
+                pool.open(wait=False)
+                return pool
+
+        pool = await asyncio.to_thread(prepare)
+        threads = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="switchboard-pg")
+        store = cls(url, pool, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
+                    settings=settings)  # fmt: skip
+        if not read_only:
+            with contextlib.suppress(OSError):  # the token's folder; only the dashboard needs it
+                store.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return store
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Refuse new calls, let the calls already running finish, then close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        while self._busy:
+            assert self._idle is not None
+            await self._idle.wait()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await asyncio.to_thread(listener.stop)
+        await asyncio.to_thread(self._pool.close)
+        self._threads.shutdown(wait=False)
+
+    @property
+    def _commits(self) -> int:
+        return self.commits
+
+    # ------------------------------------------------------------ running in the threads
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on one of the store's threads; a cancelled caller leaves it to finish."""
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        self._busy += 1
+        self._idle.clear()
+        future = asyncio.get_running_loop().run_in_executor(self._threads, fn)
+        future.add_done_callback(self._done)
+        return await asyncio.shield(future)
+
+    def _done(self, _: object) -> None:
+        self._busy -= 1
+        if not self._busy and self._idle is not None:
+            self._idle.set()
+
+    async def write(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one transaction on a pooled connection; answer after its COMMIT."""
+        if self.read_only:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            raise Unavailable(f"{self.where} was opened read-only; nothing can be written")
+        return await self._in_thread(lambda: self._write(body))
+
+    def _write(self, body: Callable[[Transaction], T]) -> T:
+        careful = False
+        attempt = 0
+        with driver_errors(self.where), self._pool.connection() as conn:
+            while True:
+                started = time.perf_counter()
+                tx = PgTransaction(conn, self._statements, self.cache, careful=careful)
+                try:
+                    with conn.transaction():
+                        result = body(tx)
+                        if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                            raise _Rerun()  # a refusal the body caught: the transaction is void
+                except _Rerun:
+                    if careful:  # cannot happen: every statement had a savepoint
+                        raise RuntimeError("a statement left the transaction aborted inside a savepoint") from None
+                    careful = True
+                    continue
+                except _RETRY:
+                    attempt += 1
+                    if attempt > RETRIES:
+                        raise
+                    time.sleep(min(0.2, 0.002 * 2**attempt) * random.random())
+                    continue
+                if tx.changed:
+                    self.commits += 1
+                self.tally.committed(time.perf_counter() - started, 1)
+                return result
+
+    async def read_one(self, sql: str, params: Params = ()) -> PgRow | None:
+        rows = await self._in_thread(lambda: self._read(sql, params))
+        return rows[0] if rows else None
+
+    async def read_all(self, sql: str, params: Params = ()) -> list[PgRow]:
+        return await self._in_thread(lambda: self._read(sql, params))
+
+    def _read(self, sql: str, params: Params) -> list[PgRow]:
+        with driver_errors(self.where), self._pool.connection() as conn:
+            return PgTransaction(conn, self._statements, self.cache).all(sql, params)
+
+    async def peek(self, body: Callable[[Transaction], T]) -> T:
+        """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
+
+        def run() -> T:
+            with driver_errors(self.where), self._pool.connection() as conn:
+                return body(PgTransaction(conn, self._statements, self.cache))
+
+        return await self._in_thread(run)
+
+    async def probe_writable(self, timeout: float = 2.0) -> None:
+        """Begin a transaction that takes a transaction id (a write's first step), within ``timeout``."""
+        ms = max(1, round(timeout * 1000))
+
+        def probe() -> None:
+            with driver_errors(self.where):
+                try:
+                    conn = self._pool.getconn(timeout=timeout)
+                except PoolTimeout:
+                    raise Unavailable(f"{self.where}: no connection within {timeout:g} s") from None
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
+                        conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+                        conn.execute("SET TRANSACTION READ WRITE")
+                        conn.execute("SELECT pg_current_xact_id()")
+                        raise psycopg.Rollback()
+                finally:
+                    self._pool.putconn(conn)
+
+        if self.read_only:
+            raise Unavailable(f"{self.where} was opened read-only; nothing can be written")
+        await self._in_thread(probe)
+
+    async def data_version(self) -> tuple[int, int]:
+        """(notifications heard on ``switchboard``, this store's commits that changed rows).
+
+        The first call starts the listener and returns once it LISTENs, so
+        every commit after it moves the value. A listener that lost its
+        connection counts one more when it is back (it may have missed some);
+        while it cannot reconnect, this raises ``Unavailable``.
+        """
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._listener is None:
+            listener = _Listener(self.url, self.where)
+            self._listener = listener
+            try:
+                await self._in_thread(listener.start)
+            except BaseException:
+                self._listener = None
+                await asyncio.to_thread(listener.stop)
+                raise
+        return self._listener.version(), self.commits
+
+
+class _Listener:
+    """A connection of its own, in a thread of its own, that LISTENs and counts notifications."""
+
+    def __init__(self, url: str, where: str) -> None:
+        self._url = url
+        self._where = where
+        self._count = 0
+        self._error: SwitchboardError | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Connect and LISTEN (raising what that meets), then hear notifications in a daemon thread."""
+        with driver_errors(self._where):
+            self._conn = self._listen()
+        self._thread = threading.Thread(target=self._run, name="switchboard-pg-listen", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_SECONDS)
+        try:
+            conn.execute(f"LISTEN {LISTEN_CHANNEL}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def version(self) -> int:
+        if self._error is not None:
+            raise self._error
+        return self._count
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            conn = self._conn
+            try:
+                if conn is None:
+                    conn = self._conn = self._listen()
+                    self._count += 1  # what was missed while away
+                    self._error = None
+                for _ in conn.notifies(timeout=0.5):
+                    self._count += 1
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    return
+                self._error = translate(exc, self._where) or Unavailable(f"{self._where}: {_first_line(exc)}")
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                self._conn = None
+                self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
