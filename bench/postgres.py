@@ -188,7 +188,7 @@ async def claim_latency_ms(url: str, done_rows: int) -> float:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO todos (queue, title, payload, state, created_at, updated_at, completed_at) "
-                "SELECT 'bench', 'old job ' || g, '{\"n\": 1}', 'done', now(), now(), now() "
+                "SELECT 'bench', 'old job ' || g, CAST('{\"n\": 1}' AS jsonb), 'done', now(), now(), now() "
                 "FROM generate_series(1, %s) AS g",
                 (done_rows,),
             )
