@@ -33,11 +33,15 @@ apt_update() {
     done
 }
 
-# Debian's packages the tests run for real: redis-server (the Redis adapters)
-# and chromium (the dashboard's browser tests; never playwright's download).
+# Debian's packages the tests run for real: redis-server (the Redis adapters),
+# chromium (the dashboard's browser tests; never playwright's download) and
+# postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
+# and the server in a temporary folder, as nobody when run as root; a missing
+# server fails those tests, it never skips them).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -52,7 +56,7 @@ stamp=.venv/.switchboard-installed
 wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
 # -I: not from the checkout's directory, so this sees what is installed in .venv.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
-    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright' >/dev/null 2>&1; then
+    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright, psycopg, psycopg_pool' >/dev/null 2>&1; then
     rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'

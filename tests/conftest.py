@@ -1,4 +1,11 @@
-"""Shared fixtures: a real SQLite file on disk, a clock that tests move, pinned jitter."""
+"""Shared fixtures: a real database (an SQLite file on disk, or a PostgreSQL database on a real
+server), a clock that tests move, pinned jitter.
+
+``backend`` is "sqlite" unless a folder's conftest parametrizes it (tests/core:
+both backends, the ``postgres`` variant marked ``postgres``; a test marked
+``sqlite_only`` runs on SQLite alone). ``db_path`` is then the SQLite file's
+path, or the URL of a fresh PostgreSQL database of the test's own.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from switchboard_local.core.store import Store
 
 from support import sql
 from support.cli import Result, invoke
+from support.postgres import PostgresServer
 
 
 @pytest.fixture
@@ -57,12 +65,44 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "switchboard.db"
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session; its template database holds the schema."""
+    import asyncio
+
+    server = PostgresServer().start()
+    try:
+        server.prepare_template()
+
+        async def create_schema() -> None:
+            store = await Store.open(server.template_url())
+            await store.close()
+
+        asyncio.run(create_schema())
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
-async def store(db_path: Path, clock: ManualClock) -> AsyncIterator[Store]:
+def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Path | str:
+    """The test's database: an SQLite file's path, or a fresh PostgreSQL database's URL."""
+    if backend == "sqlite":
+        return tmp_path / "switchboard.db"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    # A PostgreSQL store keeps its local files (the dashboard token) in the user data dir.
+    request.getfixturevalue("monkeypatch").setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    url = server.fresh_database()
+    request.addfinalizer(lambda: server.release(url))
+    return url
+
+
+@pytest.fixture
+async def store(db_path: Path | str, clock: ManualClock) -> AsyncIterator[Store]:
     opened = await Store.open(db_path, clock=clock, rng=random.Random(0))
     try:
         yield opened
@@ -71,12 +111,12 @@ async def store(db_path: Path, clock: ManualClock) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def row_count(db_path: Path) -> Callable[[str], int]:
+def row_count(db_path: Path | str) -> Callable[[str], int]:
     """Count a table's rows through a separate connection: what is committed on disk."""
     return lambda table: sql.count(db_path, table)
 
 
 @pytest.fixture
-def cli(db_path: Path) -> Callable[..., Result]:
+def cli(db_path: Path | str) -> Callable[..., Result]:
     """The command line in this process on ``db_path``: ``cli(*args, input=None, env=None)`` → Result."""
     return lambda *args, **options: invoke(db_path, *args, **options)

@@ -16,9 +16,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
 EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
-DRIVERS = ("sqlite3", "aiosqlite")
-# Only the store touches the database driver.
-DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints")
+DRIVERS = ("sqlite3", "aiosqlite", "psycopg", "psycopg_pool")
+# Only the stores touch a database driver: SQLite's three modules, PostgreSQL's one.
+DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints",
+                  "switchboard_local.core.postgres")  # fmt: skip
+# Who may name the PostgreSQL store: Store.open picks it (nobody else needs psycopg installed to import).
+POSTGRES_IMPORTERS = ("switchboard_local.core.store",)
 # Libraries that belong to one edge each; the core uses none of them.
 EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic", "sse_starlette", "prometheus_client")
 
@@ -95,6 +98,12 @@ def test_only_the_store_imports_the_database_driver(module: str) -> None:
     drivers = {name for name in MODULES[module] if name.split(".")[0] in DRIVERS}
     if module not in DRIVER_MODULES:
         assert not drivers, f"{module} imports {sorted(drivers)}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_store_open_reaches_the_postgresql_store(module: str) -> None:
+    if module not in POSTGRES_IMPORTERS and module != "switchboard_local.core.postgres":
+        assert "switchboard_local.core.postgres" not in MODULES[module], f"{module} imports core/postgres.py"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if area(m) == "core"))

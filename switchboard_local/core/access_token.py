@@ -36,6 +36,9 @@ def read_or_create(db_path: Path) -> str:
     """
     path = token_path(db_path)
     try:
+        # A PostgreSQL store's path is a local name in the user data dir (core/postgres.py),
+        # whose folder may not exist yet; an SQLite file's folder does.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
         return _read(path)

@@ -59,7 +59,8 @@ T = TypeVar("T")
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
 BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
-POOL_SIZE = 10  # connections (and threads) of one store
+WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
+READERS = 4  # pooled read-only connections for read_one, read_all and peek
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
@@ -163,14 +164,22 @@ class Statements:
     """
 
     def __init__(self) -> None:
-        from . import queries
-
-        self._pg: Mapping[str, str] = queries.POSTGRES
-        self._names_by_text = {str(text): name for name, text in vars(queries.Q).items() if isinstance(text, str)}
+        self._pg: Mapping[str, str] | None = None  # loaded at the first statement
+        self._names_by_text: dict[str, str] = {}
         self._converted: dict[str, str] = {}
         self._lock = threading.Lock()
 
+    def _load(self) -> Mapping[str, str]:
+        from . import queries
+
+        with self._lock:
+            if self._pg is None:
+                self._names_by_text = {str(t): n for n, t in vars(queries.Q).items() if isinstance(t, str)}
+                self._pg = queries.POSTGRES
+            return self._pg
+
     def __getitem__(self, sql: str) -> tuple[str, str]:
+        pg = self._pg if self._pg is not None else self._load()
         name = getattr(sql, "name", None) or self._names_by_text.get(sql)
         if name is None:
             raise ValueError(
@@ -180,7 +189,7 @@ class Statements:
         found = self._converted.get(name)
         if found is None:
             try:
-                text = self._pg[name]
+                text = pg[name]
             except KeyError:
                 raise ValueError(f"queries.postgres.sql has no statement named {name!r}") from None
             found = convert_params(str(text))
@@ -539,6 +548,7 @@ class PostgresStore:
         self,
         url: str,
         pool: ConnectionPool[psycopg.Connection[PgRow]],
+        readers: ConnectionPool[psycopg.Connection[PgRow]],
         threads: ThreadPoolExecutor,
         clock: Clock,
         rng: random.Random,
@@ -555,6 +565,7 @@ class PostgresStore:
         self.tally = Tally()
         self.read_only = read_only
         self._pool = pool
+        self._readers = readers
         self._threads = threads
         self._settings = settings
         self._statements = Statements()
@@ -586,7 +597,21 @@ class PostgresStore:
         where = redacted(url)
         url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
 
-        def prepare() -> ConnectionPool[psycopg.Connection[PgRow]]:
+        def pool(size: int, *, read_only: bool, name: str) -> ConnectionPool[psycopg.Connection[PgRow]]:
+            made: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=size,
+                kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
+                configure=lambda conn: _configure(conn, read_only=read_only, **settings),
+                open=False,
+                timeout=CONNECT_SECONDS,
+                name=f"switchboard {name}",
+            )
+            made.open(wait=False)
+            return made
+
+        def prepare() -> tuple[ConnectionPool[psycopg.Connection[PgRow]], ConnectionPool[psycopg.Connection[PgRow]]]:
             with driver_errors(where):
                 try:
                     conn = _connect(url, read_only=read_only, **settings)
@@ -600,26 +625,13 @@ class PostgresStore:
                         _migrate(conn, where)
                 finally:
                     conn.close()
-                pool: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
-                    url,
-                    min_size=1,
-                    max_size=POOL_SIZE,
-                    kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
-                    configure=lambda conn: _configure(conn, read_only=read_only, **settings),
-                    open=False,
-                    timeout=CONNECT_SECONDS,
-                    name=f"switchboard {where}",
-                )
-                pool.open(wait=False)
-                return pool
+                # Reads run read-only: a statement that would write is refused there, as on SQLite.
+                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads")
 
-        pool = await asyncio.to_thread(prepare)
-        threads = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="switchboard-pg")
-        store = cls(url, pool, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
+        writers, readers = await asyncio.to_thread(prepare)
+        threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
+        store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
-        if not read_only:
-            with contextlib.suppress(OSError):  # the token's folder; only the dashboard needs it
-                store.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return store
 
     async def __aenter__(self) -> PostgresStore:
@@ -640,6 +652,7 @@ class PostgresStore:
         if listener is not None:
             await asyncio.to_thread(listener.stop)
         await asyncio.to_thread(self._pool.close)
+        await asyncio.to_thread(self._readers.close)
         self._threads.shutdown(wait=False)
 
     @property
@@ -709,14 +722,14 @@ class PostgresStore:
         return await self._in_thread(lambda: self._read(sql, params))
 
     def _read(self, sql: str, params: Params) -> list[PgRow]:
-        with driver_errors(self.where), self._pool.connection() as conn:
+        with driver_errors(self.where), self._readers.connection() as conn:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
         """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
 
         def run() -> T:
-            with driver_errors(self.where), self._pool.connection() as conn:
+            with driver_errors(self.where), self._readers.connection() as conn:
                 return body(PgTransaction(conn, self._statements, self.cache))
 
         return await self._in_thread(run)
@@ -748,83 +761,57 @@ class PostgresStore:
     async def data_version(self) -> tuple[int, int]:
         """(notifications heard on ``switchboard``, this store's commits that changed rows).
 
-        The first call starts the listener and returns once it LISTENs, so
-        every commit after it moves the value. A listener that lost its
-        connection counts one more when it is back (it may have missed some);
-        while it cannot reconnect, this raises ``Unavailable``.
+        One round trip on a connection of its own that LISTENs (opened at the
+        first call): PostgreSQL sends a session the notifications queued
+        before it answers, so every commit that changed rows and finished
+        before this call, on any host, has moved the value when it returns.
+        A listener that lost its connection counts one more when it is back
+        (it may have missed some).
         """
         if self._closed:
             raise RuntimeError("the store is closed")
         if self._listener is None:
-            listener = _Listener(self.url, self.where)
-            self._listener = listener
-            try:
-                await self._in_thread(listener.start)
-            except BaseException:
-                self._listener = None
-                await asyncio.to_thread(listener.stop)
-                raise
-        return self._listener.version(), self.commits
+            self._listener = _Listener(self.url, self.where)
+        return await self._in_thread(self._listener.poll), self.commits
 
 
 class _Listener:
-    """A connection of its own, in a thread of its own, that LISTENs and counts notifications."""
+    """A connection of its own that LISTENs on ``switchboard`` and counts what it hears."""
 
     def __init__(self, url: str, where: str) -> None:
         self._url = url
         self._where = where
         self._count = 0
-        self._error: SwitchboardError | None = None
-        self._stop = threading.Event()
-        self._ready = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
-    def start(self) -> None:
-        """Connect and LISTEN (raising what that meets), then hear notifications in a daemon thread."""
-        with driver_errors(self._where):
-            self._conn = self._listen()
-        self._thread = threading.Thread(target=self._run, name="switchboard-pg-listen", daemon=True)
-        self._thread.start()
+    def _heard(self, _: psycopg.Notify) -> None:
+        self._count += 1
 
-    def _listen(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_SECONDS)
-        try:
-            conn.execute(f"LISTEN {LISTEN_CHANNEL}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def version(self) -> int:
-        if self._error is not None:
-            raise self._error
-        return self._count
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            conn = self._conn
-            try:
-                if conn is None:
-                    conn = self._conn = self._listen()
-                    self._count += 1  # what was missed while away
-                    self._error = None
-                for _ in conn.notifies(timeout=0.5):
-                    self._count += 1
-            except psycopg.Error as exc:
-                if self._stop.is_set():
-                    return
-                self._error = translate(exc, self._where) or Unavailable(f"{self._where}: {_first_line(exc)}")
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.close()
+    def poll(self) -> int:
+        """Hear what was sent since the last poll (one round trip); the count."""
+        with self._lock, driver_errors(self._where):
+            if self._conn is not None and self._conn.closed:
                 self._conn = None
-                self._stop.wait(0.5)
+                self._count += 1  # what was missed while away
+            if self._conn is None:
+                conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_SECONDS)
+                try:
+                    conn.add_notify_handler(self._heard)
+                    conn.execute(f"LISTEN {LISTEN_CHANNEL}")
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
+            try:
+                self._conn.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self._conn.close()
+                raise
+            return self._count
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
+        with self._lock:
+            if self._conn is not None:
                 self._conn.close()
+                self._conn = None

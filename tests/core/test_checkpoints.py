@@ -21,7 +21,7 @@ from switchboard_local.core.todo_model import NewTodo
 from support.sql import rows
 from support.waits import until_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.sqlite_only]  # the SQLite store itself
 
 
 def wal_size(db: Path) -> int:

@@ -22,7 +22,7 @@ from switchboard_local.core.todos import Lease
 from support.sql import count, rows, value
 from support.store import hold_the_thread
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.sqlite_only]  # the SQLite store itself
 
 
 class Budget:

@@ -62,6 +62,8 @@ from support.fuzz import FUZZ_EXAMPLES, fuzz_settings
 from support.lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
 from support.store import hold_the_thread
 
+pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
+
 QUEUES = ("a", "b", "c")
 NOT_A_TOKEN = "not-a-token"
 

@@ -20,6 +20,8 @@ import pytest
 from switchboard_local.core.queries import Q
 from switchboard_local.core.store import Store
 
+pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
+
 # statement -> the index (or primary key) its plan must search todos or attempts by.
 PLANS = {
     # claiming, and lapse recovery inside every claim

@@ -48,6 +48,7 @@ def permissive_umask():
 # ---------------------------------------------------------------- files
 
 
+@pytest.mark.sqlite_only
 async def test_new_file_folder_and_wal_files_are_owner_only(tmp_path, clock, permissive_umask):
     path = tmp_path / "fresh" / "switchboard.db"
     async with await Store.open(path, clock=clock) as opened:
@@ -75,6 +76,7 @@ async def pragma(opened: Store, name: str):
     return await opened.write(lambda tx: tx.one(f"PRAGMA {name}")[0])
 
 
+@pytest.mark.sqlite_only
 async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(store):
     assert await pragma(store, "journal_mode") == "wal"
     assert await pragma(store, "foreign_keys") == 1
@@ -82,6 +84,7 @@ async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(
     assert await pragma(store, "synchronous") == 2  # FULL
 
 
+@pytest.mark.sqlite_only
 async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
     async with await Store.open(db_path, synchronous="NORMAL") as opened:
         assert await pragma(opened, "synchronous") == 1
@@ -89,6 +92,7 @@ async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
         await Store.open(db_path, synchronous="OFF")
 
 
+@pytest.mark.sqlite_only
 async def test_foreign_keys_are_enforced(store):
     with pytest.raises(Conflict):
         await store.write(
@@ -102,12 +106,14 @@ async def test_foreign_keys_are_enforced(store):
 # ---------------------------------------------------------------- schema and versions
 
 
+@pytest.mark.sqlite_only
 async def test_new_file_gets_the_schema_and_the_current_version(store, db_path):
     tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"events", "todos", "attempts"} <= tables
     assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
 
 
+@pytest.mark.sqlite_only
 def test_schema_sql_is_the_repository_root_file():
     assert store_module.schema_sql() == (REPO_ROOT / "schema.sql").read_text("utf-8")
 
@@ -134,6 +140,7 @@ def make_v1_file(path: Path) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, clock):
     make_v1_file(db_path)
     async with await Store.open(db_path, clock=clock) as opened:
@@ -145,6 +152,7 @@ async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, c
     assert rows(db_path, "SELECT name, create_queues, owner FROM agents") == [("reviewer", None, None)]
 
 
+@pytest.mark.sqlite_only
 async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, clock):
     make_v1_file(db_path)
     run(db_path, "INSERT INTO adapters (name, family, kind, trust_mode, config, created_at, updated_at) "
@@ -156,6 +164,7 @@ async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, 
     assert "sources" in tables and "adapters" not in tables
 
 
+@pytest.mark.sqlite_only
 async def test_a_version_1_file_upgraded_can_pause_a_queue(db_path, clock):
     make_v1_file(db_path)
     async with await Store.open(db_path, clock=clock) as opened:
@@ -179,6 +188,7 @@ def shape(path: Path) -> dict[str, object]:
     return shown
 
 
+@pytest.mark.sqlite_only
 async def test_a_file_upgraded_from_version_1_has_the_shape_of_a_new_one(db_path, tmp_path, clock):
     make_v1_file(db_path)
     async with await Store.open(db_path, clock=clock):
@@ -212,6 +222,7 @@ def make_v5_file(path: Path) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only
 async def test_migration_6_makes_a_todo_awaiting_its_retry_pending_and_keeps_every_row(db_path, clock):
     make_v5_file(db_path)
     async with await Store.open(db_path, clock=clock) as upgraded:
@@ -278,6 +289,7 @@ def make_v7_file(path: Path) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only
 async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_path, clock):
     make_v7_file(db_path)
     before = rows(db_path, "SELECT * FROM todos ORDER BY id")
@@ -305,6 +317,7 @@ async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_p
     assert rows(db_path, "PRAGMA integrity_check") == [("ok",)]
 
 
+@pytest.mark.sqlite_only
 async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, clock):
     conn = sqlite3.connect(db_path, isolation_level=None)
     try:  # version 7's shape, taken back to version 3's below
@@ -325,6 +338,7 @@ async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, cl
     assert rows(db_path, "SELECT name, paused_by FROM queues") == [("q", "op")]
 
 
+@pytest.mark.sqlite_only
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
     async with await Store.open(db_path, clock=clock) as current:
         todo, _ = await todos.create(current, NewTodo(queue="q", title="from now"))
@@ -338,6 +352,7 @@ async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, 
     assert rows(db_path, "PRAGMA user_version") == [(next_version,)]
 
 
+@pytest.mark.sqlite_only
 async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, clock, monkeypatch):
     async with await Store.open(db_path, clock=clock) as current:
         await todos.create(current, NewTodo(queue="q", title="from now"))
@@ -355,6 +370,7 @@ async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, cloc
     assert rows(db_path, "SELECT title FROM todos") == [("from now",)]
 
 
+@pytest.mark.sqlite_only
 async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
     async with await Store.open(db_path, clock=clock):
         pass
@@ -367,6 +383,7 @@ async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
     assert rows(db_path, "PRAGMA user_version") == [(99,)]
 
 
+@pytest.mark.sqlite_only
 async def test_foreign_sqlite_file_is_refused(db_path):
     run(db_path, "CREATE TABLE notes (body TEXT)")
     with pytest.raises(StoreUnusable):
@@ -376,6 +393,7 @@ async def test_foreign_sqlite_file_is_refused(db_path):
     assert rows(db_path, "PRAGMA user_version") == [(0,)]
 
 
+@pytest.mark.sqlite_only
 async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
     # Refusing a file must not change it: a user who points SWITCHBOARD_DB at
     # the wrong database should find it exactly as it was.
@@ -386,6 +404,7 @@ async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
     assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
+@pytest.mark.sqlite_only
 async def test_another_programs_file_at_user_version_1_is_refused_and_left_untouched(db_path):
     # Many programs version their schema with user_version; 1 is the commonest.
     run(db_path, "CREATE TABLE todos (id INTEGER PRIMARY KEY, text TEXT)")
@@ -397,6 +416,7 @@ async def test_another_programs_file_at_user_version_1_is_refused_and_left_untou
     assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("content", ["sqlite", "text"])
 async def test_a_refused_file_keeps_its_permissions(db_path, content):
     # Owner-only is for our files: pointing --db at someone else's (as root,
@@ -411,6 +431,7 @@ async def test_a_refused_file_keeps_its_permissions(db_path, content):
     assert mode(db_path) == 0o644
 
 
+@pytest.mark.sqlite_only
 async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, permissive_umask):
     async with await Store.open(db_path):
         pass
@@ -420,6 +441,7 @@ async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, p
     assert mode(db_path) == 0o600
 
 
+@pytest.mark.sqlite_only
 async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
     run(db_path, "PRAGMA application_id = 1234")
     run(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
@@ -429,20 +451,24 @@ async def test_a_file_marked_with_another_application_id_is_refused_and_left_unt
     assert db_path.read_bytes() == before
 
 
+@pytest.mark.sqlite_only
 async def test_a_new_file_is_marked_with_our_application_id(store, db_path):
     assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
 
 
+@pytest.mark.sqlite_only
 async def test_a_device_is_refused_as_not_a_regular_file():
     with pytest.raises(StoreUnusable, match="not a regular file|system file system"):
         await Store.open("/dev/null")
 
 
+@pytest.mark.sqlite_only
 async def test_a_path_under_proc_is_refused():
     with pytest.raises(StoreUnusable, match="system file system"):
         await Store.open(f"/proc/{os.getpid()}/switchboard.db")
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
 async def test_a_database_in_dev_shm_is_usable(clock):
     # /dev/shm is a tmpfs of regular files, not a device: a scratch database may live there.
@@ -456,6 +482,7 @@ async def test_a_database_in_dev_shm_is_usable(clock):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+@pytest.mark.sqlite_only
 async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -463,6 +490,7 @@ async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(
         await Store.open(blocker / "sub" / "switchboard.db")
 
 
+@pytest.mark.sqlite_only
 async def test_a_file_that_is_not_sqlite_is_refused(db_path):
     db_path.write_bytes(b"this is a text file, not a database\n" * 50)
     with pytest.raises(StoreUnusable):
@@ -472,6 +500,7 @@ async def test_a_file_that_is_not_sqlite_is_refused(db_path):
 # ---------------------------------------------------------------- where the file lives
 
 
+@pytest.mark.sqlite_only
 def test_default_path_honours_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SWITCHBOARD_DB", str(tmp_path / "from-env.db"))
     assert default_path() == tmp_path / "from-env.db"
@@ -479,6 +508,7 @@ def test_default_path_honours_the_environment(monkeypatch, tmp_path):
     assert default_path() == Path.home() / "elsewhere" / "sb.db"
 
 
+@pytest.mark.sqlite_only
 def test_default_path_without_the_environment_is_the_user_data_dir(monkeypatch):
     import platformdirs
 
@@ -487,6 +517,7 @@ def test_default_path_without_the_environment_is_the_user_data_dir(monkeypatch):
     assert path == platformdirs.user_data_path("switchboard-local") / "switchboard.db"
 
 
+@pytest.mark.sqlite_only
 async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, clock):
     target = tmp_path / "env" / "switchboard.db"
     monkeypatch.setenv("SWITCHBOARD_DB", str(target))
@@ -499,6 +530,7 @@ async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, c
 # ---------------------------------------------------------------- peek
 
 
+@pytest.mark.sqlite_only
 async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store, db_path) -> None:
     gate, held = await hold_the_thread(store)
     try:
@@ -510,6 +542,7 @@ async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store
     assert seen["name"] == "other"
 
 
+@pytest.mark.sqlite_only
 async def test_peek_cannot_write(store) -> None:
     with pytest.raises(Unavailable, match="readonly"):
         await store.peek(lambda tx: tx.run("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)"))
@@ -518,6 +551,7 @@ async def test_peek_cannot_write(store) -> None:
 # ---------------------------------------------------------------- reads
 
 
+@pytest.mark.sqlite_only
 async def test_reads_answer_while_a_write_holds_the_thread_and_see_every_commit(store, db_path) -> None:
     mine, _ = await todos.create(store, NewTodo(queue="q", title="mine"))
     gate, held = await hold_the_thread(store)  # a long write of this process, its commit still to come
@@ -533,12 +567,14 @@ async def test_reads_answer_while_a_write_holds_the_thread_and_see_every_commit(
     assert await store.read_one("SELECT title FROM todos WHERE id = ?", (mine.id + 1,)) is None
 
 
+@pytest.mark.sqlite_only
 async def test_reads_cannot_write(store) -> None:
     with pytest.raises(Unavailable, match="readonly"):
         await store.read_all("INSERT INTO agents (name, queues, created_at) VALUES ('x', '[]', 0)")
     assert await store.read_all("SELECT * FROM agents") == []
 
 
+@pytest.mark.sqlite_only
 async def test_many_reads_at_once_share_the_few_read_connections(store) -> None:
     await todos.create(store, NewTodo(queue="q", title="t"))
     counts = await asyncio.gather(*(store.read_one("SELECT count(*) AS n FROM todos") for _ in range(20)))
@@ -546,6 +582,7 @@ async def test_many_reads_at_once_share_the_few_read_connections(store) -> None:
     assert len(store._readers) == store_module.READERS
 
 
+@pytest.mark.sqlite_only
 async def test_a_closed_store_refuses_reads(db_path) -> None:
     opened = await Store.open(db_path)
     await opened.read_all("SELECT 1")

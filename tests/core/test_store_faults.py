@@ -18,6 +18,8 @@ import pytest
 
 from support.cli import run_cli
 
+pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
+
 
 def refused(result: subprocess.CompletedProcess, status: int, code: str) -> str:
     assert result.returncode == status, (result.returncode, result.stderr)

@@ -20,7 +20,7 @@ from switchboard_local.core.store import Store
 
 from support import sql
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.sqlite_only]  # the SQLite store itself
 
 
 def snapshot(folder: Path) -> dict[str, str]:

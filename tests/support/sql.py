@@ -1,9 +1,15 @@
 """Reading the database file as a test sees it: what is committed on disk.
 
-Each call opens its own sqlite3 connection (autocommit) and closes it, so a
+Each call opens its own connection (autocommit) and closes it, so a
 read never holds a snapshot or a lock past the call and never sees another
 connection's uncommitted writes. `run` is the one writer: a statement another
 process (or a hand edit) could have run, committed at once.
+
+``db`` is an SQLite file's path, or a PostgreSQL URL (the ``postgres`` backend
+of tests/conftest.py): then the same SQL runs there (``?`` placeholders
+become psycopg's), and values read come back as SQLite gives them: times
+(timestamptz) as integer milliseconds, JSON (jsonb) as its text, flags
+(boolean) as 0 or 1, so that a test reads both backends alike.
 """
 
 from __future__ import annotations
@@ -14,9 +20,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from switchboard_local.core.store import is_url
+
 
 def rows(db: Path | str, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
     """Every row ``sql`` selects, as tuples."""
+    if is_url(db):
+        return _pg(str(db), sql, params, records=False)
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
         return conn.execute(sql, tuple(params)).fetchall()
 
@@ -34,13 +44,15 @@ def value(db: Path | str, sql: str, params: Iterable[Any] = ()) -> Any:
 
 def count(db: Path | str, table: str) -> int:
     """How many rows ``table`` holds; 0 if there is no file (nothing was ever written), without making one."""
-    if not Path(db).exists():
+    if not is_url(db) and not Path(db).exists():
         return 0
     return value(db, f"SELECT count(*) FROM {table}")
 
 
 def records(db: Path | str, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
     """Every row ``sql`` selects, each readable by column name too (``row["id"]``)."""
+    if is_url(db):
+        return _pg(str(db), sql, params, records=True)
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.row_factory = sqlite3.Row
         return conn.execute(sql, tuple(params)).fetchall()
@@ -52,3 +64,39 @@ def counts(db: Path | str) -> tuple[int, int]:
         db, "SELECT (SELECT count(*) FROM events WHERE family <> 'operator'), (SELECT count(*) FROM todos)"
     )
     return events, todos
+
+
+def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any]:
+    from datetime import datetime, timedelta, timezone
+
+    import psycopg
+    from psycopg.adapt import Loader
+
+    EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+    from switchboard_local.core.postgres import convert_params, row_factory
+
+    class Millis(Loader):
+        def load(self, data: Any) -> int:
+            stamp = datetime.fromisoformat(bytes(data).decode())
+            return (stamp - EPOCH) // timedelta(milliseconds=1)
+
+    class AsText(Loader):
+        def load(self, data: Any) -> str:
+            return bytes(data).decode()
+
+    class AsInt(Loader):
+        def load(self, data: Any) -> int:
+            return 1 if bytes(data) == b"t" else 0
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.adapters.register_loader("timestamptz", Millis)
+        conn.adapters.register_loader("jsonb", AsText)
+        conn.adapters.register_loader("json", AsText)
+        conn.adapters.register_loader("bool", AsInt)
+        if records:
+            conn.row_factory = row_factory  # type: ignore[assignment]
+        with conn.cursor() as cursor:
+            cursor.execute(convert_params(sql), tuple(params))  # type: ignore[arg-type]
+            return cursor.fetchall() if cursor.description else []

@@ -1,0 +1,187 @@
+"""The PostgreSQL store's own machinery: opening a database, its schema, its URL, its errors.
+
+What every store promises (the verbs, reads, data_version) is tested on both
+backends by the rest of tests/core; these are the things only this store has.
+A real PostgreSQL server (tests/support/postgres.py), a database per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+
+import pytest
+
+from switchboard_local.core import todos
+from switchboard_local.core.errors import Conflict, StoreUnusable, Unavailable
+from switchboard_local.core.postgres import PostgresStore, convert_params
+from switchboard_local.core.queries import Q
+from switchboard_local.core.sqlite import SCHEMA_VERSION
+from switchboard_local.core.store import Store
+from switchboard_local.core.todo_model import NewTodo
+
+from support.cli import invoke
+from support.postgres import PostgresServer
+from support.sql import rows, run, value
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server(postgres_server: PostgresServer, tmp_path, monkeypatch) -> PostgresServer:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return postgres_server
+
+
+@pytest.fixture
+def empty_url(server: PostgresServer):
+    url = server.empty_database()
+    yield url
+    server.release(url)
+
+
+@pytest.fixture
+def url(server: PostgresServer):
+    url = server.fresh_database()
+    yield url
+    server.release(url)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_an_empty_database_gets_the_schema_and_the_current_version(empty_url, clock) -> None:
+    async with await Store.open(empty_url, clock=clock) as store:
+        assert isinstance(store, PostgresStore)
+        await todos.create(store, NewTodo(queue="q", title="first"))
+    assert value(empty_url, "SELECT max(version) FROM schema_migrations") == SCHEMA_VERSION
+    state = await Store.inspect(empty_url)
+    assert (state.ours, state.version, state.current, state.empty) == (True, SCHEMA_VERSION, SCHEMA_VERSION, False)
+
+
+async def test_stores_opening_an_empty_database_at_once_create_the_schema_once(empty_url) -> None:
+    stores = await asyncio.gather(*(Store.open(empty_url) for _ in range(4)))
+    for store in stores:
+        await store.close()
+    assert rows(empty_url, "SELECT version FROM schema_migrations") == [(SCHEMA_VERSION,)]
+
+
+async def test_the_postgres_scheme_names_the_same_database(url) -> None:
+    async with await Store.open("postgres://" + url.split("://", 1)[1]) as store:
+        created = await todos.create(store, NewTodo(queue="q", title="t"))
+    assert value(url, "SELECT title FROM todos WHERE id = ?", [created.id]) == "t"
+
+
+async def test_another_programs_database_is_refused_and_left_as_it_is(empty_url) -> None:
+    run(empty_url, "CREATE TABLE theirs (x integer)")
+    with pytest.raises(StoreUnusable, match="not a switchboard-local one"):
+        await Store.open(empty_url)
+    assert rows(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [("theirs",)]
+    state = await Store.inspect(empty_url)
+    assert (state.ours, state.empty) == (False, False)
+
+
+async def test_a_newer_database_is_refused_naming_both_versions(url) -> None:
+    run(url, "INSERT INTO schema_migrations (version) VALUES (?)", [SCHEMA_VERSION + 1])
+    with pytest.raises(StoreUnusable, match=f"version {SCHEMA_VERSION + 1}.*\\({SCHEMA_VERSION}\\)"):
+        await Store.open(url)
+
+
+async def test_a_read_only_store_reads_and_refuses_every_write(url, clock) -> None:
+    async with await Store.open(url, clock=clock) as store:
+        created = await todos.create(store, NewTodo(queue="q", title="t"))
+    async with await Store.open(url, read_only=True) as store:
+        assert (await todos.get(store, created.id)).title == "t"
+        with pytest.raises(Unavailable, match="read-only"):
+            await todos.create(store, NewTodo(queue="q", title="u"))
+        with pytest.raises(Unavailable):
+            await store.probe_writable()
+
+
+async def test_a_read_only_store_refuses_an_empty_database_and_creates_nothing(empty_url) -> None:
+    with pytest.raises(StoreUnusable, match="no schema yet"):
+        await Store.open(empty_url, read_only=True)
+    assert rows(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == []
+
+
+async def test_an_unreachable_server_is_unavailable_and_its_password_is_never_shown() -> None:
+    secret_url = f"postgresql://someone:s3cret-pw@127.0.0.1:{closed_port()}/db"
+    with pytest.raises(Unavailable) as refused:
+        await Store.open(secret_url)
+    assert "s3cret-pw" not in str(refused.value) and "someone:***@127.0.0.1" in str(refused.value)
+
+
+def test_the_cli_never_prints_a_urls_password(server) -> None:
+    secret_url = f"postgresql://someone:s3cret-pw@127.0.0.1:{closed_port()}/db"
+    shown = invoke(secret_url, "db", "path")
+    assert shown.code == 0 and "s3cret-pw" not in shown.out and "someone:***@" in shown.out
+    failed = invoke(secret_url, "todo", "list")
+    assert failed.code == 3 and "s3cret-pw" not in failed.out + failed.err and "someone:***@" in failed.err
+
+
+async def test_sql_text_that_is_no_named_statement_is_refused(url) -> None:
+    async with await Store.open(url) as store:
+        with pytest.raises(ValueError, match="named statements only"):
+            await store.read_all("SELECT 1")
+        assert await store.read_all(str(Q.list_agents)) == []  # the text of a named statement is that statement
+
+
+async def test_a_refusal_the_body_catches_leaves_the_rest_of_its_transaction_to_commit(url, clock) -> None:
+    def params(queue: str, title: str) -> dict:
+        return todos.insert_params(NewTodo(queue="q", title=title), now=clock.now_ms(), event_id=None) | {"queue": queue}
+
+    def body(tx) -> str:
+        tx.one(Q.insert_todo, params("q", "before"))
+        try:
+            tx.one(Q.insert_todo, params("", "refused"))  # CHECK (queue <> '')
+        except Conflict:
+            pass
+        tx.one(Q.insert_todo, params("q", "after"))
+        return "done"
+
+    async with await Store.open(url, clock=clock) as store:
+        assert await store.write(body) == "done"
+    assert rows(url, "SELECT title FROM todos ORDER BY id") == [("before",), ("after",)]
+
+
+async def test_a_refused_part_in_a_savepoint_is_undone_alone_memo_included(url, clock) -> None:
+    def params(queue: str, title: str) -> dict:
+        return todos.insert_params(NewTodo(queue="q", title=title), now=clock.now_ms(), event_id=None) | {"queue": queue}
+
+    def body(tx) -> dict:
+        tx.memo["kept"] = 1
+        with pytest.raises(Conflict), tx.savepoint():
+            tx.memo["undone"] = 1
+            tx.one(Q.insert_todo, params("q", "undone"))
+            tx.one(Q.insert_todo, params("", "refused"))
+        tx.one(Q.insert_todo, params("q", "kept"))
+        return dict(tx.memo)
+
+    async with await Store.open(url, clock=clock) as store:
+        assert await store.write(body) == {"kept": 1}
+    assert rows(url, "SELECT title FROM todos") == [("kept",)]
+
+
+async def test_concurrent_writers_each_commit_their_own_work(url, clock) -> None:
+    async with await Store.open(url, clock=clock, rng=random.Random(0)) as store:
+        created = await asyncio.gather(*(todos.create(store, NewTodo(queue="q", title=f"t{i}")) for i in range(40)))
+        claimed = await asyncio.gather(*(todos.claim_next(store, queues=["q"], owner=f"w{i}") for i in range(40)))
+    assert len({c.id for c in created}) == 40
+    assert sorted(c.todo.id for c in claimed if c is not None) == sorted(c.id for c in created)
+
+
+async def test_rows_read_by_name_and_by_position(url, clock) -> None:
+    async with await Store.open(url, clock=clock) as store:
+        created = await todos.create(store, NewTodo(queue="q", title="t"))
+        row = await store.read_one(Q.get_todo, {"id": created.id})
+    assert row is not None and row["id"] == row[0] == created.id and "title" in row.keys()
+    assert dict(zip(row.keys(), row))["title"] == "t"
+
+
+def test_named_parameters_become_psycopgs_and_casts_strings_and_comments_stay() -> None:
+    sql = "SELECT :a::jsonb, ':b', \"c:d\", 5 % 2, $$x:y$$ -- :e\nWHERE f = ? /* :g */"
+    assert convert_params(sql) == "SELECT %(a)s::jsonb, ':b', \"c:d\", 5 %% 2, $$x:y$$ -- :e\nWHERE f = %s /* :g */"
