@@ -167,13 +167,22 @@ def describe(location: str | os.PathLike[str]) -> str:
 
 
 def _same_file(source: Store, target: str | os.PathLike[str]) -> bool:
-    if is_url(target) or is_url(str(source.path)):
-        return False
-    there = expanded(target)
+    """Whether a SQLite target is the source's file (checked before either transaction begins)."""
+    return not is_url(target) and _same_path(source.path, expanded(target))
+
+
+def _same_path(one: os.PathLike[str], other: os.PathLike[str]) -> bool:
+    """Whether two stores' paths are one (PostgreSQL's: one per user, host, port and database)."""
     try:
-        return os.path.samefile(source.path, there)
-    except OSError:  # the target does not exist yet
-        return source.path.resolve() == there.resolve()
+        return os.path.samefile(one, other)
+    except OSError:  # one of them does not exist (yet)
+        return os.path.abspath(one) == os.path.abspath(other)
+
+
+def _name(store: Store) -> str:
+    """The source as it may be printed: its URL without the password, or its file."""
+    url = getattr(store, "url", None)
+    return describe(url) if isinstance(url, str) else str(store.path)
 
 
 async def copy(
@@ -203,6 +212,8 @@ async def copy(
 
     async def fill() -> dict[str, Any]:
         async with await opener(target) as store:
+            if _same_path(store.path, source.path):  # e.g. two URLs of one PostgreSQL database
+                raise InvalidArgument(f"{describe(target)} is the source itself: copy into another, empty database")
             return await store.write(lambda tx: _fill(tx, pipe, counts, describe(target), started))  # type: ignore[no-any-return]
 
     def target_side() -> None:
@@ -228,7 +239,7 @@ async def copy(
         filled = await asyncio.wrap_future(done)
     finally:
         await asyncio.to_thread(thread.join)
-    return Copied(str(source.path), describe(target), counts, filled["left_behind"], filled["last_ids"])
+    return Copied(_name(source), describe(target), counts, filled["left_behind"], filled["last_ids"])
 
 
 # ---------------------------------------------------------------- the source's side

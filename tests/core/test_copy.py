@@ -102,12 +102,18 @@ async def populated(store: Store) -> dict[str, object]:
     return await populate(store)
 
 
-@pytest.fixture
-def target(tmp_path: Path) -> Path:
-    return tmp_path / "target.db"
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The copy's target: a new SQLite file, or an empty PostgreSQL database (whatever the source's backend)."""
+    if request.param == "sqlite":
+        return tmp_path / "target.db"
+    server = request.getfixturevalue("postgres_server")
+    url = server.fresh_database()
+    request.addfinalizer(lambda: server.release(url))
+    return url
 
 
-async def open_target(target: Path, clock) -> Store:
+async def open_target(target: Path | str, clock) -> Store:
     return await Store.open(target, clock=clock, rng=random.Random(1))
 
 
