@@ -1,15 +1,39 @@
-"""The named statements of queries.sql, loaded once.
+"""The named statements of queries.sql, loaded once, and their PostgreSQL texts.
 
 ``Q.claim_by_id`` is the text under ``-- name: claim_by_id``; an unknown name
-fails at attribute access, not at run time inside a transaction.
+fails at attribute access, not at run time inside a transaction. Each is a
+``Statement``: a ``str`` (SQLite's text, what the SQLite store runs) that
+knows its ``name``, so that another backend finds its own text by it:
+``POSTGRES[Q.claim_by_id.name]`` is queries.postgres.sql's (same names, same
+parameters, same result columns). Loading refuses two files whose names
+differ, naming what one has and the other lacks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
+from types import MappingProxyType
+
+SQLITE_FILE = "queries.sql"
+POSTGRES_FILE = "queries.postgres.sql"
 
 
-def _parse(text: str) -> dict[str, str]:
+class Statement(str):
+    """A statement's text (SQLite's), carrying its name."""
+
+    name: str
+
+    def __new__(cls, text: str, name: str) -> Statement:
+        statement = super().__new__(cls, text)
+        statement.name = name
+        return statement
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Statement, (str(self), self.name))
+
+
+def _parse(text: str, file: str = SQLITE_FILE) -> dict[str, str]:
     statements: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
@@ -19,7 +43,7 @@ def _parse(text: str) -> dict[str, str]:
                 statements[name] = "\n".join(lines).strip().rstrip(";")
             name = line.removeprefix("-- name:").strip()
             if name in statements:
-                raise ValueError(f"queries.sql names {name!r} twice")
+                raise ValueError(f"{file} names {name!r} twice")
             lines = []
         elif name is not None:
             lines.append(line)
@@ -28,12 +52,33 @@ def _parse(text: str) -> dict[str, str]:
     return statements
 
 
-class _Queries:
-    def __init__(self, statements: dict[str, str]) -> None:
-        self.__dict__.update(statements)
+def same_names(first: Mapping[str, str], second: Mapping[str, str], *, names: tuple[str, str]) -> None:
+    """Raise ValueError unless both sets of statements have the same names, saying which differ."""
+    missing = sorted(set(first) - set(second))
+    extra = sorted(set(second) - set(first))
+    if missing or extra:
+        told = []
+        if missing:
+            told.append(f"{names[1]} lacks {', '.join(missing)}")
+        if extra:
+            told.append(f"{names[1]} has {', '.join(extra)}, which {names[0]} does not")
+        raise ValueError(f"{names[0]} and {names[1]} must name the same statements: {'; '.join(told)}")
 
-    def __getattr__(self, name: str) -> str:
+
+class _Queries:
+    def __init__(self, statements: Mapping[str, str]) -> None:
+        self.__dict__.update({name: Statement(text, name) for name, text in statements.items()})
+
+    def __getattr__(self, name: str) -> Statement:
         raise AttributeError(f"queries.sql has no statement named {name!r}")
 
 
-Q = _Queries(_parse(resources.files(__package__).joinpath("queries.sql").read_text("utf-8")))
+def _load(file: str) -> dict[str, str]:
+    return _parse(resources.files(__package__).joinpath(file).read_text("utf-8"), file)
+
+
+_sqlite = _load(SQLITE_FILE)
+POSTGRES: Mapping[str, str] = MappingProxyType(_load(POSTGRES_FILE))
+same_names(_sqlite, POSTGRES, names=(SQLITE_FILE, POSTGRES_FILE))
+
+Q = _Queries(_sqlite)

@@ -1,4 +1,4 @@
-"""The built wheel carries schema.sql and the dashboard's files, and works from any directory."""
+"""The built wheel carries both schemas, both sets of queries and the dashboard's files, and works from any directory."""
 
 from __future__ import annotations
 
@@ -21,11 +21,14 @@ def test_the_wheel_ships_the_schema_and_runs_from_another_directory(tmp_path: Pa
     (wheel,) = wheels.glob("switchboard_local-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         shipped = zf.read("switchboard_local/core/schema.sql").decode()
+        shipped_postgres = zf.read("switchboard_local/core/schema.postgres.sql").decode()
         assert "switchboard_local/core/queries.sql" in zf.namelist()
+        assert "switchboard_local/core/queries.postgres.sql" in zf.namelist()
         for shipped_with_the_dashboard in ("templates/base.html", "templates/queues.html", "static/dashboard.js",
                                            "static/dashboard.css"):  # fmt: skip
             assert f"switchboard_local/dashboard/{shipped_with_the_dashboard}" in zf.namelist()
     assert shipped == (ROOT / "schema.sql").read_text()
+    assert shipped_postgres == (ROOT / "schema.postgres.sql").read_text()
 
     target = tmp_path / "installed"
     subprocess.run(

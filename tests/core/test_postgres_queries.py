@@ -1,0 +1,202 @@
+"""queries.postgres.sql against schema.postgres.sql on a real PostgreSQL server,
+beside queries.sql on schema.sql: the same statements, parameters and result
+columns, each one valid; and what the PostgreSQL schema promises of itself
+(times in milliseconds, notifications only for changes, the batch's ids)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from switchboard_local.core import queries
+from switchboard_local.core.queries import POSTGRES, Q, _parse, same_names
+
+from support.postgres import PostgresServer
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+
+
+def numbered(text: str) -> tuple[str, list[str]]:
+    """``:name`` → ``$n`` (one number per name, as psycopg sends them), and the names in order."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    return PARAMETER.sub(number, text), names
+
+
+def sqlite_columns(path: Path) -> dict[str, list[str]]:
+    """The result columns of every statement of queries.sql, prepared (never run) on schema.sql."""
+    lib = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+    lib.sqlite3_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.sqlite3_prepare_v2.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]  # fmt: skip
+    lib.sqlite3_column_count.argtypes = [ctypes.c_void_p]
+    lib.sqlite3_column_name.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.sqlite3_column_name.restype = ctypes.c_char_p
+    lib.sqlite3_finalize.argtypes = [ctypes.c_void_p]
+    lib.sqlite3_close.argtypes = [ctypes.c_void_p]
+    lib.sqlite3_errmsg.argtypes = [ctypes.c_void_p]
+    lib.sqlite3_errmsg.restype = ctypes.c_char_p
+    db = ctypes.c_void_p()
+    assert lib.sqlite3_open(str(path).encode(), ctypes.byref(db)) == 0
+    columns: dict[str, list[str]] = {}
+    try:
+        for name in vars(Q):
+            statement = ctypes.c_void_p()
+            rc = lib.sqlite3_prepare_v2(db, str(getattr(Q, name)).encode(), -1, ctypes.byref(statement), None)
+            assert rc == 0, f"{name}: {lib.sqlite3_errmsg(db).decode()}"
+            try:
+                count = lib.sqlite3_column_count(statement)
+                columns[name] = [lib.sqlite3_column_name(statement, i).decode() for i in range(count)]
+            finally:
+                lib.sqlite3_finalize(statement)
+    finally:
+        lib.sqlite3_close(db)
+    return columns
+
+
+@pytest.fixture(scope="module")
+def sqlite_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-schema") / "schema.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript((ROOT / "schema.sql").read_text())
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def schema_database(postgres_server: PostgresServer) -> Iterator[str]:
+    """A new database holding schema.postgres.sql and nothing else; its URL."""
+    url = postgres_server.empty_database()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute((ROOT / "schema.postgres.sql").read_text())  # type: ignore[arg-type]
+        yield url
+    finally:
+        postgres_server.release(url)
+
+
+# ---------------------------------------------------------------- the two files
+
+
+def test_loading_refuses_two_files_that_name_different_statements() -> None:
+    sqlite = _parse("-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n")
+    postgres = _parse("-- name: a\nSELECT 1;\n-- name: c\nSELECT 3;\n", "queries.postgres.sql")
+    with pytest.raises(ValueError) as refused:
+        same_names(sqlite, postgres, names=("queries.sql", "queries.postgres.sql"))
+    told = str(refused.value)
+    assert "queries.postgres.sql lacks b" in told
+    assert "queries.postgres.sql has c, which queries.sql does not" in told
+    same_names(sqlite, _parse("-- name: b\nSELECT 4;\n-- name: a\nSELECT 5;\n"), names=("x", "y"))
+
+
+def test_every_statement_knows_its_name_and_has_a_postgresql_text() -> None:
+    assert set(POSTGRES) == set(vars(Q))
+    for name, statement in vars(Q).items():
+        assert isinstance(statement, str) and statement.name == name
+        assert POSTGRES[statement.name].strip()
+    assert queries.POSTGRES is POSTGRES
+
+
+def test_the_postgresql_statements_take_the_same_parameters() -> None:
+    for name, statement in vars(Q).items():
+        assert set(PARAMETER.findall(POSTGRES[name])) == set(PARAMETER.findall(statement)), name
+
+
+def test_the_postgresql_statements_convert_by_one_substitution() -> None:
+    # No `::` cast and no `%` in the file: `:name` → `%(name)s` needs nothing else.
+    for name, text in POSTGRES.items():
+        assert "::" not in text and "%" not in text, name
+
+
+# ---------------------------------------------------------------- on a real server
+
+
+@pytest.mark.postgres
+def test_every_postgresql_statement_is_valid_on_the_postgresql_schema_with_sqlites_columns(
+    schema_database: str, sqlite_schema: Path
+) -> None:
+    expected = sqlite_columns(sqlite_schema)
+    failures: list[str] = []
+    with psycopg.connect(schema_database, autocommit=True) as conn:
+        for name, text in POSTGRES.items():
+            query, names = numbered(text)
+            prepared = conn.pgconn.prepare(name.encode(), query.encode())
+            if prepared.status != pq.ExecStatus.COMMAND_OK:
+                failures.append(f"{name}: {(prepared.error_message or b'').decode().strip()}")
+                continue
+            described = conn.pgconn.describe_prepared(name.encode())
+            assert described.nparams == len(names), name
+            columns = [(described.fname(i) or b"").decode() for i in range(described.nfields)]
+            if columns != expected[name]:
+                failures.append(f"{name}: columns {columns}, SQLite's {expected[name]}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.postgres
+def test_times_go_in_and_out_as_the_same_milliseconds(schema_database: str) -> None:
+    samples = [0, 1, -1, 999, 1_733_106_000_123, 4_102_444_800_000, 253_402_300_799_999, -62_135_596_800_000]
+    with psycopg.connect(schema_database, autocommit=True) as conn:
+        for ms in samples:
+            assert conn.execute("SELECT sb_ms(sb_ts(%s))", (ms,)).fetchone() == (ms,)
+        assert conn.execute("SELECT sb_ms(NULL), sb_ts(NULL)").fetchone() == (None, None)
+
+
+@pytest.mark.postgres
+def test_a_commit_notifies_the_tables_it_changed_and_no_others(schema_database: str) -> None:
+    with psycopg.connect(schema_database, autocommit=True) as listener, \
+            psycopg.connect(schema_database, autocommit=True) as writer:  # fmt: skip
+        listener.execute("LISTEN switchboard")
+        with writer.transaction():  # changes no row: no notification
+            writer.execute("UPDATE todos SET title = 'x' WHERE id = -1")
+            writer.execute("DELETE FROM events WHERE id = -1")
+        with writer.transaction():  # a change, rolled back: no notification
+            writer.execute("INSERT INTO queues (name) VALUES ('rolled-back')")
+            raise_rollback(writer)
+        with writer.transaction():
+            writer.execute("INSERT INTO settings (name, value) VALUES ('a', '1'), ('b', '2')")
+            writer.execute("UPDATE settings SET value = '3'")
+            writer.execute("INSERT INTO queues (name) VALUES ('q')")
+        writer.execute("INSERT INTO agents (name, queues, created_at) VALUES ('bot', '[]', now())")
+        heard: list[str] = []
+        for notice in listener.notifies(timeout=30):
+            heard.append(notice.payload)
+            if notice.payload == "agents":
+                break
+    # One notification per table per transaction, in commit order.
+    assert heard == ["settings", "queues", "agents"]
+
+
+def raise_rollback(conn: psycopg.Connection) -> None:
+    """Leave ``with conn.transaction()`` rolling it back."""
+    raise psycopg.Rollback()
+
+
+@pytest.mark.postgres
+def test_a_batch_numbers_its_rows_past_every_id_ever_drawn(schema_database: str) -> None:
+    with psycopg.connect(schema_database, autocommit=True) as conn:
+        with conn.transaction():
+            drawn = conn.execute("SELECT sb_new_id('todos')").fetchone()[0]  # type: ignore[index]
+            raise_rollback(conn)
+        with conn.transaction():
+            first = conn.execute(str(numbered(POSTGRES["next_todo_id"])[0])).fetchone()[0]  # type: ignore[index, arg-type]
+            assert first == drawn + 1
+            conn.execute("INSERT INTO todos (id, queue, title, state, visible_at, created_at, updated_at) "
+                         "VALUES (sb_given_id('todos', %s), 'q', 't', 'pending', now(), now(), now())",
+                         (first + 4,))  # fmt: skip
+        # A single insert after the batch draws past the batch's ids.
+        after = conn.execute("SELECT sb_new_id('todos')").fetchone()[0]  # type: ignore[index]
+        assert after == first + 5
