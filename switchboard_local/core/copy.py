@@ -324,5 +324,5 @@ def _fill(tx: Transaction, pipe: _Pipe, counts: dict[str, int], target: str, sta
         tx.many(inserts[name], page)
         counts[name] += len(page)
     tx.run(Q.copy_seed_sequences)
-    tx.run(Q.copy_move_sequences, item.last_ids)
+    tx.run(Q.copy_move_sequences, {"events": item.last_ids["events"], "todos": item.last_ids["todos"]})
     return {"left_behind": item.left_behind, "last_ids": item.last_ids}

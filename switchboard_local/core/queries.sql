@@ -838,16 +838,15 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
        (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;
 
--- ---------------------------------------------------------------- db copy
--- `switchboard-local db copy --to TARGET` (core/copy.py): every table of the
--- data read in key order, a page after another (:after* is the last key of
--- the page before; the first page starts below every key: ids start at 1,
--- names are never empty), and written unchanged (ids kept) into an empty
--- target. The reads answer this schema's shapes (times in ms, JSON as text,
--- 0/1) whatever the backend, and the inserts take them.
-
 -- name: copy_target_holds
--- What a target holds: it must be empty (the leader's row: a process uses it).
+-- `switchboard-local db copy --to TARGET` (core/copy.py), the copy_ statements:
+-- every table of the data read in key order, a page after another (the
+-- after_ parameters are the last key of the page before; the first page
+-- starts below every key: ids start at 1, names are never empty), and written
+-- unchanged (ids kept) into an empty target. The reads answer this schema's
+-- shapes (times in ms, JSON as text, 0/1) whatever the backend, and the
+-- inserts take them.
+-- This one: what a target holds: it must be empty (the leader's row: a process uses it).
 SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) AS rules,
        (SELECT COUNT(*) FROM agents) AS agents, (SELECT COUNT(*) FROM settings) AS settings,
        (SELECT COUNT(*) FROM queues) AS queues, (SELECT COUNT(*) FROM events) AS events,
