@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from support.cli import as_json, invoke, run_cli
 
 
@@ -61,3 +63,31 @@ def test_copy_runs_as_its_own_process(tmp_path: Path) -> None:
     done = run_cli("db", "copy", "--to", str(tmp_path / "target.db"), "--json", db=source)
     assert done.returncode == 0, done.stderr
     assert '"todos": 1' in done.stdout
+
+
+@pytest.mark.postgres
+def test_copy_into_postgresql_by_url_and_the_lease_still_completes_there(cli, postgres_server) -> None:
+    claimed = populate(cli)
+    url = postgres_server.fresh_database()
+    try:
+        copied = as_json(cli, "db", "copy", "--to", url)
+        assert copied["copied"]["todos"] == 2 and copied["target"] == url
+        on_postgres = lambda *a, **k: invoke(url, *a, **k)  # noqa: E731
+        again = as_json(on_postgres, "todo", "create", "--queue", "q", "--title", "again", "--key", "k")
+        assert again["created"] is False and again["id"] == claimed["id"]  # the claimed todo holds the key
+        done = as_json(on_postgres, "todo", "complete", str(claimed["id"]), "--token", claimed["lease_token"])
+        assert done["state"] == "done"
+    finally:
+        postgres_server.release(url)
+
+
+@pytest.mark.postgres
+def test_a_url_s_password_is_never_printed(cli, postgres_server) -> None:
+    populate(cli)
+    url = postgres_server.fresh_database().replace("postgres@", "postgres:s3cret@")
+    try:
+        result = cli("db", "copy", "--to", url)
+        assert result.code == 0, result.err
+        assert "s3cret" not in result.out + result.err and "postgres:***@" in result.out
+    finally:
+        postgres_server.release(url)
