@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import os
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -153,17 +154,21 @@ def is_url(location: str | os.PathLike[str]) -> bool:
     return "://" in str(location)
 
 
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
 def describe(location: str | os.PathLike[str]) -> str:
-    """A target as it may be printed: a URL without its password."""
+    """A database as it may be printed: a URL without its password (in its user part or its query)."""
     text = str(location)
     if not is_url(text):
         return text
     scheme, _, rest = text.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at:
-        return text
-    user = credentials.partition(":")[0]
-    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{host}"
+    authority, slash, tail = rest.partition("/")
+    credentials, at, host = authority.rpartition("@")
+    if at:
+        user = credentials.partition(":")[0]
+        authority = f"{user}{':***' if ':' in credentials else ''}@{host}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", f"{scheme}://{authority}{slash}{tail}")
 
 
 def _same_file(source: Store, target: str | os.PathLike[str]) -> bool:

@@ -241,3 +241,17 @@ async def test_pages_of_one_row_copy_the_same_rows(store, populated, target, clo
 async def test_an_empty_source_copies_nothing_and_says_so(store, target) -> None:
     copied = await copy.copy(store, target)
     assert copied.total == 0 and set(copied.counts) == {t.name for t in copy.TABLES}
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        ("postgresql://sb:s3cret@db.example:5432/queue", "postgresql://sb:***@db.example:5432/queue"),
+        ("postgresql://sb@db.example/queue?password=s3cret&sslmode=require",
+         "postgresql://sb@db.example/queue?password=***&sslmode=require"),
+        ("postgresql://db.example/queue", "postgresql://db.example/queue"),
+        ("/data/switchboard.db", "/data/switchboard.db"),
+    ],
+)  # fmt: skip
+def test_a_database_is_named_without_its_password(location: str, shown: str) -> None:
+    assert copy.describe(location) == shown
