@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,11 +118,20 @@ def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], i
     shutdown is not charged for it. Each job must have been done exactly once.
     """
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+    outputs = [""] * len(procs)
+
+    def read(k: int) -> None:  # the whole output, read as it comes: a full pipe would stop the worker
+        assert procs[k].stdout is not None
+        outputs[k] = procs[k].stdout.read()
+
+    readers = [threading.Thread(target=read, args=(k,), daemon=True) for k in range(len(procs))]
     try:
         for p in procs:
             assert p.stdout is not None
             line = p.stdout.readline()
             assert json.loads(line) == {"ready": True}, line
+        for reader in readers:
+            reader.start()
         start = time.perf_counter()
         go.touch()
         while remaining() > 0:
@@ -129,7 +139,10 @@ def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], i
                 break  # every worker gone with jobs left: the assertion below tells
             time.sleep(POLL)
         elapsed = time.perf_counter() - start
-        outputs = [p.communicate()[0] for p in procs]
+        for p in procs:
+            p.wait()
+        for reader in readers:
+            reader.join()
     finally:
         for p in procs:
             if p.poll() is None:
