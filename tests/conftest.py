@@ -76,13 +76,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 
     server = PostgresServer().start()
     try:
-        server.prepare_template()
 
-        async def create_schema() -> None:
-            store = await Store.open(server.template_url())
-            await store.close()
+        def create_schema(url: str) -> None:
+            async def opened_once() -> None:
+                await (await Store.open(url)).close()
 
-        asyncio.run(create_schema())
+            asyncio.run(opened_once())
+
+        server.prepare_template(create_schema)
         yield server
     finally:
         server.stop()

@@ -10,6 +10,7 @@ from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
+from support import sql
 from support.sql import rows, run
 
 pytestmark = pytest.mark.anyio
@@ -145,10 +146,10 @@ async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(stor
 
 
 async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
-    run(db_path, "CREATE TRIGGER fail_all BEFORE INSERT ON todos BEGIN SELECT RAISE(ABORT, 'no'); END")
+    sql.refuse_inserts(db_path, "fail_all", "todos", "no")
     with pytest.raises(Conflict):
         await events.ingest(store, push(), work("first"))
-    run(db_path, "DROP TRIGGER fail_all")
+    sql.drop_trigger(db_path, "fail_all", "todos")
     todo, created = await todos.create(store, NewTodo(queue="q", title="after"))
     assert created and (await todos.get(store, todo.id)).title == "after"
 

@@ -15,6 +15,7 @@ from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import Ingested, NewEvent
 from switchboard_local.core.store import Store
 
+from support import sql
 from support.cli import run_cli
 from support.sql import rows, run, value
 
@@ -72,8 +73,9 @@ async def prepare(store: Store, db_path) -> sources.Source:
     source = await routed_source(store)
     await routing.deliver(store, delivery("d-0", {"action": "opened", "title": "old", "n": 0}))
     # A live todo holding the key d-5's todo derives (as a todo outliving its pruned event would).
+    zero = sql.ms(db_path, 0)
     run(db_path, "INSERT INTO todos (queue, title, idempotency_key, state, visible_at, created_at, updated_at) "
-                 "VALUES ('gh', 'holder', 'event:gh:d-5:default', 'pending', 0, 0, 0)")  # fmt: skip
+                 f"VALUES ('gh', 'holder', 'event:gh:d-5:default', 'pending', {zero}, {zero}, {zero})")  # fmt: skip
     return source
 
 
@@ -120,8 +122,7 @@ async def test_each_delivery_of_a_batch_gets_its_own_answer(store, db_path) -> N
 async def test_a_message_that_cannot_be_routed_leaves_the_others_whole_and_nothing_half_written(store,
                                                                                                 db_path) -> None:  # fmt: skip
     source = await routed_source(store)
-    run(db_path, "CREATE TRIGGER poison BEFORE INSERT ON todos WHEN NEW.payload LIKE '%poison%' "
-                 "BEGIN SELECT RAISE(ABORT, 'this todo cannot be stored'); END")  # fmt: skip
+    sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored", payload_like="%poison%")
     batch = [delivery(f"d-{i}", {"action": "opened", "title": "poison" if i == 2 else f"t{i}"}) for i in range(5)]
 
     answers = await routing.accept(store, source, batch)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo, QueueStats
 from switchboard_local.core.todos import Lease, NextClaim
 
+from support import sql
 from support.cli import as_json
 from support.sql import rows
 
@@ -312,9 +312,7 @@ async def test_claim_takes_a_lease_and_counts_the_attempt(store, clock, db_path)
     assert isinstance(claimed.lease_token, str) and len(claimed.lease_token) >= 16
     # The token is shown once and stored only as its hash.
     assert (await todos.get(store, todo.id)).lease_token is None
-    conn = sqlite3.connect(db_path)
-    stored = conn.execute("SELECT lease_token_hash FROM todos WHERE id = ?", (todo.id,)).fetchone()[0]
-    conn.close()
+    stored = sql.value(db_path, "SELECT lease_token_hash FROM todos WHERE id = ?", [todo.id])
     assert stored == hashlib.sha256(claimed.lease_token.encode()).hexdigest()
 
 
@@ -1083,8 +1081,7 @@ async def test_stats_reads_without_writing(store, clock, db_path) -> None:
     clock.advance(61)
     (row,) = await todos.stats(store)
     assert (row.claimed, row.dead) == (0, 1)
-    with sqlite3.connect(db_path) as conn:  # the file still holds the lapsed claim
-        assert conn.execute("SELECT state FROM todos").fetchone()[0] == "claimed"
+    assert sql.value(db_path, "SELECT state FROM todos") == "claimed"  # the database still holds the lapsed claim
 
 
 # ================================================================ 7. refusals

@@ -25,7 +25,7 @@ from support.cli import invoke
 from support.postgres import PostgresServer
 from support.sql import rows, run, value
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ async def test_stores_opening_an_empty_database_at_once_create_the_schema_once(e
 
 async def test_the_postgres_scheme_names_the_same_database(url) -> None:
     async with await Store.open("postgres://" + url.split("://", 1)[1]) as store:
-        created = await todos.create(store, NewTodo(queue="q", title="t"))
+        created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
     assert value(url, "SELECT title FROM todos WHERE id = ?", [created.id]) == "t"
 
 
@@ -93,7 +93,7 @@ async def test_a_newer_database_is_refused_naming_both_versions(url) -> None:
 
 async def test_a_read_only_store_reads_and_refuses_every_write(url, clock) -> None:
     async with await Store.open(url, clock=clock) as store:
-        created = await todos.create(store, NewTodo(queue="q", title="t"))
+        created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
     async with await Store.open(url, read_only=True) as store:
         assert (await todos.get(store, created.id)).title == "t"
         with pytest.raises(Unavailable, match="read-only"):
@@ -170,13 +170,13 @@ async def test_concurrent_writers_each_commit_their_own_work(url, clock) -> None
     async with await Store.open(url, clock=clock, rng=random.Random(0)) as store:
         created = await asyncio.gather(*(todos.create(store, NewTodo(queue="q", title=f"t{i}")) for i in range(40)))
         claimed = await asyncio.gather(*(todos.claim_next(store, queues=["q"], owner=f"w{i}") for i in range(40)))
-    assert len({c.id for c in created}) == 40
-    assert sorted(c.todo.id for c in claimed if c is not None) == sorted(c.id for c in created)
+    assert len({todo.id for todo, _ in created}) == 40
+    assert sorted(todo.id for todo in claimed if todo is not None) == sorted(todo.id for todo, _ in created)
 
 
 async def test_rows_read_by_name_and_by_position(url, clock) -> None:
     async with await Store.open(url, clock=clock) as store:
-        created = await todos.create(store, NewTodo(queue="q", title="t"))
+        created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
         row = await store.read_one(Q.get_todo, {"id": created.id})
     assert row is not None and row["id"] == row[0] == created.id and "title" in row.keys()
     assert dict(zip(row.keys(), row))["title"] == "t"

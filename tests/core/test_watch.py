@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import aclosing
 
 import anyio
@@ -13,13 +12,14 @@ from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
 
+from support import sql
+
 pytestmark = pytest.mark.anyio
 
 
 def commit_elsewhere(db_path) -> None:
     """A write through a separate connection, as another process would make it."""
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("INSERT INTO agents (name, queues, created_at) VALUES ('other', '[\"q\"]', 0)")
+    sql.run(db_path, f"INSERT INTO agents (name, queues, created_at) VALUES ('other', '[\"q\"]', {sql.ms(db_path, 0)})")
 
 
 async def test_data_version_changes_when_any_connection_commits_and_only_then(store, db_path) -> None:
@@ -57,11 +57,9 @@ async def test_arrivals_are_the_newer_todos_the_agent_could_claim_in_its_queues(
 
 def todo_elsewhere(db_path, title: str, queue: str = "q") -> None:
     """A todo committed through a separate connection, as another process would commit it."""
-    with sqlite3.connect(db_path) as conn:
-        conn.execute(
-            "INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at) VALUES (?, ?, 'pending', 0, 0, 0)",
-            (queue, title),
-        )
+    zero = sql.ms(db_path, 0)
+    sql.run(db_path, "INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at) "
+                     f"VALUES (?, ?, 'pending', {zero}, {zero}, {zero})", [queue, title])  # fmt: skip
 
 
 async def next_rows(feed) -> list:

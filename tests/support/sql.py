@@ -100,3 +100,26 @@ def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any
         with conn.cursor() as cursor:
             cursor.execute(convert_params(sql), tuple(params))  # type: ignore[arg-type]
             return cursor.fetchall() if cursor.description else []
+
+
+def ms(db: Path | str, value: int) -> str:
+    """A time in integer milliseconds as an SQL literal for ``db``: the number on SQLite, a timestamptz on PostgreSQL."""
+    return f"sb_ts({int(value)})" if is_url(db) else str(int(value))
+
+
+def refuse_inserts(db: Path | str, name: str, table: str, message: str, *, payload_like: str | None = None) -> None:
+    """A trigger ``name`` that refuses every insert into ``table`` (or those whose payload is LIKE
+    ``payload_like``) with ``message``, as a constraint does: the store answers Conflict."""
+    if is_url(db):
+        test = f"NEW.payload::text LIKE '{payload_like}'" if payload_like is not None else "true"
+        run(db, f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF {test} THEN RAISE EXCEPTION '{message}' USING ERRCODE = 'check_violation'; END IF; "
+                f"RETURN NEW; END $$")  # fmt: skip
+        run(db, f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()")
+    else:
+        when = f"WHEN NEW.payload LIKE '{payload_like}' " if payload_like is not None else ""
+        run(db, f"CREATE TRIGGER {name} BEFORE INSERT ON {table} {when}BEGIN SELECT RAISE(ABORT, '{message}'); END")
+
+
+def drop_trigger(db: Path | str, name: str, table: str) -> None:
+    run(db, f"DROP TRIGGER {name} ON {table}" if is_url(db) else f"DROP TRIGGER {name}")
