@@ -1,7 +1,7 @@
 """The whole benchmark suite, side by side, in one invocation: issue 15's targets, met or missed.
 
     .venv/bin/python -m pip install -e '.[bench]'     # the peers: litequeue, persist-queue
-    .venv/bin/python bench/run.py [--runs 5] [--only a,b,c,d,e,f,g,h,i,m,w]
+    .venv/bin/python bench/run.py [--runs 5] [--only a,b,c,d,e,f,g,h,i,m,w[,p]]
 
 Every figure is a median over --runs rounds; each round runs every measure
 once, so what is compared is measured interleaved in time, on the same file
@@ -29,6 +29,12 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
   m  no CLI verb imports the MCP SDK (a real process runs the everyday verbs, then looks)
   w  WAL pages per job commit and the commit latency p50/p99 of the drain loop
      (bench/wal.py's measures where it exists; else the WAL's growth under a pinned reader)
+  p  opt-in (--only …,p; needs Debian's postgresql and the bench extra): PostgreSQL
+     beside SQLite on a server the bench starts (synchronous_commit=on): todos
+     created/s, drains with 1, 4, 8 and 16 worker processes on each backend, the
+     peers (procrastinate, pgqueuer) draining as many jobs with as many processes
+     on the same server, claim_next latency at 1,000 and 1,000,000 todos
+     (bench/postgres.py, which runs the same alone with more options)
 
 Prints the machine (with its fdatasync p50), every figure, then each of issue
 15's targets with its ratio and met/missed; writes bench/results.json.
@@ -409,15 +415,22 @@ async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--only", default=",".join(s for s in SECTIONS if s not in OPT_IN))
     args = parser.parse_args()
     sections = set(args.only.split(","))
     if sections - set(SECTIONS):
         parser.error(f"--only: unknown sections {', '.join(sorted(sections - set(SECTIONS)))}; they are {','.join(SECTIONS)}")
     with tempfile.TemporaryDirectory(dir=BENCH) as tmp_name, contextlib.ExitStack() as stack:
         tmp = Path(tmp_name)
-        measures = plan(sections, tmp, stack)
+        pg = _load("postgres") if "p" in sections else None
+        pg_server = None
+        if pg is not None:
+            pg_server = pg.Server()
+            stack.callback(pg_server.stop)
+        measures = plan(sections, tmp, stack, pg_server)
         r: dict[str, Any] = interleaved(measures, args.runs)
+        if pg is not None:  # once, as g: filling a table with 1,000,000 todos takes a while
+            r["pg_claim_next_ms_1m"] = pg.big_claim(pg_server, 1_000_000)
         if "g" in sections:  # once: filling a file with 1,000,000 todos takes a while
             big = asyncio.run(claim_latency_ms(tmp / "s1m.db", 1_000_000))
             r["claim_next_ms_1m"], r["bytes_per_todo_1m"] = big
@@ -429,7 +442,8 @@ def main() -> None:
     report(r, args.runs)
 
 
-SECTIONS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "m", "w")
+SECTIONS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "m", "w", "p")
+OPT_IN = {"p"}  # run only when named in --only: it needs a PostgreSQL server
 
 
 # A measure: the names of the figures it yields, and a function of the round's number.
@@ -448,7 +462,7 @@ def interleaved(measures: list[Measure], runs: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in seen.items()}
 
 
-def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack) -> list[Measure]:
+def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack, pg_server: Any = None) -> list[Measure]:
     def fresh(i: int, name: str) -> Path:
         folder = tmp / f"{name}-{i}"
         folder.mkdir()
@@ -536,6 +550,10 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack) -> list[Mea
         for pages in (0, 4):
             names = (f"webhook_32_senders_{pages}_pages_per_s",)
             measures.append((names, lambda i, p=pages: (board.run(1000, 32, p, fresh(i, f"dl{p}"), i)["per_s"],)))
+    if "p" in sections:
+        pg = _load("postgres")
+        peers = tuple(p for p in pg.PEERS if pg.peer_installed(p))
+        measures += pg.measures(pg_server, N, pg.PROCESSES, peers, {"ours", "sqlite", "peers", "big"}, tmp)
     return measures
 
 
@@ -556,6 +574,13 @@ TARGETS = [
     ("Redis stream drain, batch 64 vs raw XREADGROUP+XACK", "redis_batch_64_per_s", "redis_raw_per_s", "at least", 0.3),
     ("claim_next latency, 1,000,000 todos vs 1,000", "claim_next_ms_1m", "claim_next_ms_1k", "at most", 1.5),
     ("MCP claim_next+complete p50 (ms)", "mcp_round_trip_p50_ms", None, "at most", 3.0),
+    # Issue 16's (section p).
+    ("PostgreSQL drain, 8 processes vs 1", "pg_drain_8p_per_s", "pg_drain_1p_per_s", "at least", 3.0),
+    ("PostgreSQL drain, 8 processes vs procrastinate, 8 processes",
+     "pg_drain_8p_per_s", "procrastinate_drain_8p_per_s", "at least", 1.0),
+    ("PostgreSQL drain, 8 processes vs pgqueuer, 8 processes",
+     "pg_drain_8p_per_s", "pgqueuer_drain_8p_per_s", "at least", 1.0),
+    ("PostgreSQL claim_next latency, 1,000,000 todos vs 1,000", "pg_claim_next_ms_1m", "pg_claim_next_ms_1k", "at most", 1.5),
 ]  # fmt: skip
 
 

@@ -606,7 +606,7 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
 
 @main.group("db")
 def db_group() -> None:
-    """The database file."""
+    """The database: where it is, and copying it into another (`db copy`)."""
 
 
 @db_group.command("path")
@@ -627,6 +627,7 @@ def _register_edges() -> None:
     from . import agents as cli_agents
     from . import config as cli_config
     from . import dashboard as cli_dashboard
+    from . import database as cli_database
     from . import doctor as cli_doctor
     from . import events as cli_events
     from . import queues as cli_queues
@@ -644,6 +645,7 @@ def _register_edges() -> None:
     cli_service.register(main)
     cli_doctor.register(main)
     cli_dashboard.register(main)
+    cli_database.register(db_group)
 
 
 _register_edges()

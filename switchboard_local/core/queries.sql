@@ -837,3 +837,148 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT COUNT(*) FROM todos WHERE state = 'failed') AS dead,
        (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
        (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;
+
+-- name: copy_target_holds
+-- `switchboard-local db copy --to TARGET` (core/copy.py), the copy_ statements:
+-- every table of the data read in key order, a page after another (the
+-- after_ parameters are the last key of the page before; the first page
+-- starts below every key: ids start at 1, names are never empty), and written
+-- unchanged (ids kept) into an empty target. The reads answer this schema's
+-- shapes (times in ms, JSON as text, 0/1) whatever the backend, and the
+-- inserts take them.
+-- This one: what a target holds: it must be empty (the leader's row: a process uses it).
+SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) AS rules,
+       (SELECT COUNT(*) FROM agents) AS agents, (SELECT COUNT(*) FROM settings) AS settings,
+       (SELECT COUNT(*) FROM queues) AS queues, (SELECT COUNT(*) FROM events) AS events,
+       (SELECT COUNT(*) FROM todos) AS todos, (SELECT COUNT(*) FROM event_todos) AS event_todos,
+       (SELECT COUNT(*) FROM attempts) AS attempts, (SELECT COUNT(*) FROM delivery_keys) AS delivery_keys,
+       (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
+
+-- name: copy_last_ids
+-- The last id each id sequence gave (pruned ids are never given again: ids
+-- are cursors), so the target's sequences move past them; rules' ids are rowids.
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+           coalesce((SELECT max(id) FROM events), 0)) AS events,
+       max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'todos'), 0),
+           coalesce((SELECT max(id) FROM todos), 0)) AS todos,
+       coalesce((SELECT max(id) FROM rules), 0) AS rules;
+
+-- name: copy_seed_sequences
+-- The target's AUTOINCREMENT rows for events and todos, where no insert made
+-- them (no row copied, yet ids were given: every row pruned).
+INSERT INTO sqlite_sequence (name, seq)
+SELECT v.name, 0 FROM (SELECT 'events' AS name UNION ALL SELECT 'todos') AS v
+WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence AS s WHERE s.name = v.name);
+
+-- name: copy_move_sequences
+-- The target's sequences past the source's last ids (never backwards); rules'
+-- rowids follow their max by themselves.
+UPDATE sqlite_sequence
+SET seq = max(seq, CASE name WHEN 'events' THEN :events ELSE :todos END)
+WHERE name IN ('events', 'todos');
+
+-- name: copy_read_sources
+SELECT name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+       last_poll_at, last_error, consecutive_failures, messages_stored
+FROM sources WHERE name > :after_name ORDER BY name LIMIT :limit;
+
+-- name: copy_insert_sources
+INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+                     last_poll_at, last_error, consecutive_failures, messages_stored)
+VALUES (:name, :family, :kind, :trust_mode, :enabled, :config, :secrets, :created_at, :updated_at,
+        :last_poll_at, :last_error, :consecutive_failures, :messages_stored);
+
+-- name: copy_read_rules
+SELECT id, position, source, type, conditions, action, queue, title, assignee, priority,
+       max_attempts, stop, created_at
+FROM rules WHERE id > :after_id ORDER BY id LIMIT :limit;
+
+-- name: copy_insert_rules
+INSERT INTO rules (id, position, source, type, conditions, action, queue, title, assignee, priority,
+                   max_attempts, stop, created_at)
+VALUES (:id, :position, :source, :type, :conditions, :action, :queue, :title, :assignee, :priority,
+        :max_attempts, :stop, :created_at);
+
+-- name: copy_read_agents
+SELECT name, queues, tools, created_at, create_queues, owner
+FROM agents WHERE name > :after_name ORDER BY name LIMIT :limit;
+
+-- name: copy_insert_agents
+INSERT INTO agents (name, queues, tools, created_at, create_queues, owner)
+VALUES (:name, :queues, :tools, :created_at, :create_queues, :owner);
+
+-- name: copy_read_settings
+SELECT name, value FROM settings WHERE name > :after_name ORDER BY name LIMIT :limit;
+
+-- name: copy_insert_settings
+INSERT INTO settings (name, value) VALUES (:name, :value);
+
+-- name: copy_read_queues
+SELECT name, paused_at, paused_by FROM queues WHERE name > :after_name ORDER BY name LIMIT :limit;
+
+-- name: copy_insert_queues
+INSERT INTO queues (name, paused_at, paused_by) VALUES (:name, :paused_at, :paused_by);
+
+-- name: copy_sizes_events
+-- The next page's ids and sizes: copy.py cuts the page where its bodies pass
+-- a budget, then reads it whole (copy_read_events), so no page is too large.
+SELECT id, size + length(headers) AS size FROM events WHERE id > :after_id ORDER BY id LIMIT :limit;
+
+-- name: copy_read_events
+SELECT id, source, family, type, external_id, trust_mode, verified, verify_detail, content_type,
+       headers, body, size, received_at
+FROM events WHERE id > :after_id AND id <= :through_id ORDER BY id;
+
+-- name: copy_insert_events
+INSERT INTO events (id, source, family, type, external_id, trust_mode, verified, verify_detail,
+                    content_type, headers, body, size, received_at)
+VALUES (:id, :source, :family, :type, :external_id, :trust_mode, :verified, :verify_detail,
+        :content_type, :headers, :body, :size, :received_at);
+
+-- name: copy_sizes_todos
+-- As copy_sizes_events: a todo's payload and result are as large as limits.max_payload.
+SELECT id, length(payload) + coalesce(length(result), 0) + coalesce(length(last_error), 0) AS size
+FROM todos WHERE id > :after_id ORDER BY id LIMIT :limit;
+
+-- name: copy_read_todos
+-- Every column, the lease's too (owner, lease_token_hash, lease_expires_at,
+-- attempt, visible_at): a claimed todo's holder completes it in the target.
+SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt,
+       max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result, last_error,
+       created_at, updated_at, claimed_at, completed_at, completed_by, cancelled_by, cancel_reason
+FROM todos WHERE id > :after_id AND id <= :through_id ORDER BY id;
+
+-- name: copy_insert_todos
+INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+                   attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+                   last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
+                   cancelled_by, cancel_reason)
+VALUES (:id, :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key, :state, :priority,
+        :attempt, :max_attempts, :owner, :lease_token_hash, :lease_expires_at, :visible_at, :result,
+        :last_error, :created_at, :updated_at, :claimed_at, :completed_at, :completed_by,
+        :cancelled_by, :cancel_reason);
+
+-- name: copy_read_event_todos
+SELECT event_id, position, todo_id FROM event_todos
+WHERE (event_id, position) > (:after_event_id, :after_position)
+ORDER BY event_id, position LIMIT :limit;
+
+-- name: copy_insert_event_todos
+INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
+
+-- name: copy_read_attempts
+SELECT todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error FROM attempts
+WHERE (todo_id, seq) > (:after_todo_id, :after_seq)
+ORDER BY todo_id, seq LIMIT :limit;
+
+-- name: copy_insert_attempts
+INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error)
+VALUES (:todo_id, :seq, :attempt, :owner, :claimed_at, :ended_at, :outcome, :error);
+
+-- name: copy_read_delivery_keys
+SELECT source, key, event_id, seen_at FROM delivery_keys
+WHERE (source, key) > (:after_source, :after_key)
+ORDER BY source, key LIMIT :limit;
+
+-- name: copy_insert_delivery_keys
+INSERT INTO delivery_keys (source, key, event_id, seen_at) VALUES (:source, :key, :event_id, :seen_at);

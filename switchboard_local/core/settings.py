@@ -103,6 +103,10 @@ HTTP_LISTEN = AddressSetting(
 
 SETTINGS: dict[str, Setting | AddressSetting] = {s.name: s for s in (MAX_PAYLOAD, HTTP_LISTEN)}
 
+# Settings of one install, not of the data: where this machine's process
+# listens. `db copy` leaves them behind (the new database's hosts set their own).
+PER_INSTALL = frozenset({HTTP_LISTEN.name})
+
 
 def _known(name: str) -> Setting | AddressSetting:
     try:
