@@ -95,7 +95,7 @@ class Todo:
     @classmethod
     def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
         # Positional, in the fields' order: every claim and finish makes one or two of
-        # these, and keywords cost twice as much. Most payloads of a drain are null.
+        # these, and keywords cost twice as much. Most payloads and results of a drain are null.
         payload, result = row["payload"], row["result"]
         return cls(
             row["id"],
@@ -113,7 +113,7 @@ class Todo:
             row["visible_at"],
             row["idempotency_key"],
             row["event_id"],
-            None if result is None else json.loads(result),
+            None if result is None or result == "null" else json.loads(result),
             row["last_error"],
             row["created_at"],
             row["updated_at"],
@@ -256,6 +256,8 @@ def dump_json(name: str, value: Any) -> str:
 
 def dump_json_depth(name: str, value: Any) -> tuple[str, int]:
     """``dump_json``'s text, and how deep the value is nested (to nest it in another)."""
+    if value is None:  # most results and many payloads
+        return "null", 0
     depth = json_depth(value)
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
