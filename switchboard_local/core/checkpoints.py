@@ -21,7 +21,8 @@ thread fall behind) and a ``Checkpointer`` does the work beside the commits:
   commit on the development VM);
 - when the log still holds more than RESTART_PAGES pages the PASSIVE one could
   not copy (a reader in the way), a RESTART one, waiting at most
-  RESTART_WAIT_MS for the lock and the readers; and the next look comes sooner;
+  RESTART_WAIT_MS for the lock and the readers, at most every
+  RESTART_EVERY_SECONDS;
 - when nothing has committed for IDLE_SECONDS, and at close, a TRUNCATE one:
   the -wal file goes back to zero bytes.
 
@@ -44,6 +45,7 @@ INTERVAL_SECONDS = 0.1
 REWIND_WAIT_MS = 5  # the most the RESTART that starts the log over waits (this process's writes wait with it)
 RESTART_PAGES = 4096
 RESTART_WAIT_MS = 100
+RESTART_EVERY_SECONDS = 0.125  # the most often that one is tried (this process's writes may wait for it)
 IDLE_SECONDS = 1.0
 
 
@@ -87,9 +89,8 @@ class Checkpointer:
         seen = self._version()
         changed_at = time.monotonic()
         dirty = False  # something committed since the last TRUNCATE
-        wait = self._interval
-        while not self._stop.wait(wait):
-            wait = self._interval
+        restarted_at = float("-inf")
+        while not self._stop.wait(self._interval):
             version = self._version()
             now = time.monotonic()
             if version != seen:
@@ -97,10 +98,9 @@ class Checkpointer:
                 log, copied = self._checkpoint("PASSIVE")
                 if 0 < log == copied:
                     self._rewind()
-                elif log - copied > self._restart_pages:
+                elif log - copied > self._restart_pages and now - restarted_at >= RESTART_EVERY_SECONDS:
+                    restarted_at = now
                     self._checkpoint("RESTART", wait_ms=RESTART_WAIT_MS)
-                if log > self._restart_pages:
-                    wait = self._interval / 4  # a busy writer: look again sooner
             elif dirty and now - changed_at >= self._idle:
                 dirty = not self._truncate()
         if dirty or self._version() != seen:

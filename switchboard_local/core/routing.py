@@ -32,7 +32,7 @@ from .rules import Rule, lookup, render, rules_of
 from .sources import Source
 from .store import Store, Transaction
 from .text import has_controls, replace_controls
-from .todo_model import DERIVED_KEY_PREFIX, MAX_TITLE_LENGTH, NewTodo, dump_json
+from .todo_model import DERIVED_KEY_PREFIX, MAX_JSON_DEPTH, MAX_TITLE_LENGTH, NewTodo, dump_json, dump_json_depth
 from .todos import insert_id
 
 
@@ -47,6 +47,9 @@ class Delivery:
     payload: Any
     event_id: int | None = None
     family: str = "webhook"
+    # The payload's JSON text as parse_payload checked it, when it may be nested
+    # in a todo's payload as it is (None: it may not, or it was not made).
+    payload_json: str | None = None
 
     @property
     def key_base(self) -> str:
@@ -69,19 +72,25 @@ def parse_payload(body: bytes, content_type: str | None) -> Any:
     A form's ``payload`` field (GitHub's form deliveries, Slack's interactions)
     is decoded as the JSON it carries.
     """
+    return parse_payload_json(body, content_type)[0]
+
+
+def parse_payload_json(body: bytes, content_type: str | None) -> tuple[Any, str | None]:
+    """``parse_payload``'s value, and its JSON text when that was made checking it
+    and the value may be nested in a todo's payload (``Delivery.payload_json``)."""
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
         try:
             form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
         except UnicodeDecodeError:
-            return None
+            return None, None
         if "payload" in form:
-            decoded = _strict_json(form["payload"])
+            decoded, text = _strict_json(form["payload"])
             if decoded is not _NOT_JSON:
-                return decoded
-        return form
-    decoded = _strict_json(body)
-    return None if decoded is _NOT_JSON else decoded
+                return decoded, text
+        return form, None
+    decoded, text = _strict_json(body)
+    return (None, None) if decoded is _NOT_JSON else (decoded, text)
 
 
 _NOT_JSON = object()
@@ -91,15 +100,16 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def _strict_json(text: str | bytes) -> Any:
-    """Standard JSON that a todo's payload can hold (see todo_model.dump_json);
-    anything else is kept as the event's raw bytes alone."""
+def _strict_json(text: str | bytes) -> tuple[Any, str | None]:
+    """Standard JSON that a todo's payload can hold (see todo_model.dump_json),
+    with its text when it is shallow enough to nest; anything else (_NOT_JSON)
+    is kept as the event's raw bytes alone."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
-        dump_json("payload", value)
+        dumped, depth = dump_json_depth("payload", value)
     except (ValueError, RecursionError, InvalidArgument):  # 1e999 parses as inf: dump_json refuses it
-        return _NOT_JSON
-    return value
+        return _NOT_JSON, None
+    return value, dumped if depth < MAX_JSON_DEPTH else None
 
 
 def plan(
@@ -154,7 +164,12 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool, max_p
         "max_attempts": rule.max_attempts if rule else NewTodo.max_attempts,
         "idempotency_key": key + (":replay" if replay else ""),
     }
-    todo = NewTodo(**fields, payload={**context, "body": delivery.payload})
+    payload = {**context, "body": delivery.payload}
+    if delivery.payload_json is None:
+        todo = NewTodo(**fields, payload=payload)
+    else:  # the body's text as parse_payload made and checked it: spliced in, not made again
+        text = dump_json("payload", context)[:-1] + ',"body":' + delivery.payload_json + "}"
+        todo = NewTodo(**fields, payload=payload, checked_json=text)
     if len(todo.payload_json.encode("utf-8")) > max_payload:
         # Too big to hand an agent whole: the todo says where the body is instead.
         todo = NewTodo(**fields, payload={**context, "body": None, "body_omitted": True})
@@ -228,20 +243,20 @@ async def deliver_many(
     one takes its default queue from there instead of it being read again.
     Rules are read and parsed once per change of sources and rules (``_routes``).
     """
-    payloads = [parse_payload(e.body, e.content_type) for e in events]
+    payloads = [parse_payload_json(e.body, e.content_type) for e in events]
     held = {s.name: s for s in ([] if source is None else [source] if isinstance(source, Source) else source)}
 
-    def derive_for(payload: Any):  # noqa: ANN202
+    def derive_for(payload: Any, text: str | None):  # noqa: ANN202
         def derive(tx: Transaction, event_id: int, new: NewEvent) -> list[NewTodo]:
             rules, default_queue = _routes(tx, new.source)
             if new.source in held:
                 default_queue = default_queue_of(held[new.source])
-            delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family)
+            delivery = Delivery(new.source, new.type, new.external_id, new.verified, payload, event_id, new.family, text)
             return plan(rules, delivery, default_queue, max_payload=settings.value_in(tx, settings.MAX_PAYLOAD))
 
         return derive
 
-    return await ingest_many(store, [(e, derive_for(p)) for e, p in zip(events, payloads)], guard=guard)
+    return await ingest_many(store, [(e, derive_for(*p)) for e, p in zip(events, payloads)], guard=guard)
 
 
 async def accept(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal, get_args
 
 from .clock import rfc3339
@@ -95,7 +95,7 @@ class Todo:
     @classmethod
     def from_row(cls, row: Any, lease_token: str | None = None) -> Todo:
         # Positional, in the fields' order: every claim and finish makes one or two of
-        # these, and keywords cost twice as much. Most payloads of a drain are null.
+        # these, and keywords cost twice as much. Most payloads and results of a drain are null.
         payload, result = row["payload"], row["result"]
         return cls(
             row["id"],
@@ -113,7 +113,7 @@ class Todo:
             row["visible_at"],
             row["idempotency_key"],
             row["event_id"],
-            None if result is None else json.loads(result),
+            None if result is None or result == "null" else json.loads(result),
             row["last_error"],
             row["created_at"],
             row["updated_at"],
@@ -174,8 +174,12 @@ class NewTodo:
     delay: float = 0.0
     # The payload's JSON text, made (and checked) once on construction.
     payload_json: str = field(init=False, repr=False, compare=False)
+    # That text when the caller made it already, exactly as dump_json makes it
+    # from ``payload`` (routing: a delivery's body, checked once, within its
+    # context); taken as it is, not made again.
+    checked_json: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, checked_json: str | None) -> None:
         require_name("queue", self.queue)
         if not isinstance(self.title, str):
             raise InvalidArgument("title must be a string")
@@ -194,7 +198,8 @@ class NewTodo:
         require_int("priority", self.priority, INT64_MIN, INT64_MAX)
         require_int("max_attempts", self.max_attempts, low=1, high=MAX_ATTEMPTS_CAP)
         require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
-        object.__setattr__(self, "payload_json", dump_json("payload", self.payload))
+        text = dump_json("payload", self.payload) if checked_json is None else checked_json
+        object.__setattr__(self, "payload_json", text)
 
 
 # ---------------------------------------------------------------- validation
@@ -240,18 +245,30 @@ def require_seconds(name: str, value: object, low: float, high: float | None = N
 MAX_JSON_DEPTH = 64
 
 
+# json.dumps with these options would make a new encoder at every call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def dump_json(name: str, value: Any) -> str:
     """The JSON text of a payload or result: standard JSON, valid UTF-8, at most MAX_JSON_DEPTH deep."""
-    if json_depth(value) > MAX_JSON_DEPTH:
+    return dump_json_depth(name, value)[0]
+
+
+def dump_json_depth(name: str, value: Any) -> tuple[str, int]:
+    """``dump_json``'s text, and how deep the value is nested (to nest it in another)."""
+    if value is None:  # most results and many payloads
+        return "null", 0
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(f"{name} holds text that is not valid UTF-8") from None
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
-    return text
+    return text, depth
 
 
 def json_depth(value: Any) -> int:

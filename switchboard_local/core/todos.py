@@ -1000,8 +1000,9 @@ async def complete_many(
     come back in the answer's ``next``.
     """
     _require_items(items, Completion)
+    # complete refuses before it writes (its one UPDATE finishes the todo or changes nothing): no savepoints
     return await _finish_many(store, [(i.lease, lambda i=i: _complete_body(store, i.lease, i.result)) for i in items],
-                              then, max)  # fmt: skip
+                              then, max, refuses_before_writing=True)  # fmt: skip
 
 
 async def fail_many(
@@ -1029,7 +1030,11 @@ async def _finish_many(
     items: list[tuple[Lease, Callable[[], Callable[[Transaction], Todo]]]],
     then: NextClaim | None,
     max: int | None,
+    *,
+    refuses_before_writing: bool = False,
 ) -> Outcomes:
+    """The items' finishes in one transaction, each refused alone; ``refuses_before_writing``:
+    a body that raises has written nothing, so it runs without a savepoint of its own."""
     if then is None and max is not None:
         raise InvalidArgument("max goes with then (the next claim)")
     claim = None if then is None else _claim_next_body(store, then)
@@ -1050,8 +1055,11 @@ async def _finish_many(
                 outcomes.append(ItemOutcome(lease.todo_id, error=finish))
                 continue
             try:
-                with tx.savepoint():
+                if refuses_before_writing:
                     outcomes.append(ItemOutcome(lease.todo_id, todo=finish(tx)))
+                else:
+                    with tx.savepoint():
+                        outcomes.append(ItemOutcome(lease.todo_id, todo=finish(tx)))
             except StoreFault:
                 raise  # the database, not the item: nothing of the batch commits
             except SwitchboardError as exc:

@@ -250,6 +250,27 @@ def test_only_standard_json_becomes_a_payload(body: bytes) -> None:
     assert routing.parse_payload(b"[" * 64 + b"]" * 64, "application/json") is not None
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b'{"a": 1}', '{"é": "ü\u2028</script>", "n": [1.0, 1e5, -0, 123456789012345678901234567890]}'.encode(),
+     b'"just a string"', b"null", b"[]", b'{"a": "\\u00e9 \\" \\n"}', b"[" * 63 + b"]" * 63],
+    ids=["object", "unicode-and-numbers", "string", "null", "empty-list", "escapes", "63-deep"],
+)
+def test_a_todo_payload_made_from_the_checked_body_text_is_the_text_made_whole(body: bytes) -> None:
+    payload, text = routing.parse_payload_json(body, "application/json")
+    assert text is not None
+    delivery = routing.Delivery("gh", "push", "d-1", True, payload, 7, "webhook", text)
+    (spliced,) = routing.plan([], delivery, "q")
+    (whole,) = routing.plan([], routing.Delivery("gh", "push", "d-1", True, payload, 7, "webhook"), "q")
+    assert spliced.payload_json == whole.payload_json
+    assert json.loads(spliced.payload_json) == spliced.payload == whole.payload
+
+
+def test_a_body_too_deep_to_nest_in_a_payload_brings_no_text_to_splice() -> None:
+    payload, text = routing.parse_payload_json(b"[" * 64 + b"]" * 64, "application/json")
+    assert payload is not None and text is None  # the whole payload is made, and refused, as before
+
+
 async def test_a_delivery_with_a_payload_no_todo_can_hold_still_routes_with_an_empty_body(store) -> None:
     await add_source(store)
     result = await routing.deliver(store, NewEvent(
