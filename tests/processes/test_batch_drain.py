@@ -11,7 +11,8 @@ import pytest
 
 from switchboard_local.core import todos
 from switchboard_local.core.store import Store
-from switchboard_local.core.todo_model import NewTodo
+
+from support.store import create_jobs
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +23,7 @@ async def test_four_processes_draining_in_batches_complete_each_todo_exactly_onc
                                                                                    tmp_path: Path) -> None:  # fmt: skip
     count = 1500
     async with await Store.open(db_path) as store:
-        created = [(await todos.create(store, NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)]
+        created = await create_jobs(store, count)
 
     go = tmp_path / "go"
     workers = [

@@ -20,6 +20,7 @@ from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
 from support import sql
+from support.store import create_jobs
 
 pytestmark = pytest.mark.anyio
 
@@ -39,9 +40,7 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
                                                                                tmp_path: Path) -> None:  # fmt: skip
     count = 2400
     async with await Store.open(db_path) as store:
-        created = [
-            (await todos.create(store, NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
-        ]
+        created = await create_jobs(store, count)
 
     go = tmp_path / "go"
     workers = [start_worker(db_path, f"worker-{n}", "work", "--start-when", str(go)) for n in range(4)]
