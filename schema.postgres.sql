@@ -45,8 +45,13 @@
 -- (the same lock, exclusive, held to its commit) and sb_given_id (moves the
 -- sequence past the ids it gave). One lock for both tables (events and todos),
 -- so that a transaction mixing single inserts of both never deadlocks with a
--- batch. Anything that inserts ids of its own (db copy) ends with
--- SELECT sb_given_id('todos', max(id)) and the same for events.
+-- batch. The batch takes the lock in its first statement (seen_deliveries,
+-- through sb_seen_delivery), so that its look for repeats already sees every
+-- delivery stored before it. Anything that inserts ids of its own (db copy)
+-- ends with SELECT sb_given_id('todos', max(id)) and the same for events.
+-- The id lock is advisory lock (1396853841, 1). The followers of new todos
+-- (todos_after, todo_arrivals) wait on it for the transactions that drew
+-- smaller ids (sb_wait_for_inserts).
 --
 -- The store runs every transaction at READ COMMITTED (each statement sees
 -- what was committed before it started); the statements are written for it.
@@ -106,7 +111,8 @@ $$;
 -- The batch's look for a delivery seen before (queries.postgres.sql's
 -- seen_deliveries): under the id lock, exclusive, and (VOLATILE) with a
 -- snapshot taken after it, so it sees every delivery committed before the
--- lock was granted. The event it repeats, or NULL.
+-- lock was granted. The event it repeats (by its external id, else the kept
+-- key of one pruned since, else its body: seen_delivery's order), or NULL.
 CREATE OR REPLACE FUNCTION sb_seen_delivery(source text, external_id text, pruned_key text, body_key text,
                                             window_start bigint) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
@@ -117,11 +123,10 @@ BEGIN
         (SELECT events.id FROM events
          WHERE events.source = sb_seen_delivery.source AND events.external_id = sb_seen_delivery.external_id),
         (SELECT delivery_keys.event_id FROM delivery_keys
-         WHERE delivery_keys.source = sb_seen_delivery.source
-           AND (delivery_keys.key = pruned_key
-                OR (delivery_keys.key = body_key AND delivery_keys.seen_at >= sb_ts(window_start)))
-         ORDER BY delivery_keys.key = pruned_key DESC  -- its own pruned event before a later one's body
-         LIMIT 1));
+         WHERE delivery_keys.source = sb_seen_delivery.source AND delivery_keys.key = pruned_key),
+        (SELECT delivery_keys.event_id FROM delivery_keys
+         WHERE delivery_keys.source = sb_seen_delivery.source AND delivery_keys.key = body_key
+           AND delivery_keys.seen_at >= sb_ts(window_start)));
 END
 $$;
 
@@ -325,6 +330,55 @@ CREATE TABLE IF NOT EXISTS ingest_members (
     kind     text COLLATE "C"        NOT NULL,
     seen_at  timestamptz NOT NULL
 );
+
+-- The followers' reads (todos_after, todo_arrivals): ids are drawn before
+-- their commits, which may land in another order, so a follower that moved
+-- its cursor past a committed id could miss a smaller one committed later.
+-- sb_wait_for_inserts waits until every transaction that drew an id before it
+-- has ended (it takes the id lock exclusive, and lets it go at once: a
+-- barrier, which holds new inserts only while it waits); the functions below
+-- then read with a snapshot taken after it (VOLATILE), so an id they answer
+-- means every smaller one is committed or never will be, as on SQLite.
+CREATE OR REPLACE FUNCTION sb_wait_for_inserts() RETURNS void
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pg_advisory_lock(1396853841, 1);
+    PERFORM pg_advisory_unlock(1396853841, 1);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION sb_todos_after(after_id bigint, in_queue text, most bigint) RETURNS SETOF todos
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM sb_wait_for_inserts();
+    RETURN QUERY
+        SELECT * FROM todos
+        WHERE todos.id > after_id AND (in_queue IS NULL OR todos.queue = in_queue)
+        ORDER BY todos.id
+        LIMIT most;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION sb_todo_arrivals(after_id bigint, in_queues jsonb, agent text, most bigint)
+    RETURNS TABLE (id bigint, queue text, title text, state text, source text, paused integer)
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM sb_wait_for_inserts();
+    RETURN QUERY
+        SELECT t.id, t.queue, t.title, t.state, e.source,
+               CAST(EXISTS (SELECT 1 FROM queues AS q WHERE q.name = t.queue AND q.paused_at IS NOT NULL)
+                    AS integer)
+        FROM todos AS t LEFT JOIN events AS e ON e.id = t.event_id
+        WHERE t.id > after_id
+          AND (in_queues IS NULL OR t.queue IN (SELECT jsonb_array_elements_text(in_queues)))
+          AND (t.assignee IS NULL OR t.assignee = agent)
+        ORDER BY t.id
+        LIMIT most;
+END
+$$;
 
 -- Change notification (see the top of this file): a trigger per table and kind of
 -- statement, which notifies only when the statement changed a row (a claim

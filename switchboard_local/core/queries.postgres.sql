@@ -413,23 +413,20 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 
 -- name: cancel_pending
 -- A queue's pending todos (:kind and :since may be NULL), oldest first, a
--- batch at a time. The batch is locked as it is picked (a todo claimed
--- meanwhile is waited for and left out, and the next one taken instead), and
--- the update looks at the state again.
--- The batch is picked once (MATERIALIZED): as the inner side of a semi-join a
--- LIMIT … FOR UPDATE subquery is run again per row, skipping the rows this
--- statement already changed, and would take every matching todo.
-WITH batch AS MATERIALIZED (
+-- batch at a time. The batch is picked once (ARRAY: an IN would pick again
+-- for every row, past the rows this statement changed) and locked as it is
+-- picked (a todo claimed meanwhile is waited for and left out, and the next
+-- one taken instead); the update looks at the state again.
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
+WHERE id = ANY (ARRAY(
     SELECT id FROM todos
     WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
       AND (CAST(:kind AS text) IS NULL OR kind = :kind)
       AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since))
     ORDER BY id
     LIMIT :limit
-    FOR UPDATE)
-UPDATE todos
-SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
-WHERE id IN (SELECT id FROM batch)
+    FOR UPDATE))
   AND state = 'pending'
 RETURNING id;
 
@@ -474,17 +471,16 @@ WHERE queue = :queue AND state = 'failed'
 
 -- name: purge_todos
 -- A queue's finished todos in :state, last touched before :before (NULL: any
--- time), oldest first, a batch at a time; locked as they are picked (one
--- redriven meanwhile is left out), and the delete looks at the state again.
--- Picked once (MATERIALIZED), as cancel_pending's batch is, for the same reason.
-WITH batch AS MATERIALIZED (
+-- time), oldest first, a batch at a time: picked once (as cancel_pending),
+-- locked as they are picked (one redriven meanwhile is left out), and the
+-- delete looks at the state again.
+DELETE FROM todos WHERE id = ANY (ARRAY(
     SELECT id FROM todos
     WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before))
     ORDER BY id
     LIMIT :limit
-    FOR UPDATE)
-DELETE FROM todos WHERE id IN (SELECT id FROM batch)
+    FOR UPDATE))
   AND state = :state
 RETURNING id;
 
@@ -601,15 +597,17 @@ VALUES (sb_new_id('events'), :source, 'operator', :type, :external_id, 'operator
 RETURNING id;
 
 -- name: seen_delivery
--- The event a delivery repeats (see insert_event).
--- Its event first, then its own pruned event's key, then a body within the window.
+-- The event a delivery repeats (see insert_event): a stored event with its
+-- external id first, then the kept key of one pruned since, then its body (the
+-- order SQLite's plan gives queries.sql's).
 SELECT event_id FROM (
-    SELECT id AS event_id, 0 AS rank FROM events WHERE source = :source AND external_id = :external_id
+    SELECT id AS event_id, 1 AS preference FROM events WHERE source = :source AND external_id = :external_id
     UNION ALL
-    SELECT event_id, CASE WHEN key = :pruned_key THEN 1 ELSE 2 END FROM delivery_keys
-    WHERE source = :source
-      AND (key = :pruned_key OR (key = :body_key AND seen_at >= sb_ts(:window_start)))) AS seen
-ORDER BY rank
+    SELECT event_id, 2 FROM delivery_keys WHERE source = :source AND key = :pruned_key
+    UNION ALL
+    SELECT event_id, 3 FROM delivery_keys
+    WHERE source = :source AND key = :body_key AND seen_at >= sb_ts(:window_start)) AS seen
+ORDER BY preference
 LIMIT 1;
 
 -- name: remember_delivery
@@ -776,33 +774,25 @@ SELECT COALESCE(MAX(id), 0) AS id FROM events;
 
 -- name: todos_after
 -- Todos created after :after_id, in :queue (NULL: every queue), oldest first,
--- as they are now: what `todo watch` follows. On PostgreSQL an id seen does
--- not mean every smaller one is committed (ids are drawn before commits,
--- which may land in another order): see the report of the store.
+-- as they are now: what `todo watch` follows. An id seen means every smaller
+-- one is committed or never will be: sb_todos_after first waits for the
+-- transactions that drew ids before it (schema.postgres.sql).
 SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason
-FROM todos
-WHERE id > :after_id
-  AND (CAST(:queue AS text) IS NULL OR queue = :queue)
-ORDER BY id
-LIMIT :limit;
+FROM sb_todos_after(:after_id, :queue, :limit) AS todos
+ORDER BY id;
 
 -- name: todo_arrivals
 -- Todos created after :after_id that :agent could claim in the queues (a JSON
 -- array, or NULL for all), oldest first, with the source of the event each
 -- came from and whether its queue is paused: what the doorbell rings for.
-SELECT todos.id, todos.queue, todos.title, todos.state, events.source,
-       CAST(EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
-            AS integer) AS paused
-FROM todos LEFT JOIN events ON events.id = todos.event_id
-WHERE todos.id > :after_id
-  AND (CAST(:queues AS jsonb) IS NULL OR todos.queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
-  AND (todos.assignee IS NULL OR todos.assignee = :agent)
-ORDER BY todos.id
-LIMIT :limit;
+-- Waits as todos_after does.
+SELECT id, queue, title, state, source, paused
+FROM sb_todo_arrivals(:after_id, CAST(:queues AS jsonb), :agent, :limit)
+ORDER BY id;
 
 -- ---- rules (routing, applied in position order) ----
 

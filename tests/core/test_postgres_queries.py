@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from switchboard_local.core import queries
 from switchboard_local.core.queries import POSTGRES, Q, _parse, same_names
 
 from support.postgres import PostgresServer
+from support.waits import until
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
@@ -200,3 +202,74 @@ def test_a_batch_numbers_its_rows_past_every_id_ever_drawn(schema_database: str)
         # A single insert after the batch draws past the batch's ids.
         after = conn.execute("SELECT sb_new_id('todos')").fetchone()[0]  # type: ignore[index]
         assert after == first + 5
+
+
+def statement(name: str) -> str:
+    """queries.postgres.sql's statement, with psycopg's parameters."""
+    return PARAMETER.sub(r"%(\1)s", POSTGRES[name])
+
+
+def todo_params(key: str | None, title: str = "t") -> dict[str, object]:
+    return {"queue": "q", "assignee": None, "title": title, "kind": None, "payload": '{"a": 1}', "event_id": None,
+            "idempotency_key": key, "priority": 0, "max_attempts": 5, "visible_at": 1_000, "now": 1_000}  # fmt: skip
+
+
+def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
+    found = conn.execute("SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)).fetchone()
+    return bool(found and found[0])
+
+
+@pytest.mark.postgres
+def test_two_transactions_racing_for_one_key_make_one_todo_and_raise_nothing(schema_database: str) -> None:
+    with psycopg.connect(schema_database) as first, psycopg.connect(schema_database) as second, \
+            psycopg.connect(schema_database, autocommit=True) as watcher:  # fmt: skip
+        made = first.execute(statement("insert_todo"), todo_params("k", "first")).fetchone()
+        assert made is not None
+        answer: list[object] = []
+        racer = threading.Thread(target=lambda: answer.append(
+            second.execute(statement("insert_todo_id"), todo_params("k", "second")).fetchone()))
+        racer.start()
+        until(lambda: waiting_for_a_lock(watcher, second.info.backend_pid), True)
+        first.commit()
+        racer.join()
+        second.commit()
+        assert answer == [None]  # inserted nothing, as on SQLite: the caller reads the holder
+        holder = second.execute(statement("live_todo_by_key"), {"queue": "q", "idempotency_key": "k"}).fetchall()
+        assert [row[3] for row in holder] == ["first"]
+
+
+@pytest.mark.postgres
+def test_a_batch_holds_every_other_insert_of_an_id_off_until_it_commits(schema_database: str) -> None:
+    lock = "SELECT pg_try_advisory_xact_lock(1396853841, 1), pg_try_advisory_xact_lock_shared(1396853841, 1)"
+    with psycopg.connect(schema_database) as batch, psycopg.connect(schema_database) as other:
+        deliveries = '[["gh", "d-1", "id:d-1", null, null], ["gh", "d-2", "id:d-2", null, null]]'
+        assert batch.execute(statement("seen_deliveries"), {"deliveries": deliveries}).fetchall() == []
+        assert other.execute(lock).fetchone() == (False, False)  # no id drawn, no other batch, meanwhile
+        other.rollback()
+        batch.commit()
+        # A single insert holds a batch off (shared), and lets other single inserts in.
+        assert batch.execute(statement("insert_todo_id"), todo_params(None)).fetchone() is not None
+        assert other.execute(lock).fetchone() == (False, True)
+        other.rollback()
+        batch.commit()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("follow", ["todos_after", "todo_arrivals"])
+def test_a_follower_never_passes_a_smaller_id_that_commits_later(schema_database: str, follow: str) -> None:
+    with psycopg.connect(schema_database) as slow, psycopg.connect(schema_database, autocommit=True) as fast, \
+            psycopg.connect(schema_database, autocommit=True) as follower, \
+            psycopg.connect(schema_database, autocommit=True) as watcher:  # fmt: skip
+        smaller = slow.execute(statement("insert_todo_id"), todo_params(None, "slow")).fetchone()
+        larger = fast.execute(statement("insert_todo_id"), todo_params(None, "fast")).fetchone()
+        assert smaller is not None and larger is not None and smaller[0] < larger[0]
+        params = {"after_id": 0, "queue": None, "queues": None, "agent": "a", "limit": 10}
+        seen: list[list[int]] = []
+        reader = threading.Thread(
+            target=lambda: seen.append([row[0] for row in follower.execute(statement(follow), params).fetchall()])
+        )
+        reader.start()
+        until(lambda: waiting_for_a_lock(watcher, follower.info.backend_pid), True)  # the slow one is awaited
+        slow.commit()
+        reader.join()
+        assert seen == [[smaller[0], larger[0]]]
