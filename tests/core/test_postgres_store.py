@@ -8,6 +8,7 @@ A real PostgreSQL server (tests/support/postgres.py), a database per test.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 
@@ -185,3 +186,12 @@ async def test_rows_read_by_name_and_by_position(url, clock) -> None:
 def test_named_parameters_become_psycopgs_and_casts_strings_and_comments_stay() -> None:
     sql = "SELECT :a::jsonb, ':b', \"c:d\", 5 % 2, $$x:y$$ -- :e\nWHERE f = ? /* :g */"
     assert convert_params(sql) == "SELECT %(a)s::jsonb, ':b', \"c:d\", 5 %% 2, $$x:y$$ -- :e\nWHERE f = %s /* :g */"
+
+
+def test_doctor_checks_a_postgresql_database_without_showing_its_password(url) -> None:
+    with_password = url.replace("postgres@", "postgres:s3cret-pw@")  # trust authentication ignores it
+    found = invoke(with_password, "doctor", "--json")
+    assert "s3cret-pw" not in found.out + found.err
+    checks = {c["name"]: c for c in json.loads(found.out)["checks"]}
+    assert checks["database"]["status"] == "ok" and "postgres:***@" in checks["database"]["detail"]
+    assert (checks["schema"]["status"], checks["schema"]["detail"]) == ("ok", f"version {SCHEMA_VERSION} (current)")
