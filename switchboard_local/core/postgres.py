@@ -388,6 +388,9 @@ def translate(exc: BaseException, where: str) -> SwitchboardError | None:
         return Busy(f"{where}: {message}; try again later")
     if isinstance(exc, _UNUSABLE):
         return StoreUnusable(f"{where} cannot be used: {message}")
+    if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (SQLite can): NUL in text, \u0000 in JSON
+        detail = getattr(getattr(exc, "diag", None), "message_detail", None)
+        return InvalidArgument(f"PostgreSQL cannot store a value given: {message}{f' ({detail})' if detail else ''}")
     sqlstate = exc.sqlstate or ""
     if isinstance(exc, psycopg.OperationalError) or sqlstate[:2] in ("08", "28", "3D", "53", "57", "58", "XX"):
         return Unavailable(f"{where}: {message}")

@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.errors import Conflict, StoreUnusable, Unavailable
+from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.core.postgres import PostgresStore, convert_params
 from switchboard_local.core.queries import Q
 from switchboard_local.core.sqlite import SCHEMA_VERSION
@@ -195,3 +195,18 @@ def test_doctor_checks_a_postgresql_database_without_showing_its_password(url) -
     checks = {c["name"]: c for c in json.loads(found.out)["checks"]}
     assert checks["database"]["status"] == "ok" and "postgres:***@" in checks["database"]["detail"]
     assert (checks["schema"]["status"], checks["schema"]["detail"]) == ("ok", f"version {SCHEMA_VERSION} (current)")
+
+
+@pytest.mark.parametrize(
+    "todo",
+    [
+        NewTodo(queue="q", title="t", payload={"a": "x\u0000y"}),  # jsonb holds no \u0000
+        NewTodo(queue="q", title="t", payload={"\u0000": 1}),
+    ],
+    ids=["nul-in-a-value", "nul-in-a-key"],
+)
+async def test_a_value_postgresql_cannot_hold_is_invalid_input_and_nothing_is_stored(url, clock, todo) -> None:
+    async with await Store.open(url, clock=clock) as store:
+        with pytest.raises(InvalidArgument, match="PostgreSQL cannot store a value given"):
+            await todos.create(store, todo)
+        assert await todos.list_todos(store) == []
