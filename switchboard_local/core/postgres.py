@@ -50,7 +50,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
 from .store import APP_NAME, FileState, Params, Transaction, is_url, redacted
 from .tally import Tally
 
@@ -60,7 +60,8 @@ BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a state
 BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
-READERS = 4  # pooled read-only connections for read_one, read_all and peek
+READERS = 4  # pooled read-only connections for read_one and read_all
+PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loop waits for it
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
@@ -244,9 +245,25 @@ class PgRow:
         return f"PgRow({dict(zip(self._index, self._values))!r})"
 
 
+_INDEXES: dict[tuple[bytes, ...], dict[str, int]] = {}  # column names -> positions, one per result shape
+
+
 def row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
-    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    """Rows as PgRow. The column names are read from the result itself, not from
+    ``cursor.description`` (which builds a Column per column per statement: a third
+    of a point read's time in Python)."""
+    result = cursor.pgresult
+    names = tuple(result.fname(i) or b"" for i in range(result.nfields)) if result is not None else ()
+    index = _INDEXES.get(names)
+    if index is None:
+        index = _INDEXES[names] = {name.decode(): i for i, name in enumerate(names)}
     return lambda values: PgRow(tuple(values), index)
+
+
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement answered rows (a SELECT, a RETURNING), without building its description."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 # ---------------------------------------------------------------- transactions
@@ -322,10 +339,10 @@ class PgTransaction:
             self.changed = True
 
     def one(self, sql: str, params: Params = ()) -> PgRow | None:
-        return self._execute(sql, params, lambda cursor: cursor.fetchone() if cursor.description else None)
+        return self._execute(sql, params, lambda cursor: cursor.fetchone() if _has_rows(cursor) else None)
 
     def all(self, sql: str, params: Params = ()) -> list[PgRow]:
-        return self._execute(sql, params, lambda cursor: cursor.fetchall() if cursor.description else [])
+        return self._execute(sql, params, lambda cursor: cursor.fetchall() if _has_rows(cursor) else [])
 
     def run(self, sql: str, params: Params = ()) -> int:
         return self._execute(sql, params, lambda cursor: max(cursor.rowcount, 0))
@@ -535,8 +552,9 @@ class PostgresStore:
     Writes: ``write(body)`` is one transaction on a pooled connection, in a
     thread; rerun after a serialization failure or a deadlock, and rerun
     with a savepoint per statement when the body carried on past a refused
-    statement. Reads and ``peek``: autocommit statements on pooled
-    connections (each sees every commit before it). Changes: one connection
+    statement. Reads: autocommit statements on pooled read-only
+    connections (each sees every commit before it); ``peek``: the same on a
+    read-only connection the event loop uses itself (no thread hop). Changes: one connection
     of its own LISTENs on ``switchboard`` (the schema's triggers notify at
     each commit that changed rows, from any host), started at the first
     ``data_version()``. ``path`` is not the database: a local file name
@@ -575,6 +593,7 @@ class PostgresStore:
         self.commits = 0  # this store's commits that changed rows
         self._commits_lock = threading.Lock()
         self._listener: _Listener | None = None
+        self._peek_conn: psycopg.Connection[PgRow] | None = None  # peek's, used on the event loop
 
     def __str__(self) -> str:
         return self.where
@@ -649,6 +668,8 @@ class PostgresStore:
         while self._busy:
             assert self._idle is not None
             await self._idle.wait()
+        if self._peek_conn is not None:
+            self._peek_conn.close()
         listener, self._listener = self._listener, None
         if listener is not None:
             await asyncio.to_thread(listener.stop)
@@ -728,13 +749,31 @@ class PostgresStore:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
-        """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
+        """A point read on the caller's own thread, on a read-only connection of its own.
 
-        def run() -> T:
-            with driver_errors(self.where), self._readers.connection() as conn:
+        A hop to a thread costs more than the read itself (a webhook looks
+        its source up this way on every request), so the loop runs it, as
+        SQLite's store does: only for reads of a few rows by index, bounded
+        by PEEK_TIMEOUT_MS on the server. The connection is made in a thread
+        (the first time, and again after it failed).
+        """
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        conn = self._peek_conn
+        if conn is None or conn.closed:
+            settings = {**self._settings, "statement_timeout": f"{PEEK_TIMEOUT_MS}ms"}
+            conn = await self._in_thread(lambda: _connect(self.url, read_only=True, **settings))
+            if self._peek_conn is not None and not self._peek_conn.closed:  # another task made one meanwhile
+                conn.close()
+                conn = self._peek_conn
+            self._peek_conn = conn
+        try:
+            with driver_errors(self.where):
                 return body(PgTransaction(conn, self._statements, self.cache))
-
-        return await self._in_thread(run)
+        except StoreFault:
+            if conn.broken:
+                conn.close()  # made again at the next peek
+            raise
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Begin a transaction that takes a transaction id (a write's first step), within ``timeout``."""
