@@ -55,6 +55,7 @@ from .store import APP_NAME, FileState, Params, Transaction, is_url, redacted
 from .tally import Tally
 
 T = TypeVar("T")
+Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
 BUSY_TIMEOUT_MS = 30_000
@@ -617,10 +618,10 @@ class PostgresStore:
         where = redacted(url)
         url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
 
-        def pool(size: int, *, read_only: bool, name: str) -> ConnectionPool[psycopg.Connection[PgRow]]:
-            made: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+        def pool(size: int, *, read_only: bool, name: str) -> Pool:
+            made: Pool = ConnectionPool(
                 url,
-                min_size=1,
+                min_size=0,  # connections are made as calls need them (a one-shot command makes few)
                 max_size=size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
                 configure=lambda conn: _configure(conn, read_only=read_only, **settings),
@@ -631,7 +632,7 @@ class PostgresStore:
             made.open(wait=False)
             return made
 
-        def prepare() -> tuple[ConnectionPool[psycopg.Connection[PgRow]], ConnectionPool[psycopg.Connection[PgRow]]]:
+        def prepare() -> tuple[Pool, Pool, psycopg.Connection[PgRow]]:
             with driver_errors(where):
                 try:
                     conn = _connect(url, read_only=read_only, **settings)
@@ -643,15 +644,19 @@ class PostgresStore:
                         _refuse(where, ours, version, _schema_version(), read_only=True)
                     else:
                         _migrate(conn, where)
-                finally:
+                    # The connection that looked stays, as peek's (one connection fewer to make).
+                    _configure(conn, read_only=True, statement_timeout=f"{PEEK_TIMEOUT_MS}ms")
+                except BaseException:
                     conn.close()
+                    raise
                 # Reads run read-only: a statement that would write is refused there, as on SQLite.
-                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads")
+                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads"), conn
 
-        writers, readers = await asyncio.to_thread(prepare)
+        writers, readers, peek_conn = await asyncio.to_thread(prepare)
         threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
         store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
+        store._peek_conn = peek_conn
         return store
 
     async def __aenter__(self) -> PostgresStore:
