@@ -25,7 +25,17 @@ of its own, so that its answer is what it would have been on SQLite.
 
 Statements are the named ones of queries.postgres.sql: ``tx.one(Q.claim_by_id)``
 runs the PostgreSQL text under the same name, its ``:name`` parameters turned
-into psycopg's ``%(name)s`` once, when first used.
+into psycopg's ``%(name)s`` once, when first used; SQL text that is no named
+statement is refused (ValueError).
+
+Connections: writes on a pool of WRITERS, reads (``read_one``/``read_all``) on
+a pool of READERS that are read-only (a statement that would write is refused
+as Unavailable, as on SQLite), ``peek`` on one read-only connection the event
+loop uses itself (a point read costs less than a thread hop), and
+``data_version`` on one that LISTENs. ``synchronous="NORMAL"`` (SQLite's name)
+is ``synchronous_commit=off``: a commit may be lost by a server crash.
+``$SWITCHBOARD_BUSY_TIMEOUT`` is the ``lock_timeout``. A URL's password never
+leaves in a message: ``store.redacted`` hides it (``where``).
 """
 
 from __future__ import annotations
