@@ -45,8 +45,13 @@
 -- (the same lock, exclusive, held to its commit) and sb_given_id (moves the
 -- sequence past the ids it gave). One lock for both tables (events and todos),
 -- so that a transaction mixing single inserts of both never deadlocks with a
--- batch. Anything that inserts ids of its own (db copy) ends with
--- SELECT sb_given_id('todos', max(id)) and the same for events.
+-- batch. The batch takes the lock in its first statement (seen_deliveries,
+-- through sb_seen_delivery), so that its look for repeats already sees every
+-- delivery stored before it. Anything that inserts ids of its own (db copy)
+-- ends with SELECT sb_given_id('todos', max(id)) and the same for events.
+-- The id lock is advisory lock (1396853841, 1). The followers of new todos
+-- (todos_after, todo_arrivals) wait on it for the transactions that drew
+-- smaller ids (sb_wait_for_inserts).
 --
 -- The store runs every transaction at READ COMMITTED (each statement sees
 -- what was committed before it started); the statements are written for it.

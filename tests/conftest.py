@@ -89,17 +89,27 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.stop()
 
 
-@pytest.fixture
-def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Path | str:
-    """The test's database: an SQLite file's path, or a fresh PostgreSQL database's URL."""
+def _database(tmp_path: Path, backend: str, request: pytest.FixtureRequest, name: str) -> Path | str:
     if backend == "sqlite":
-        return tmp_path / "switchboard.db"
+        return tmp_path / name
     server: PostgresServer = request.getfixturevalue("postgres_server")
     # A PostgreSQL store keeps its local files (the dashboard token) in the user data dir.
     request.getfixturevalue("monkeypatch").setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     url = server.fresh_database()
     request.addfinalizer(lambda: server.release(url))
     return url
+
+
+@pytest.fixture
+def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Path | str:
+    """The test's database: an SQLite file's path, or a fresh PostgreSQL database's URL."""
+    return _database(tmp_path, backend, request, "switchboard.db")
+
+
+@pytest.fixture
+def other_db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Path | str:
+    """A second database of the same backend, apart from ``db_path``'s."""
+    return _database(tmp_path, backend, request, "other.db")
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from .. import process
 from ..core import health
 from ..core.errors import SwitchboardError
 from ..core.health import FAIL, OK, WARN, Check, Context
-from ..core.store import DB_ENV, default_path, expanded
+from ..core.store import DB_ENV, Location, default_path, describe, location
 from .common import Out, common, json_text, printable
 
 SERVER_NAME = "switchboard"  # the name the README registers the MCP server under
@@ -39,7 +39,7 @@ def register(main: click.Group) -> None:
 
 @click.command("doctor")
 @common
-def doctor(db: Path | None, as_json: bool | None) -> None:
+def doctor(db: Location | None, as_json: bool | None) -> None:
     """Check the database, the sources' secrets, the adapters' Redis, Claude Code and the MCP SDK.
 
     One line per check: ok, warn or fail, and for each that is not ok the
@@ -58,11 +58,11 @@ def doctor(db: Path | None, as_json: bool | None) -> None:
         sys.exit(1)
 
 
-def _context(db: Path | None) -> Context:
+def _context(db: Location | None) -> Context:
     """The database path in use and where it came from: --db, $SWITCHBOARD_DB, or the default."""
     origin = "--db" if db is not None else "$SWITCHBOARD_DB" if os.environ.get(DB_ENV) else "default"
     try:
-        path = expanded(db) if db is not None else default_path()
+        path = location(db) if db is not None else default_path()
     except SwitchboardError as exc:  # ~nobody/…: the home of no user
         return Context(path=None, origin=origin, path_error=exc.message)
     return Context(path=path, origin=origin, probes=process.doctor_probes())
@@ -185,7 +185,8 @@ def _words(server: dict[str, Any]) -> list[str]:
 
 def _add_command(ctx: Context, replace: str | None = None) -> str:
     """`claude mcp add` for this database (its path when it is not the default)."""
-    env = ["-e", f"{DB_ENV}={ctx.path}"] if ctx.origin != "default" and ctx.path is not None else []
+    # A URL's password is hidden: the command is printed (type it in with the password).
+    env = ["-e", f"{DB_ENV}={describe(ctx.path)}"] if ctx.origin != "default" and ctx.path is not None else []
     program = shutil.which("switchboard-local", path=ctx.env.get("PATH", os.defpath)) or "switchboard-local"
     add = shlex.join(["claude", "mcp", "add", *env, SERVER_NAME, "--", program, "mcp"])
     return f"{shlex.join(['claude', 'mcp', 'remove', replace])} && {add}" if replace else add

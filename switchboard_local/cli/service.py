@@ -31,7 +31,7 @@ import click
 
 from ..core import sources
 from ..core.errors import Conflict, InvalidArgument, SwitchboardError
-from ..core.store import default_path, expanded
+from ..core.store import default_path, describe, is_url, location
 from . import service_units as units
 from .common import EXIT_REFUSED, Out, common, json_text, printable
 from .service_managers import Launchd, ManagerFailed, Step, Systemd, config_home, first_line, pick, run
@@ -92,9 +92,13 @@ def _serve_arguments(args: tuple[str, ...]) -> list[str]:
 def _database(out: Out) -> Path:
     """The database in use (--db, $SWITCHBOARD_DB or the default), as an absolute path."""
     try:
-        path = expanded(out.db) if out.db is not None else default_path()
+        path = location(out.db) if out.db is not None else default_path()
     except SwitchboardError as exc:
         out.fail(exc)
+    if is_url(path):  # a unit file is no place for a URL that may hold a password
+        out.fail(InvalidArgument(
+            f"service files for a PostgreSQL database ({describe(path)}) are not written yet: "
+            "run `switchboard-local serve` under your service manager with SWITCHBOARD_DB in its environment"))  # fmt: skip
     return Path(os.path.abspath(path))
 
 

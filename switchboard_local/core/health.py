@@ -30,7 +30,7 @@ from . import leadership
 from .clock import rfc3339
 from .errors import Busy, StoreFault
 from .sources import Source, list_sources, masked_url
-from .store import FileState, Store
+from .store import FileState, Location, Store, describe
 from .webhook_config import needs_secret
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -116,7 +116,7 @@ class Context:
     closes it) and ``sources`` (empty when nothing is stored yet).
     """
 
-    path: Path | None
+    path: Location | None  # a file's path, or a PostgreSQL URL
     origin: str
     path_error: str | None = None
     probes: Probes = field(default_factory=Probes)
@@ -127,7 +127,8 @@ class Context:
 
     def command(self, *args: str) -> str:
         """A switchboard-local command line on this database (--db when that is how it was named)."""
-        db = ["--db", str(self.path)] if self.origin == "--db" and self.path is not None else []
+        # A URL with its password hidden: a fix printed on a terminal never shows a secret.
+        db = ["--db", describe(self.path)] if self.origin == "--db" and self.path is not None else []
         return shlex.join([APP, *db, *args])
 
 
@@ -155,6 +156,8 @@ async def database(ctx: Context) -> list[Check]:
     if ctx.path is None:
         return [Check("database", FAIL, f"no database path: {ctx.path_error}",
                       "unset SWITCHBOARD_DB, or give --db PATH")]  # fmt: skip
+    if isinstance(ctx.path, str):
+        return await _server(ctx, ctx.path)
     path = ctx.path.absolute()
     found = [Check("database", OK, f"{path} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
     found.append(_folder(path))
@@ -271,13 +274,17 @@ async def _contents(ctx: Context, path: Path) -> list[Check]:
     return found
 
 
-def _schema(ctx: Context, state: FileState, path: Path) -> Check:
-    away = f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.not-switchboard')}  (or point --db elsewhere)"
+def _schema(ctx: Context, state: FileState, path: Location) -> Check:
+    if isinstance(path, str):
+        away, kind, version = "point --db at a database of its own", "a PostgreSQL", "no schema_migrations"
+    else:
+        away = f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.not-switchboard')}  (or point --db elsewhere)"
+        kind, version = "an SQLite", f"user version {state.version}"
     if not state.database:
         return Check("schema", FAIL, f"not an SQLite database ({state.error})", away)
     if not state.ours:
-        return Check("schema", FAIL, f"an SQLite database, but not a switchboard-local one (user version "
-                     f"{state.version}); switchboard-local refuses it", away)  # fmt: skip
+        return Check("schema", FAIL, f"{kind} database, but not a switchboard-local one ({version}); "
+                     "switchboard-local refuses it", away)  # fmt: skip
     if state.empty:
         return Check("schema", WARN, "empty: the schema is created on first use", ctx.command("stats"))
     if state.version > state.current:
@@ -299,7 +306,25 @@ def _integrity(state: FileState, path: Path) -> Check:
                  "(then restore from a backup, or use the recovered copy)")  # fmt: skip
 
 
-async def _open_sources(ctx: Context, path: Path) -> list[Check]:
+async def _server(ctx: Context, url: str) -> list[Check]:
+    """A PostgreSQL database: reachable, its schema, then its sources (the server sees to its own files)."""
+    found = [Check("database", OK, f"{describe(url)} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
+    try:
+        state = await Store.inspect(url)
+    except StoreFault as exc:
+        return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
+                              "check that the server runs and the URL (--db or $SWITCHBOARD_DB) names it")]  # fmt: skip
+    ctx.state = state
+    found.append(_schema(ctx, state, url))
+    if state.ours and state.version == state.current:
+        found += await _open_sources(ctx, url)
+    elif state.ours and 0 < state.version < state.current:
+        found.append(Check("sources", WARN, "not checked: the database is upgraded when next opened",
+                           ctx.command("stats")))  # fmt: skip
+    return found
+
+
+async def _open_sources(ctx: Context, path: Location) -> list[Check]:
     try:
         ctx.store = await Store.open(path, read_only=True)
         ctx.sources = await list_sources(ctx.store)

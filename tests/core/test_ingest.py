@@ -11,7 +11,7 @@ from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
 from support import sql
-from support.sql import rows, run
+from support.sql import rows
 
 pytestmark = pytest.mark.anyio
 
@@ -51,8 +51,9 @@ async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path
     assert (event.trust_mode, event.verified) == ("hmac-sha256", True)
     assert event.verify_detail == "X-Hub-Signature-256 matched"
     assert (event.content_type, event.received_at) == ("application/json", clock.now_ms())
-    # On disk, as a BLOB, not re-encoded text.
-    assert rows(db_path, "SELECT body, typeof(body) FROM events") == [(RAW_BODY, "blob")]
+    # On disk, as bytes (a BLOB, a bytea), not re-encoded text.
+    body_type = "pg_typeof(body)::text" if sql.is_url(db_path) else "typeof(body)"
+    assert rows(db_path, f"SELECT body, {body_type} FROM events") == [(RAW_BODY, "bytea" if sql.is_url(db_path) else "blob")]
     stored = [await todos.get(store, i) for i in got.todo_ids]
     assert [(t.title, t.event_id, t.state) for t in stored] == [
         ("first", got.event_id, "pending"),
@@ -127,16 +128,12 @@ async def test_two_todos_of_one_event_with_the_same_key_collapse(store, row_coun
 
 
 async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(store, db_path, row_count):
-    run(
-        db_path,
-        "CREATE TRIGGER fail_second BEFORE INSERT ON todos WHEN NEW.title = 'second' "
-        "BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
-    )
+    sql.refuse_inserts(db_path, "fail_second", "todos", "injected fault", when="NEW.title = 'second'")
     with pytest.raises(Conflict, match="injected fault"):
         await events.ingest(store, push(), work("first", "second"))
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
-    run(db_path, "DROP TRIGGER fail_second")
+    sql.drop_trigger(db_path, "fail_second", "todos")
     stored = await events.ingest(store, push(), work("first", "second"))
     assert stored.duplicate is False
     again = await events.ingest(store, push(), work("first", "second"))

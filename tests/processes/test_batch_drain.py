@@ -1,4 +1,4 @@
-"""Many OS processes draining one file with the batch verbs: each todo is completed exactly once."""
+"""Many OS processes draining one database with the batch verbs: each todo is completed exactly once."""
 
 from __future__ import annotations
 
@@ -11,19 +11,21 @@ import pytest
 
 from switchboard_local.core import todos
 from switchboard_local.core.store import Store
-from switchboard_local.core.todo_model import NewTodo
+
+from support.store import create_jobs
 
 pytestmark = pytest.mark.anyio
 
 WORKER = str(Path(__file__).parents[1] / "support" / "drain_worker.py")
 
 
-async def test_four_processes_draining_in_batches_complete_each_todo_exactly_once(db_path: Path) -> None:
+async def test_four_processes_draining_in_batches_complete_each_todo_exactly_once(db_path: Path | str,
+                                                                                   tmp_path: Path) -> None:  # fmt: skip
     count = 1500
     async with await Store.open(db_path) as store:
-        created = [(await todos.create(store, NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)]
+        created = await create_jobs(store, count)
 
-    go = db_path.with_name("go")
+    go = tmp_path / "go"
     workers = [
         subprocess.Popen(
             [sys.executable, WORKER, str(db_path), f"worker-{n}", "work", "--start-when", str(go), "--max", str(m)],

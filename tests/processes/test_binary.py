@@ -27,7 +27,7 @@ from support.redis_server import started_redis_server
 from support.sql import value
 from support.waits import until
 
-pytestmark = pytest.mark.binary
+pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 900  # seconds; a build takes about a minute on two cores

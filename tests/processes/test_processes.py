@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,12 +19,15 @@ from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
+from support import sql
+from support.store import create_jobs
+
 pytestmark = pytest.mark.anyio
 
 WORKER = str(Path(__file__).parents[1] / "support" / "drain_worker.py")
 
 
-def start_worker(db: Path, owner: str, queue: str, *extra: str) -> subprocess.Popen[str]:
+def start_worker(db: Path | str, owner: str, queue: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, WORKER, str(db), owner, queue, *extra],
         stdout=subprocess.PIPE,
@@ -34,14 +36,13 @@ def start_worker(db: Path, owner: str, queue: str, *extra: str) -> subprocess.Po
     )
 
 
-async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db_path: Path) -> None:
+async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db_path: Path | str,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
     count = 2400
     async with await Store.open(db_path) as store:
-        created = [
-            (await todos.create(store, NewTodo(queue="work", title=f"job {i}")))[0].id for i in range(count)
-        ]
+        created = await create_jobs(store, count)
 
-    go = db_path.with_name("go")
+    go = tmp_path / "go"
     workers = [start_worker(db_path, f"worker-{n}", "work", "--start-when", str(go)) for n in range(4)]
     for proc in workers:  # every process has opened the file and waits: they start together
         assert proc.stdout is not None and json.loads(proc.stdout.readline()) == {"ready": True}
@@ -58,12 +59,11 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
     # How evenly the processes shared the work is scheduling, not a promise:
     # bench/core.py measures it (smallest_share_pct).
 
-    with sqlite3.connect(db_path) as conn:
-        states = dict(conn.execute("SELECT state, count(*) FROM todos GROUP BY state").fetchall())
-        # The attempts table keeps the attempts that ended other than by
-        # completing; a done todo names the one that completed it.
-        ended_otherwise = conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
-        owner_of = dict(conn.execute("SELECT id, completed_by FROM todos").fetchall())
+    states = dict(sql.rows(db_path, "SELECT state, count(*) FROM todos GROUP BY state"))
+    # The attempts table keeps the attempts that ended other than by
+    # completing; a done todo names the one that completed it.
+    ended_otherwise = sql.value(db_path, "SELECT count(*) FROM attempts")
+    owner_of = dict(sql.rows(db_path, "SELECT id, completed_by FROM todos"))
     assert states == {"done": count}
     # One claim per todo, ended by completion: nobody else ever held it.
     assert ended_otherwise == 0

@@ -107,18 +107,21 @@ def ms(db: Path | str, value: int) -> str:
     return f"sb_ts({int(value)})" if is_url(db) else str(int(value))
 
 
-def refuse_inserts(db: Path | str, name: str, table: str, message: str, *, payload_like: str | None = None) -> None:
-    """A trigger ``name`` that refuses every insert into ``table`` (or those whose payload is LIKE
-    ``payload_like``) with ``message``, as a constraint does: the store answers Conflict."""
+def refuse_inserts(db: Path | str, name: str, table: str, message: str, *, when: str | None = None,
+                   payload_like: str | None = None) -> None:  # fmt: skip
+    """A trigger ``name`` that refuses inserts into ``table`` with ``message``, as a constraint
+    does (the store answers Conflict): every insert, those for which ``when`` holds (SQL on
+    ``NEW``, the same on both backends), or those whose payload is LIKE ``payload_like``."""
     if is_url(db):
-        test = f"NEW.payload::text LIKE '{payload_like}'" if payload_like is not None else "true"
+        test = when or (f"NEW.payload::text LIKE '{payload_like}'" if payload_like is not None else "true")
         run(db, f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                 f"IF {test} THEN RAISE EXCEPTION '{message}' USING ERRCODE = 'check_violation'; END IF; "
                 f"RETURN NEW; END $$")  # fmt: skip
         run(db, f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()")
     else:
-        when = f"WHEN NEW.payload LIKE '{payload_like}' " if payload_like is not None else ""
-        run(db, f"CREATE TRIGGER {name} BEFORE INSERT ON {table} {when}BEGIN SELECT RAISE(ABORT, '{message}'); END")
+        test = when or (f"NEW.payload LIKE '{payload_like}'" if payload_like is not None else None)
+        condition = f"WHEN {test} " if test else ""
+        run(db, f"CREATE TRIGGER {name} BEFORE INSERT ON {table} {condition}BEGIN SELECT RAISE(ABORT, '{message}'); END")
 
 
 def drop_trigger(db: Path | str, name: str, table: str) -> None:

@@ -1,11 +1,13 @@
-"""Test helpers for the store's thread."""
+"""Test helpers for the store: its thread, many todos at once."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
+from switchboard_local.core import todos
 from switchboard_local.core.store import Store
+from switchboard_local.core.todo_model import NewTodo
 
 
 async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future]:
@@ -24,3 +26,12 @@ async def hold_the_thread(store: Store) -> tuple[threading.Event, asyncio.Future
     held = asyncio.ensure_future(store._group.run_locked(wait))
     await asyncio.to_thread(entered.wait, 10)
     return gate, held
+
+
+async def create_jobs(store: Store, count: int) -> list[int]:
+    """``count`` todos in queue "work", a hundred at a time (concurrent writes: fewer commits to wait for)."""
+    made: list[int] = []
+    for start in range(0, count, 100):
+        jobs = [todos.create(store, NewTodo(queue="work", title=f"job {i}")) for i in range(start, min(count, start + 100))]
+        made += [todo.id for todo, _ in await asyncio.gather(*jobs)]
+    return made
