@@ -25,7 +25,17 @@ of its own, so that its answer is what it would have been on SQLite.
 
 Statements are the named ones of queries.postgres.sql: ``tx.one(Q.claim_by_id)``
 runs the PostgreSQL text under the same name, its ``:name`` parameters turned
-into psycopg's ``%(name)s`` once, when first used.
+into psycopg's ``%(name)s`` once, when first used; SQL text that is no named
+statement is refused (ValueError).
+
+Connections: writes on a pool of WRITERS, reads (``read_one``/``read_all``) on
+a pool of READERS that are read-only (a statement that would write is refused
+as Unavailable, as on SQLite), ``peek`` on one read-only connection the event
+loop uses itself (a point read costs less than a thread hop), and
+``data_version`` on one that LISTENs. ``synchronous="NORMAL"`` (SQLite's name)
+is ``synchronous_commit=off``: a commit may be lost by a server crash.
+``$SWITCHBOARD_BUSY_TIMEOUT`` is the ``lock_timeout``. A URL's password never
+leaves in a message: ``store.redacted`` hides it (``where``).
 """
 
 from __future__ import annotations
@@ -50,17 +60,19 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
+from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
 from .store import APP_NAME, FileState, Params, Transaction, is_url, redacted
 from .tally import Tally
 
 T = TypeVar("T")
+Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
 BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
 BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
-READERS = 4  # pooled read-only connections for read_one, read_all and peek
+READERS = 4  # pooled read-only connections for read_one and read_all
+PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loop waits for it
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
@@ -244,9 +256,25 @@ class PgRow:
         return f"PgRow({dict(zip(self._index, self._values))!r})"
 
 
+_INDEXES: dict[tuple[bytes, ...], dict[str, int]] = {}  # column names -> positions, one per result shape
+
+
 def row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
-    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    """Rows as PgRow. The column names are read from the result itself, not from
+    ``cursor.description`` (which builds a Column per column per statement: a third
+    of a point read's time in Python)."""
+    result = cursor.pgresult
+    names = tuple(result.fname(i) or b"" for i in range(result.nfields)) if result is not None else ()
+    index = _INDEXES.get(names)
+    if index is None:
+        index = _INDEXES[names] = {name.decode(): i for i, name in enumerate(names)}
     return lambda values: PgRow(tuple(values), index)
+
+
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement answered rows (a SELECT, a RETURNING), without building its description."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 # ---------------------------------------------------------------- transactions
@@ -322,10 +350,10 @@ class PgTransaction:
             self.changed = True
 
     def one(self, sql: str, params: Params = ()) -> PgRow | None:
-        return self._execute(sql, params, lambda cursor: cursor.fetchone() if cursor.description else None)
+        return self._execute(sql, params, lambda cursor: cursor.fetchone() if _has_rows(cursor) else None)
 
     def all(self, sql: str, params: Params = ()) -> list[PgRow]:
-        return self._execute(sql, params, lambda cursor: cursor.fetchall() if cursor.description else [])
+        return self._execute(sql, params, lambda cursor: cursor.fetchall() if _has_rows(cursor) else [])
 
     def run(self, sql: str, params: Params = ()) -> int:
         return self._execute(sql, params, lambda cursor: max(cursor.rowcount, 0))
@@ -538,8 +566,9 @@ class PostgresStore:
     Writes: ``write(body)`` is one transaction on a pooled connection, in a
     thread; rerun after a serialization failure or a deadlock, and rerun
     with a savepoint per statement when the body carried on past a refused
-    statement. Reads and ``peek``: autocommit statements on pooled
-    connections (each sees every commit before it). Changes: one connection
+    statement. Reads: autocommit statements on pooled read-only
+    connections (each sees every commit before it); ``peek``: the same on a
+    read-only connection the event loop uses itself (no thread hop). Changes: one connection
     of its own LISTENs on ``switchboard`` (the schema's triggers notify at
     each commit that changed rows, from any host), started at the first
     ``data_version()``. ``path`` is not the database: a local file name
@@ -578,6 +607,7 @@ class PostgresStore:
         self.commits = 0  # this store's commits that changed rows
         self._commits_lock = threading.Lock()
         self._listener: _Listener | None = None
+        self._peek_conn: psycopg.Connection[PgRow] | None = None  # peek's, used on the event loop
 
     def __str__(self) -> str:
         return self.where
@@ -601,10 +631,10 @@ class PostgresStore:
         where = redacted(url)
         url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
 
-        def pool(size: int, *, read_only: bool, name: str) -> ConnectionPool[psycopg.Connection[PgRow]]:
-            made: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+        def pool(size: int, *, read_only: bool, name: str) -> Pool:
+            made: Pool = ConnectionPool(
                 url,
-                min_size=1,
+                min_size=0,  # connections are made as calls need them (a one-shot command makes few)
                 max_size=size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
                 configure=lambda conn: _configure(conn, read_only=read_only, **settings),
@@ -615,7 +645,7 @@ class PostgresStore:
             made.open(wait=False)
             return made
 
-        def prepare() -> tuple[ConnectionPool[psycopg.Connection[PgRow]], ConnectionPool[psycopg.Connection[PgRow]]]:
+        def prepare() -> tuple[Pool, Pool, psycopg.Connection[PgRow]]:
             with driver_errors(where):
                 try:
                     conn = _connect(url, read_only=read_only, **settings)
@@ -627,15 +657,19 @@ class PostgresStore:
                         _refuse(where, ours, version, _schema_version(), read_only=True)
                     else:
                         _migrate(conn, where)
-                finally:
+                    # The connection that looked stays, as peek's (one connection fewer to make).
+                    _configure(conn, read_only=True, statement_timeout=f"{PEEK_TIMEOUT_MS}ms")
+                except BaseException:
                     conn.close()
+                    raise
                 # Reads run read-only: a statement that would write is refused there, as on SQLite.
-                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads")
+                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads"), conn
 
-        writers, readers = await asyncio.to_thread(prepare)
+        writers, readers, peek_conn = await asyncio.to_thread(prepare)
         threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
         store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
+        store._peek_conn = peek_conn
         return store
 
     async def __aenter__(self) -> PostgresStore:
@@ -652,6 +686,8 @@ class PostgresStore:
         while self._busy:
             assert self._idle is not None
             await self._idle.wait()
+        if self._peek_conn is not None:
+            self._peek_conn.close()
         listener, self._listener = self._listener, None
         if listener is not None:
             await asyncio.to_thread(listener.stop)
@@ -731,13 +767,31 @@ class PostgresStore:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
-        """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
+        """A point read on the caller's own thread, on a read-only connection of its own.
 
-        def run() -> T:
-            with driver_errors(self.where), self._readers.connection() as conn:
+        A hop to a thread costs more than the read itself (a webhook looks
+        its source up this way on every request), so the loop runs it, as
+        SQLite's store does: only for reads of a few rows by index, bounded
+        by PEEK_TIMEOUT_MS on the server. The connection is made in a thread
+        (the first time, and again after it failed).
+        """
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        conn = self._peek_conn
+        if conn is None or conn.closed:
+            settings = {**self._settings, "statement_timeout": f"{PEEK_TIMEOUT_MS}ms"}
+            conn = await self._in_thread(lambda: _connect(self.url, read_only=True, **settings))
+            if self._peek_conn is not None and not self._peek_conn.closed:  # another task made one meanwhile
+                conn.close()
+                conn = self._peek_conn
+            self._peek_conn = conn
+        try:
+            with driver_errors(self.where):
                 return body(PgTransaction(conn, self._statements, self.cache))
-
-        return await self._in_thread(run)
+        except StoreFault:
+            if conn.broken:
+                conn.close()  # made again at the next peek
+            raise
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Begin a transaction that takes a transaction id (a write's first step), within ``timeout``."""

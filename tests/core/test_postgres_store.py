@@ -210,3 +210,45 @@ async def test_a_value_postgresql_cannot_hold_is_invalid_input_and_nothing_is_st
         with pytest.raises(InvalidArgument, match="PostgreSQL cannot store a value given"):
             await todos.create(store, todo)
         assert await todos.list_todos(store) == []
+
+
+async def test_writes_that_deadlock_are_run_again_and_both_commit(url) -> None:
+    import threading
+
+    meet = threading.Barrier(2, timeout=10)
+    runs = {"a-then-b": 0, "b-then-a": 0}
+
+    def writes(first: str, second: str, label: str):
+        def body(tx) -> str:
+            runs[label] += 1
+            tx.run(Q.set_setting, {"name": first, "value": label})
+            if runs[label] == 1:
+                meet.wait()  # each holds its first row: the second statements wait on each other
+            tx.run(Q.set_setting, {"name": second, "value": label})
+            return label
+
+        return body
+
+    async with await Store.open(url) as store:
+        await store.write(lambda tx: tx.many(Q.set_setting, [{"name": n, "value": "-"} for n in "ab"]))
+        done = await asyncio.gather(store.write(writes("a", "b", "a-then-b")), store.write(writes("b", "a", "b-then-a")))
+    assert done == ["a-then-b", "b-then-a"]
+    assert sorted(runs.values()) == [1, 2]  # PostgreSQL broke the deadlock by failing one; it ran again
+    assert len({v for (v,) in rows(url, "SELECT value FROM settings WHERE name IN ('a', 'b')")}) == 1
+
+
+async def test_a_row_locked_past_the_busy_timeout_is_busy(url, monkeypatch) -> None:
+    import psycopg
+
+    from switchboard_local.core.errors import Busy
+
+    monkeypatch.setenv("SWITCHBOARD_BUSY_TIMEOUT", "0.2")
+    async with await Store.open(url) as store:
+        await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "-"}))
+        with psycopg.connect(url) as holder:  # another process, in the middle of a transaction
+            holder.execute("UPDATE settings SET value = 'held' WHERE name = 'a'")
+            with pytest.raises(Busy, match="try again later"):
+                await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "mine"}))
+            holder.rollback()
+        await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "mine"}))  # free again
+    assert value(url, "SELECT value FROM settings WHERE name = 'a'") == "mine"
