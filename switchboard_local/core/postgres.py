@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import re
 import threading
@@ -61,14 +60,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
-from .store import APP_NAME, FileState, Params, Transaction, is_url, redacted
+from .store import APP_NAME, FileState, Params, Transaction, busy_timeout_ms, is_url, redacted
 from .tally import Tally
 
 T = TypeVar("T")
 Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
-BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
-BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
 READERS = 4  # pooled read-only connections for read_one and read_all
@@ -95,18 +92,6 @@ def local_path(url: str) -> Path:
     name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
     return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
 
-
-def busy_timeout_ms() -> int:
-    raw = os.environ.get(BUSY_TIMEOUT_ENV)
-    if not raw:
-        return BUSY_TIMEOUT_MS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
-    return round(seconds * 1000)
 
 
 # ---------------------------------------------------------------- statements
