@@ -309,11 +309,16 @@ class PgTransaction:
 
     def _execute(self, sql: str, params: Params, fetch: Callable[[psycopg.Cursor[PgRow]], T]) -> T:
         name, text = self._statements[sql]
+        return self._guarded(lambda: self._run(text, params, fetch))
+
+    def _guarded(self, run: Callable[[], T]) -> T:
+        """Run one statement: in a savepoint of its own when careful; a refusal as Conflict,
+        noting when it left the transaction aborted (the body then runs again, careful)."""
         try:
             if self._careful:
                 with self._conn.transaction():
-                    return self._run(text, params, fetch)
-            return self._run(text, params, fetch)
+                    return run()
+            return run()
         except pgerrors.InFailedSqlTransaction:
             if self.refused:
                 raise _Rerun() from None
@@ -348,19 +353,7 @@ class PgTransaction:
         sets = [_params(p) for p in params]
         if not sets:
             return 0
-        try:
-            if self._careful:
-                with self._conn.transaction():
-                    return self._run_many(text, sets)
-            return self._run_many(text, sets)
-        except pgerrors.InFailedSqlTransaction:
-            if self.refused:
-                raise _Rerun() from None
-            raise
-        except psycopg.IntegrityError as exc:
-            if not self._careful and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                self.refused = True
-            raise Conflict(f"the database refused the change: {_first_line(exc)}") from exc
+        return self._guarded(lambda: self._run_many(text, sets))
 
     def _run_many(self, text: str, sets: list[Any]) -> int:
         with self._conn.cursor() as cursor:
