@@ -25,14 +25,23 @@ of its own, so that its answer is what it would have been on SQLite.
 
 Statements are the named ones of queries.postgres.sql: ``tx.one(Q.claim_by_id)``
 runs the PostgreSQL text under the same name, its ``:name`` parameters turned
-into psycopg's ``%(name)s`` once, when first used.
+into psycopg's ``%(name)s`` once, when first used; SQL text that is no named
+statement is refused (ValueError).
+
+Connections: writes on a pool of WRITERS, reads (``read_one``/``read_all``) on
+a pool of READERS that are read-only (a statement that would write is refused
+as Unavailable, as on SQLite), ``peek`` on one read-only connection the event
+loop uses itself (a point read costs less than a thread hop), and
+``data_version`` on one that LISTENs. ``synchronous="NORMAL"`` (SQLite's name)
+is ``synchronous_commit=off``: a commit may be lost by a server crash.
+``$SWITCHBOARD_BUSY_TIMEOUT`` is the ``lock_timeout``. A URL's password never
+leaves in a message: ``store.redacted`` hides it (``where``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import re
 import threading
@@ -49,34 +58,21 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreUnusable, SwitchboardError, Unavailable
-from .store import APP_NAME, FileState, Params, Transaction, is_url, local_path, redacted
+from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
+from .store import APP_NAME, FileState, Params, Transaction, busy_timeout_ms, is_url, local_path, redacted
 from .tally import Tally
 
 T = TypeVar("T")
+Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
-BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # as for SQLite: how long a statement waits for a row lock
-BUSY_TIMEOUT_MS = 30_000
 CONNECT_SECONDS = 10  # connect_timeout of every connection
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
-READERS = 4  # pooled read-only connections for read_one, read_all and peek
+READERS = 4  # pooled read-only connections for read_one and read_all
+PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loop waits for it
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
 MIGRATION_LOCK = 0x53424C51  # pg_advisory_xact_lock key ('SBLQ'): one opener creates or migrates at a time
-
-
-def busy_timeout_ms() -> int:
-    raw = os.environ.get(BUSY_TIMEOUT_ENV)
-    if not raw:
-        return BUSY_TIMEOUT_MS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
-    return round(seconds * 1000)
 
 
 # ---------------------------------------------------------------- statements
@@ -226,9 +222,25 @@ class PgRow:
         return f"PgRow({dict(zip(self._index, self._values))!r})"
 
 
+_INDEXES: dict[tuple[bytes, ...], dict[str, int]] = {}  # column names -> positions, one per result shape
+
+
 def row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
-    index = {column.name: i for i, column in enumerate(cursor.description or ())}
+    """Rows as PgRow. The column names are read from the result itself, not from
+    ``cursor.description`` (which builds a Column per column per statement: a third
+    of a point read's time in Python)."""
+    result = cursor.pgresult
+    names = tuple(result.fname(i) or b"" for i in range(result.nfields)) if result is not None else ()
+    index = _INDEXES.get(names)
+    if index is None:
+        index = _INDEXES[names] = {name.decode(): i for i, name in enumerate(names)}
     return lambda values: PgRow(tuple(values), index)
+
+
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement answered rows (a SELECT, a RETURNING), without building its description."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 # ---------------------------------------------------------------- transactions
@@ -278,11 +290,16 @@ class PgTransaction:
 
     def _execute(self, sql: str, params: Params, fetch: Callable[[psycopg.Cursor[PgRow]], T]) -> T:
         name, text = self._statements[sql]
+        return self._guarded(lambda: self._run(text, params, fetch))
+
+    def _guarded(self, run: Callable[[], T]) -> T:
+        """Run one statement: in a savepoint of its own when careful; a refusal as Conflict,
+        noting when it left the transaction aborted (the body then runs again, careful)."""
         try:
             if self._careful:
                 with self._conn.transaction():
-                    return self._run(text, params, fetch)
-            return self._run(text, params, fetch)
+                    return run()
+            return run()
         except pgerrors.InFailedSqlTransaction:
             if self.refused:
                 raise _Rerun() from None
@@ -304,10 +321,10 @@ class PgTransaction:
             self.changed = True
 
     def one(self, sql: str, params: Params = ()) -> PgRow | None:
-        return self._execute(sql, params, lambda cursor: cursor.fetchone() if cursor.description else None)
+        return self._execute(sql, params, lambda cursor: cursor.fetchone() if _has_rows(cursor) else None)
 
     def all(self, sql: str, params: Params = ()) -> list[PgRow]:
-        return self._execute(sql, params, lambda cursor: cursor.fetchall() if cursor.description else [])
+        return self._execute(sql, params, lambda cursor: cursor.fetchall() if _has_rows(cursor) else [])
 
     def run(self, sql: str, params: Params = ()) -> int:
         return self._execute(sql, params, lambda cursor: max(cursor.rowcount, 0))
@@ -317,19 +334,7 @@ class PgTransaction:
         sets = [_params(p) for p in params]
         if not sets:
             return 0
-        try:
-            if self._careful:
-                with self._conn.transaction():
-                    return self._run_many(text, sets)
-            return self._run_many(text, sets)
-        except pgerrors.InFailedSqlTransaction:
-            if self.refused:
-                raise _Rerun() from None
-            raise
-        except psycopg.IntegrityError as exc:
-            if not self._careful and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                self.refused = True
-            raise Conflict(f"the database refused the change: {_first_line(exc)}") from exc
+        return self._guarded(lambda: self._run_many(text, sets))
 
     def _run_many(self, text: str, sets: list[Any]) -> int:
         with self._conn.cursor() as cursor:
@@ -370,6 +375,9 @@ def translate(exc: BaseException, where: str) -> SwitchboardError | None:
         return Busy(f"{where}: {message}; try again later")
     if isinstance(exc, _UNUSABLE):
         return StoreUnusable(f"{where} cannot be used: {message}")
+    if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (SQLite can): NUL in text, \u0000 in JSON
+        detail = getattr(getattr(exc, "diag", None), "message_detail", None)
+        return InvalidArgument(f"PostgreSQL cannot store a value given: {message}{f' ({detail})' if detail else ''}")
     sqlstate = exc.sqlstate or ""
     if isinstance(exc, psycopg.OperationalError) or sqlstate[:2] in ("08", "28", "3D", "53", "57", "58", "XX"):
         return Unavailable(f"{where}: {message}")
@@ -517,8 +525,9 @@ class PostgresStore:
     Writes: ``write(body)`` is one transaction on a pooled connection, in a
     thread; rerun after a serialization failure or a deadlock, and rerun
     with a savepoint per statement when the body carried on past a refused
-    statement. Reads and ``peek``: autocommit statements on pooled
-    connections (each sees every commit before it). Changes: one connection
+    statement. Reads: autocommit statements on pooled read-only
+    connections (each sees every commit before it); ``peek``: the same on a
+    read-only connection the event loop uses itself (no thread hop). Changes: one connection
     of its own LISTENs on ``switchboard`` (the schema's triggers notify at
     each commit that changed rows, from any host), started at the first
     ``data_version()``. ``path`` is not the database: a local file name
@@ -557,6 +566,7 @@ class PostgresStore:
         self.commits = 0  # this store's commits that changed rows
         self._commits_lock = threading.Lock()
         self._listener: _Listener | None = None
+        self._peek_conn: psycopg.Connection[PgRow] | None = None  # peek's, used on the event loop
 
     def __str__(self) -> str:
         return self.where
@@ -580,10 +590,10 @@ class PostgresStore:
         where = redacted(url)
         url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
 
-        def pool(size: int, *, read_only: bool, name: str) -> ConnectionPool[psycopg.Connection[PgRow]]:
-            made: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
+        def pool(size: int, *, read_only: bool, name: str) -> Pool:
+            made: Pool = ConnectionPool(
                 url,
-                min_size=1,
+                min_size=0,  # connections are made as calls need them (a one-shot command makes few)
                 max_size=size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
                 configure=lambda conn: _configure(conn, read_only=read_only, **settings),
@@ -594,7 +604,7 @@ class PostgresStore:
             made.open(wait=False)
             return made
 
-        def prepare() -> tuple[ConnectionPool[psycopg.Connection[PgRow]], ConnectionPool[psycopg.Connection[PgRow]]]:
+        def prepare() -> tuple[Pool, Pool, psycopg.Connection[PgRow]]:
             with driver_errors(where):
                 try:
                     conn = _connect(url, read_only=read_only, **settings)
@@ -606,15 +616,19 @@ class PostgresStore:
                         _refuse(where, ours, version, _schema_version(), read_only=True)
                     else:
                         _migrate(conn, where)
-                finally:
+                    # The connection that looked stays, as peek's (one connection fewer to make).
+                    _configure(conn, read_only=True, statement_timeout=f"{PEEK_TIMEOUT_MS}ms")
+                except BaseException:
                     conn.close()
+                    raise
                 # Reads run read-only: a statement that would write is refused there, as on SQLite.
-                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads")
+                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads"), conn
 
-        writers, readers = await asyncio.to_thread(prepare)
+        writers, readers, peek_conn = await asyncio.to_thread(prepare)
         threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
         store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
                     settings=settings)  # fmt: skip
+        store._peek_conn = peek_conn
         return store
 
     async def __aenter__(self) -> PostgresStore:
@@ -631,6 +645,8 @@ class PostgresStore:
         while self._busy:
             assert self._idle is not None
             await self._idle.wait()
+        if self._peek_conn is not None:
+            self._peek_conn.close()
         listener, self._listener = self._listener, None
         if listener is not None:
             await asyncio.to_thread(listener.stop)
@@ -710,13 +726,31 @@ class PostgresStore:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
-        """A short read: ``body``'s statements in autocommit on a pooled connection (a thread hop)."""
+        """A point read on the caller's own thread, on a read-only connection of its own.
 
-        def run() -> T:
-            with driver_errors(self.where), self._readers.connection() as conn:
+        A hop to a thread costs more than the read itself (a webhook looks
+        its source up this way on every request), so the loop runs it, as
+        SQLite's store does: only for reads of a few rows by index, bounded
+        by PEEK_TIMEOUT_MS on the server. The connection is made in a thread
+        (the first time, and again after it failed).
+        """
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        conn = self._peek_conn
+        if conn is None or conn.closed:
+            settings = {**self._settings, "statement_timeout": f"{PEEK_TIMEOUT_MS}ms"}
+            conn = await self._in_thread(lambda: _connect(self.url, read_only=True, **settings))
+            if self._peek_conn is not None and not self._peek_conn.closed:  # another task made one meanwhile
+                conn.close()
+                conn = self._peek_conn
+            self._peek_conn = conn
+        try:
+            with driver_errors(self.where):
                 return body(PgTransaction(conn, self._statements, self.cache))
-
-        return await self._in_thread(run)
+        except StoreFault:
+            if conn.broken:
+                conn.close()  # made again at the next peek
+            raise
 
     async def probe_writable(self, timeout: float = 2.0) -> None:
         """Begin a transaction that takes a transaction id (a write's first step), within ``timeout``."""

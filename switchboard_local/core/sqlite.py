@@ -40,10 +40,16 @@ from .errors import (
 )
 from .group_commit import GroupCommit, Monotonic, SQLiteTransaction, is_busy
 from .queries import Q
-from .store import FileState, Params, Transaction, default_path, expanded
+from .store import (
+    BUSY_TIMEOUT_MS,
+    FileState,
+    Params,
+    Transaction,
+    busy_timeout_ms,
+    default_path,
+    expanded,
+)
 from .tally import Tally
-
-BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another process's lock
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
@@ -274,25 +280,11 @@ ALTER TABLE attempts_v8 RENAME TO attempts;
 """,
 }
 
-BUSY_TIMEOUT_MS = 30_000  # the default; $SWITCHBOARD_BUSY_TIMEOUT (seconds) overrides it
 READERS = 2  # read-only connections for read_one / read_all, opened as needed
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 T = TypeVar("T")
 
-
-def busy_timeout_ms() -> int:
-    """How long a write waits for another process's lock before it is refused as busy."""
-    raw = os.environ.get(BUSY_TIMEOUT_ENV)
-    if not raw:
-        return BUSY_TIMEOUT_MS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
-    return round(seconds * 1000)
 
 
 def _file_name(path: Path) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .clock import Clock
-from .errors import Unavailable
+from .errors import InvalidArgument, Unavailable
 
 if TYPE_CHECKING:
     from .group_commit import Monotonic
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
+BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another writer's lock
+BUSY_TIMEOUT_MS = 30_000  # the default
 
 T = TypeVar("T")
 Params = Mapping[str, Any] | Sequence[Any]
@@ -108,6 +110,21 @@ def default_path() -> Location:
     import platformdirs
 
     return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
+
+
+def busy_timeout_ms() -> int:
+    """How long a write waits for another writer's lock before it is refused as busy
+    ($SWITCHBOARD_BUSY_TIMEOUT seconds; both backends)."""
+    raw = os.environ.get(BUSY_TIMEOUT_ENV)
+    if not raw:
+        return BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
+    return round(seconds * 1000)
 
 
 def expanded(path: str | os.PathLike[str]) -> Path:

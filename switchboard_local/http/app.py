@@ -49,8 +49,7 @@ from ..core.errors import (
     SwitchboardError,
 )
 from ..core.events import NewEvent
-from ..core.sqlite import busy_timeout_ms
-from ..core.store import Store
+from ..core.store import Store, busy_timeout_ms
 from . import verifiers as webhooks
 
 log = logging.getLogger("switchboard_local.serve")

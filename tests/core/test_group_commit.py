@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import group_commit, todos
-from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
 from switchboard_local.core.group_commit import GROUP_SECONDS
-from switchboard_local.core.store import Store
+from switchboard_local.core.store import BUSY_TIMEOUT_ENV, Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -386,7 +385,7 @@ async def test_a_write_that_raises_leaves_nothing_behind_on_the_inline_path_too(
 
 
 async def test_a_write_refused_as_busy_names_the_database_file(db_path, monkeypatch) -> None:
-    monkeypatch.setenv(store_module.BUSY_TIMEOUT_ENV, "0.05")
+    monkeypatch.setenv(BUSY_TIMEOUT_ENV, "0.05")
     store = await Store.open(db_path)
     holder = sqlite3.connect(db_path, isolation_level=None)
     try:
@@ -410,7 +409,7 @@ async def test_while_the_thread_is_busy_a_write_on_the_inline_path_queues_withou
 
 
 async def test_the_event_loop_never_waits_for_another_processs_lock(db_path, monkeypatch) -> None:
-    monkeypatch.setenv(store_module.BUSY_TIMEOUT_ENV, "60")
+    monkeypatch.setenv(BUSY_TIMEOUT_ENV, "60")
     store = await Store.open(db_path)
     try:
         await warm_up_the_inline_regime(store)

@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.errors import Conflict, StoreUnusable, Unavailable
+from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.core.postgres import PostgresStore, convert_params
 from switchboard_local.core.queries import Q
 from switchboard_local.core.sqlite import SCHEMA_VERSION
@@ -195,3 +195,60 @@ def test_doctor_checks_a_postgresql_database_without_showing_its_password(url) -
     checks = {c["name"]: c for c in json.loads(found.out)["checks"]}
     assert checks["database"]["status"] == "ok" and "postgres:***@" in checks["database"]["detail"]
     assert (checks["schema"]["status"], checks["schema"]["detail"]) == ("ok", f"version {SCHEMA_VERSION} (current)")
+
+
+@pytest.mark.parametrize(
+    "todo",
+    [
+        NewTodo(queue="q", title="t", payload={"a": "x\u0000y"}),  # jsonb holds no \u0000
+        NewTodo(queue="q", title="t", payload={"\u0000": 1}),
+    ],
+    ids=["nul-in-a-value", "nul-in-a-key"],
+)
+async def test_a_value_postgresql_cannot_hold_is_invalid_input_and_nothing_is_stored(url, clock, todo) -> None:
+    async with await Store.open(url, clock=clock) as store:
+        with pytest.raises(InvalidArgument, match="PostgreSQL cannot store a value given"):
+            await todos.create(store, todo)
+        assert await todos.list_todos(store) == []
+
+
+async def test_writes_that_deadlock_are_run_again_and_both_commit(url) -> None:
+    import threading
+
+    meet = threading.Barrier(2, timeout=10)
+    runs = {"a-then-b": 0, "b-then-a": 0}
+
+    def writes(first: str, second: str, label: str):
+        def body(tx) -> str:
+            runs[label] += 1
+            tx.run(Q.set_setting, {"name": first, "value": label})
+            if runs[label] == 1:
+                meet.wait()  # each holds its first row: the second statements wait on each other
+            tx.run(Q.set_setting, {"name": second, "value": label})
+            return label
+
+        return body
+
+    async with await Store.open(url) as store:
+        await store.write(lambda tx: tx.many(Q.set_setting, [{"name": n, "value": "-"} for n in "ab"]))
+        done = await asyncio.gather(store.write(writes("a", "b", "a-then-b")), store.write(writes("b", "a", "b-then-a")))
+    assert done == ["a-then-b", "b-then-a"]
+    assert sorted(runs.values()) == [1, 2]  # PostgreSQL broke the deadlock by failing one; it ran again
+    assert len({v for (v,) in rows(url, "SELECT value FROM settings WHERE name IN ('a', 'b')")}) == 1
+
+
+async def test_a_row_locked_past_the_busy_timeout_is_busy(url, monkeypatch) -> None:
+    import psycopg
+
+    from switchboard_local.core.errors import Busy
+
+    monkeypatch.setenv("SWITCHBOARD_BUSY_TIMEOUT", "0.2")
+    async with await Store.open(url) as store:
+        await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "-"}))
+        with psycopg.connect(url) as holder:  # another process, in the middle of a transaction
+            holder.execute("UPDATE settings SET value = 'held' WHERE name = 'a'")
+            with pytest.raises(Busy, match="try again later"):
+                await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "mine"}))
+            holder.rollback()
+        await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "mine"}))  # free again
+    assert value(url, "SELECT value FROM settings WHERE name = 'a'") == "mine"
