@@ -413,7 +413,7 @@ def run_mcp(db: Path | None, agent_name: str | None, ingest: str = "auto") -> in
                     agent = await agents.get(store, agent_name)
                 except NotFound:
                     raise NotFound(
-                        f"agent {agent_name!r} does not exist in {store.path}; "
+                        f"agent {agent_name!r} does not exist in {store.where}; "
                         f"create it with: switchboard-local agent add {agent_name} --queue QUEUE"
                     ) from None
             if ingest == "off":

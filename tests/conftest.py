@@ -1,9 +1,10 @@
 """Shared fixtures: a real database (an SQLite file on disk, or a PostgreSQL database on a real
 server), a clock that tests move, pinned jitter.
 
-``backend`` is "sqlite" unless a folder's conftest parametrizes it (tests/core:
-both backends, the ``postgres`` variant marked ``postgres``; a test marked
-``sqlite_only`` runs on SQLite alone). ``db_path`` is then the SQLite file's
+``backend`` is "sqlite" unless a folder's conftest parametrizes it (tests/core
+and tests/processes: both backends, the ``postgres`` variant marked
+``postgres``; a test marked ``sqlite_only`` runs on SQLite alone) or the test
+is marked ``both_backends`` (the edges' smoke on PostgreSQL: ``pytest_generate_tests`` here). ``db_path`` is then the SQLite file's
 path, or the URL of a fresh PostgreSQL database of the test's own.
 """
 
@@ -22,8 +23,13 @@ from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.store import Store
 
 from support import sql
+from support.backends import parametrize_marked
 from support.cli import Result, invoke
 from support.postgres import PostgresServer
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_marked(metafunc)
 
 
 @pytest.fixture

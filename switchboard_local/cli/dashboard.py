@@ -35,7 +35,9 @@ def _browsable(address: str) -> str:
 
 
 async def _where(store: Store) -> dict[str, Any]:
-    return {**await _address(store), "db": store.path}
+    # "token_at": the store's local name, beside which the token lives (never shown);
+    # "db": the database as output names it (a URL's password hidden).
+    return {**await _address(store), "db": store.where, "token_at": store.path}
 
 
 async def _address(store: Store) -> dict[str, Any]:
@@ -56,9 +58,9 @@ async def _address(store: Store) -> dict[str, Any]:
 def dashboard_command(db: Path | None, as_json: bool | None, open_browser: bool) -> None:
     """Print the dashboard's URL with this install's token (keep it private: it lets its holder act)."""
     out = Out(db, as_json)
-    where = out.run(_where)  # the store's path, where the token lives beside it
+    where = out.run(_where)
     try:
-        token = access_token.read_or_create(where.pop("db"))
+        token = access_token.read_or_create(where.pop("token_at"))
     except SwitchboardError as exc:  # the token file cannot be made or read
         out.fail(exc)
     url = f"{where['address']}/?token={token}"

@@ -17,24 +17,27 @@ import stat
 from pathlib import Path
 
 from .errors import Unavailable
+from .store import Location, local_path
 
 SUFFIX = ".dashboard-token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,128}")
 
 
-def token_path(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + SUFFIX)
+def token_path(db: Location) -> Path:
+    """Beside the database's file; for a PostgreSQL URL, beside its local name (store.local_path)."""
+    beside = local_path(db)
+    return beside.with_name(beside.name + SUFFIX)
 
 
-def read_or_create(db_path: Path) -> str:
-    """The token of the database at ``db_path``: read, or made now (mode 0600).
+def read_or_create(db: Location) -> str:
+    """The token of the database ``db`` (a file's path, a URL, or a store's ``path``): read, or made now (mode 0600).
 
     Two processes starting at once agree: the file is created exclusively, and
     the loser reads the winner's. A file with a group or other bit set is made
     owner-only again; one that holds no token is refused (``Unavailable``),
     not silently replaced.
     """
-    path = token_path(db_path)
+    path = token_path(db)
     try:
         # A PostgreSQL store's path is a local name in the user data dir (core/postgres.py),
         # whose folder may not exist yet; an SQLite file's folder does.

@@ -51,7 +51,6 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.errors as pgerrors
@@ -60,7 +59,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
-from .store import APP_NAME, FileState, Params, Transaction, busy_timeout_ms, is_url, redacted
+from .store import APP_NAME, FileState, Params, Transaction, busy_timeout_ms, is_url, local_path, redacted
 from .tally import Tally
 
 T = TypeVar("T")
@@ -74,24 +73,6 @@ RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
 MIGRATION_LOCK = 0x53424C51  # pg_advisory_xact_lock key ('SBLQ'): one opener creates or migrates at a time
-
-
-def local_path(url: str) -> Path:
-    """Where the files that live beside a database go for this one (the dashboard token):
-    the user data dir, a name made of the user, host, port and database (never the password)."""
-    import platformdirs
-
-    parts = urlsplit(url)
-    user = unquote(parts.username or "")
-    host = unquote(parts.hostname or "local")
-    try:
-        port = parts.port or 5432
-    except ValueError:
-        port = 5432
-    database = unquote(parts.path.lstrip("/")) or user or "postgres"
-    name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
-    return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
-
 
 
 # ---------------------------------------------------------------- statements

@@ -529,6 +529,7 @@ class SQLiteStore:
         checkpointer: Checkpointer | None = None,
     ) -> None:
         self.path = path
+        self.where = str(path)
         self.checkpointer = checkpointer  # a writing store's; None for a read-only one
         self.clock = clock
         self.rng = rng

@@ -60,6 +60,29 @@ def describe(where: Location) -> str:
     return str(where)
 
 
+def local_path(where: Location) -> Path:
+    """The name beside which the files that go with a database (the dashboard token) are kept:
+    an SQLite database's own file; for a PostgreSQL URL, a name in the user data dir made of
+    the user, host, port and database (never the password)."""
+    if not is_url(where):
+        return Path(where)
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    import platformdirs
+
+    parts = urlsplit(str(where))
+    user = unquote(parts.username or "")
+    host = unquote(parts.hostname or "local")
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = 5432
+    database = unquote(parts.path.lstrip("/")) or user or "postgres"
+    name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
+    return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
+
+
 def redacted(url: str) -> str:
     """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``."""
     import re
@@ -215,6 +238,9 @@ class Store(Protocol):
     # SQLite: the database file. PostgreSQL: a local file name, never the
     # database, beside which the files of a database (the dashboard token) go.
     path: Path
+    # The database's name for messages and output (``describe``): the file's
+    # path, or the URL with its password hidden; never the local file name.
+    where: str
     clock: Clock
     rng: random.Random
     # What verbs may keep between transactions (settings, briefly); see Transaction.cache.

@@ -17,7 +17,7 @@ from switchboard_local.core.events import body_hash
 
 from support.brokers import Running, add_adapter
 from support.redis_server import free_port, started_redis_server
-from support.sql import rows, value
+from support.sql import drop_trigger, refuse_inserts, rows, value
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +39,7 @@ async def test_ten_thousand_stream_entries_become_exactly_ten_thousand_events_an
     assert health.messages_stored == 10_000 and health.consecutive_failures == 0
 
 
+@pytest.mark.both_backends
 async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_store, broker, db_path) -> None:
     r = broker.client()
     await add_adapter(real_store, broker.url, "stream", "orders", queue="fulfilment")
@@ -55,6 +56,7 @@ async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_
     assert default.idempotency_key == f"event:redis:orders:{entry.decode()}:default"
 
 
+@pytest.mark.both_backends
 async def test_list_mode_stores_then_removes_from_the_processing_list(real_store, broker, db_path) -> None:
     r = broker.client()
     r.lpush("jobs", *[json.dumps({"job": i}) for i in range(300)])
@@ -77,6 +79,7 @@ async def test_list_mode_recovers_what_a_crash_left_in_the_processing_list(real_
     assert r.llen("jobs:processing") == 0
 
 
+@pytest.mark.both_backends
 async def test_pubsub_messages_are_stored_while_subscribed(real_store, broker, db_path) -> None:
     r = broker.client()
     running = Running(real_store, await add_adapter(real_store, broker.url, "pubsub", "alerts", name="alerts"),
@@ -87,10 +90,10 @@ async def test_pubsub_messages_are_stored_while_subscribed(real_store, broker, d
     await running.finish()
 
 
+@pytest.mark.both_backends
 async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after(real_store, broker, db_path) -> None:
     r = broker.client()
-    with sqlite3.connect(db_path) as conn:  # a real fault in the real file
-        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    refuse_inserts(db_path, "boom", "events", "injected")  # a real fault in the real database
     for i in range(50):
         r.xadd("orders", {"payload": json.dumps({"order": i})})
     running = Running(real_store, await add_adapter(real_store, broker.url, "stream", "orders"), connect=broker.connect)
@@ -100,8 +103,7 @@ async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after
     assert r.xpending("orders", "switchboard")["pending"] > 0  # read, not acked
     assert "injected" in (await sources.get(real_store, "orders")).last_error
 
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("DROP TRIGGER boom")
+    drop_trigger(db_path, "boom", "events")
     await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 50)
     await running.until(lambda: r.xpending("orders", "switchboard")["pending"], 0)
     await running.finish()

@@ -56,6 +56,7 @@ def stream_of(r, key: str = "orders") -> list[bytes]:  # noqa: ANN001
     return [r.xadd(key, {"payload": m}) for m in MESSAGES]
 
 
+@pytest.mark.both_backends
 async def test_new_stream_entries_are_stored_at_most_batch_at_a_time(real_store, broker, db_path, batches) -> None:
     r = broker.client()
     stream_of(r)

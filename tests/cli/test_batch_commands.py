@@ -105,6 +105,7 @@ def test_fail_batch_fails_each_item_with_its_error(cli, db_path: Path) -> None:
     assert [r[0] for r in rows(db_path, "SELECT outcome FROM attempts ORDER BY todo_id")] == ["failed", "failed"]
 
 
+@pytest.mark.both_backends
 def test_complete_batch_with_claim_next_claims_the_next_batch_in_the_same_transaction(cli) -> None:
     make(cli, 5)
     claimed = as_json(cli, "todo", "claim", "--max", "2")
@@ -178,6 +179,7 @@ def test_a_batch_from_a_file_that_is_not_there_is_refused(cli, tmp_path) -> None
     assert result.code == 2 and "cannot read" in result.err
 
 
+@pytest.mark.both_backends
 def test_a_real_process_completes_a_batch_piped_on_stdin(db_path: Path, cli) -> None:
     make(cli, 2)
     claimed = as_json(cli, "todo", "claim", "--max", "2")

@@ -20,6 +20,7 @@ def create(cli, queue: str, title: str = "t") -> dict:
     return as_json(cli, "todo", "create", "--queue", queue, "--title", title)
 
 
+@pytest.mark.both_backends
 def test_pause_says_todos_still_arrive_and_resume_says_they_can_be_claimed(cli) -> None:
     create(cli, "review")
     paused = cli("queue", "pause", "review", "--by", "alice")
@@ -61,6 +62,7 @@ CLAIMS = {
 }
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("args", CLAIMS.values(), ids=CLAIMS.keys())
 def test_todo_claim_takes_nothing_from_a_paused_queue(cli, args) -> None:
     create(cli, "held")

@@ -40,6 +40,7 @@ async def _deliver(db_path: Path, delivery: str) -> int:
     return result.event_id
 
 
+@pytest.mark.both_backends
 def test_source_show_and_list_never_print_a_secret_value(cli) -> None:
     assert cli("source", "add", "gh", "--kind", "github", "--secret", "hunter2-topsecret").code == 0
     assert cli("source", "rotate", "gh", "--secret-env", "GH_NEW").code == 0
@@ -61,6 +62,7 @@ def test_events_show_raw_writes_the_body_byte_for_byte(cli, db_path: Path) -> No
     assert shown["body"] == BODY.decode() and shown["headers"]["x-hub-signature-256"] == "[redacted]"
 
 
+@pytest.mark.both_backends
 def test_events_list_pages_after_an_id_and_replay_adds_no_event(cli, db_path: Path) -> None:
     cli("source", "add", "gh", "--kind", "github", "--secret", "s")
     first, second = deliver(db_path, "d-1"), deliver(db_path, "d-2")

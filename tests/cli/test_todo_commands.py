@@ -33,6 +33,7 @@ TODO_FIELDS = {
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
+@pytest.mark.both_backends
 def test_round_trip_create_claim_complete(cli) -> None:
     created = as_json(cli, "todo", "create", "--queue", "review", "--title", "Review PR 42", "--payload", '{"pr": 42}')
     assert created["created"] is True
@@ -53,6 +54,7 @@ def test_round_trip_create_claim_complete(cli) -> None:
     assert [(a["owner"], a["outcome"]) for a in shown["attempts"]] == [("alice", "completed")]
 
 
+@pytest.mark.both_backends
 def test_create_with_a_live_key_returns_the_existing_todo(cli, db_path: Path) -> None:
     first = as_json(cli, "todo", "create", "--queue", "q", "--title", "one", "--key", "k")
     again = as_json(cli, "todo", "create", "--queue", "q", "--title", "two", "--key", "k")
@@ -115,6 +117,7 @@ def test_unknown_id_exits_1_with_not_found(cli) -> None:
     assert code == 1 and "not_found: todo 404 does not exist" in err
 
 
+@pytest.mark.both_backends
 def test_fail_to_dead_letter_then_redrive(cli) -> None:
     todo = as_json(cli, "todo", "create", "--queue", "q", "--title", "t", "--max-attempts", "1")
     claimed = as_json(cli, "todo", "claim", str(todo["id"]))
@@ -136,6 +139,7 @@ def test_release_puts_the_todo_back_with_the_attempt_refunded(cli) -> None:
     assert (released["state"], released["attempt"], released["owner"]) == ("pending", 0, None)
 
 
+@pytest.mark.both_backends
 def test_list_filters_by_queue_and_state_newest_first(cli) -> None:
     for queue, title in [("a", "one"), ("b", "two"), ("a", "three")]:
         as_json(cli, "todo", "create", "--queue", queue, "--title", title)
@@ -163,6 +167,7 @@ def test_a_database_from_a_newer_version_is_refused_with_exit_3(cli, db_path: Pa
     assert "schema version 999" in err and "upgrade switchboard-local" in err
 
 
+@pytest.mark.both_backends
 def test_python_dash_m_runs_the_cli_as_a_real_process(db_path: Path) -> None:
     created = run_cli("todo", "create", "--queue", "q", "--title", "t", "--json", db=db_path)
     assert created.returncode == 0, created.stderr
@@ -291,6 +296,7 @@ def test_todo_output_escapes_line_and_paragraph_separators(cli, db_path: Path) -
     assert json.loads(run_cli("todo", "show", "1", "--json", db=db_path).stdout)["queue"] == "q\u2028forged row"
 
 
+@pytest.mark.both_backends
 def test_claim_with_wait_takes_a_todo_another_process_creates_while_it_waits(cli, db_path: Path) -> None:
     as_json(cli, "todo", "create", "--queue", "other", "--title", "not this one")  # the file exists, q is empty
     env = {**os.environ, "SWITCHBOARD_DB": str(db_path)}

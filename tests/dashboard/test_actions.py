@@ -40,6 +40,7 @@ def state(db_path, todo_id: int) -> str:
     return found
 
 
+@pytest.mark.both_backends
 async def test_redrive_sends_a_dead_letter_back_to_pending_and_is_audited(store, board, db_path):
     todo_id = await dead_letter(store)
     answer = board.act(f"/api/todos/{todo_id}/redrive")

@@ -39,6 +39,7 @@ async def event(store, body: bytes, *, source="gh", type="issues", external_id="
 # ---------------------------------------------------------------- queues
 
 
+@pytest.mark.both_backends
 async def test_queues_lists_each_queue_with_its_counts(store, board):
     await make(store, title="a")
     await make(store, title="b", delay=60)
@@ -63,6 +64,7 @@ async def test_queues_count_the_last_hour_per_minute_and_done(store, board):
 # ---------------------------------------------------------------- todos
 
 
+@pytest.mark.both_backends
 async def test_todos_filter_by_queue_state_kind_assignee_and_title_text(store, board):
     a = await make(store, queue="triage", title="Fix the login page", kind="bug", assignee="ann")
     b = await make(store, queue="triage", title="Write docs", kind="docs")
@@ -116,6 +118,7 @@ async def test_a_bad_filter_is_refused_naming_it(board, query, named):
     assert named in answer.json()["error"]["message"]
 
 
+@pytest.mark.both_backends
 async def test_a_todo_shows_payload_result_error_attempts_event_and_key(store, board):
     ingested = await event(store, b'{"n": 1}', made=[NewTodo(queue="triage", title="from an event", payload={"n": 1},
                                                             idempotency_key="k-1", max_attempts=2)])  # fmt: skip
@@ -141,6 +144,7 @@ async def test_an_unknown_todo_is_404(board):
 # ---------------------------------------------------------------- events
 
 
+@pytest.mark.both_backends
 async def test_events_filter_by_source_and_type_and_page(store, board):
     a = (await event(store, b"{}", source="gh", type="issues", external_id="1")).event_id
     b = (await event(store, b"{}", source="gh", type="push", external_id="2")).event_id
@@ -180,6 +184,7 @@ async def test_an_event_body_is_shown_as_text_or_base64_when_it_is_not_json(stor
 # ---------------------------------------------------------------- sources, adapters, dead letters
 
 
+@pytest.mark.both_backends
 async def test_sources_show_kind_state_last_delivery_and_counts_never_a_secret(store, board):
     await add_source(store, "gh", "github", secret="s3cret-value-never-shown", queue="triage")
     await event(store, b"{}", source="gh")

@@ -6,9 +6,13 @@ import http.client
 import json
 from urllib.parse import urlsplit
 
-from switchboard_local.core import access_token
+import pytest
 
-from support.cli import as_json
+from switchboard_local.core import access_token
+from switchboard_local.core.store import describe
+
+from support.backends import PASSWORD, with_password
+from support.cli import as_json, invoke
 from support.receiver import serve_process
 from support.waits import until
 
@@ -33,10 +37,16 @@ def test_dashboard_prints_the_url_of_the_running_serve_with_the_token(db_path, c
         serving.stop()
 
 
-def test_dashboard_says_when_nothing_serves_it(cli):
-    result = cli("dashboard")
+@pytest.mark.both_backends
+def test_dashboard_says_when_nothing_serves_it(db_path):
+    db = with_password(db_path)
+    result = invoke(db, "dashboard")
     assert result.code == 0
     first, second = result.out.splitlines()
     assert first.startswith("http://127.0.0.1:8787/?token=")
     assert "no process serves it now" in second
-    assert json.loads(cli("dashboard", "--json").out)["serving"] is False
+    shown = json.loads(invoke(db, "dashboard", "--json").out)
+    assert shown["serving"] is False
+    assert shown["db"] == describe(db)  # the database, a URL without its password; not a local file's name
+    assert PASSWORD not in result.out + json.dumps(shown)
+    assert first == f"http://127.0.0.1:8787/?token={access_token.read_or_create(db_path)}"

@@ -50,6 +50,7 @@ async def test_a_webhook_posted_from_another_process_shows_up_on_the_stream(stor
         assert {"events", "todos", "queues"} <= set(change.json()["topics"])
 
 
+@pytest.mark.both_backends
 async def test_a_todo_created_by_another_process_on_the_file_shows_up_on_the_stream(board, db_path):
     with board.stream("queues") as events:
         events.next(event="ready")

@@ -35,7 +35,7 @@ from switchboard_local.core.text import SafeFormatter
 from support.cli import invoke
 from support.receiver import Answer, Receiver, add_source, serve_process, serving
 from support.signing import github, secret_for, slack
-from support.sql import counts, rows, run
+from support.sql import counts, drop_trigger, refuse_inserts, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -168,13 +168,14 @@ async def test_a_disabled_source_gets_404_until_it_is_enabled_again(store, recei
 # ---------------------------------------------------------------- store failure
 
 
+@pytest.mark.both_backends
 async def test_a_failed_commit_gets_503_stores_nothing_and_the_retry_is_stored_once(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
-    run(db_path, "CREATE TRIGGER boom BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    refuse_inserts(db_path, "boom", "events", "injected")
     assert push(receiver, "gh", {"action": "opened"}).status == 503
     assert counts(db_path) == (0, 0)
 
-    run(db_path, "DROP TRIGGER boom")
+    drop_trigger(db_path, "boom", "events")
     got = accepted(push(receiver, "gh", {"action": "opened"}))
     assert got["duplicate"] is False
     assert counts(db_path) == (1, 1)
@@ -300,6 +301,7 @@ async def test_healthz_answers_503_naming_the_enabled_sources_whose_secret_canno
 PR = {"action": "opened", "pull_request": {"title": "Fix the flaky test", "number": 42, "base": {"ref": "main"}}}
 
 
+@pytest.mark.both_backends
 async def test_every_matching_rule_adds_a_todo_on_its_queue(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
     await rules.add(store, source="gh", type="pull_request", where=["action=opened"], queue="review")
@@ -443,6 +445,7 @@ def until_refused(port: int, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_the_request_in_flight(stop, db_path):
     secret = "process-secret-value"

@@ -78,6 +78,7 @@ def refused(answer) -> None:
 # ---------------------------------------------------------------- accepted deliveries
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_signed_delivery_is_stored_once_with_its_todo(kind, store, receiver, db_path):
     await source(store, kind)
@@ -238,6 +239,7 @@ async def test_any_of_several_signatures_in_the_header_may_match(kind, store, re
 # ---------------------------------------------------------------- duplicates
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_redelivery_answers_the_first_ids_and_adds_nothing(kind, store, receiver, db_path):
     await source(store, kind)
@@ -266,6 +268,7 @@ async def test_a_provider_retry_signed_anew_is_the_same_delivery(kind, store, re
     assert counts(db_path) == (1, 1)
 
 
+@pytest.mark.both_backends
 async def test_concurrent_copies_of_one_delivery_make_one_event_and_share_its_ids(store, receiver, db_path):
     await source(store, "github")
     sent = delivery("github", secret_for("github"))

@@ -163,6 +163,7 @@ async def test_an_item_outside_the_agents_queues_is_answered_like_an_unknown_tod
     assert (await todos.get(store, theirs.id)).state == "claimed"
 
 
+@pytest.mark.both_backends
 async def test_the_batch_verbs_over_the_real_stdio_wire(db_path, store) -> None:
     for i in range(4):
         await new(store, title=f"t{i}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +17,20 @@ import pytest
 from mcp import Client
 
 from switchboard_local.core import agents, todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store import Store, describe
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.mcp.server import INSTRUCTIONS
 
+from support.backends import PASSWORD, with_password
 from support.mcp import Rings, call, child_env, claim_attempts, connect, stdio_params
+from support.sql import rows, value
 
 pytestmark = pytest.mark.anyio
 
 INSERT_AND_TIME = """
 import asyncio, sys, time
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store import Store, describe
 from switchboard_local.core.todo_model import NewTodo
 async def main():
     async with await Store.open(sys.argv[1]) as store:
@@ -55,6 +56,7 @@ def insert_from_another_process(db: Path) -> tuple[int, float]:
     return int(todo_id), float(began_at)
 
 
+@pytest.mark.both_backends
 async def test_stdio_round_trip_advertises_the_channel_and_rings_for_a_todo_from_another_process(db_path) -> None:
     rings = Rings()
     async with Client(stdio_params(db_path), mode="legacy", extensions=[rings]) as client:
@@ -69,6 +71,7 @@ async def test_stdio_round_trip_advertises_the_channel_and_rings_for_a_todo_from
     assert claimed["owner"].startswith("mcp/") and done["state"] == "done"
 
 
+@pytest.mark.both_backends
 async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_path, monkeypatch) -> None:
     tried = claim_attempts(monkeypatch)
     async with await Store.open(db_path) as store, connect(store) as client:  # the real clock, as the other process
@@ -88,6 +91,7 @@ async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_pat
     assert answer["todo"]["id"] == todo_id
 
 
+@pytest.mark.both_backends
 async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db_path) -> None:
     count = 60
     async with await Store.open(db_path) as store:
@@ -123,10 +127,9 @@ async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db
 
     everything = [todo_id for ids in completed.values() for todo_id in ids]
     assert sorted(everything) == list(range(1, count + 1))  # each todo once, none twice
-    with sqlite3.connect(db_path) as conn:
-        # One claim per todo, ended by completion: no attempt ended otherwise, each done one names its owner.
-        ended_otherwise = conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
-        completers = conn.execute("SELECT completed_by FROM todos WHERE state = 'done'").fetchall()
+    # One claim per todo, ended by completion: no attempt ended otherwise, each done one names its owner.
+    ended_otherwise = value(db_path, "SELECT count(*) FROM attempts")
+    completers = rows(db_path, "SELECT completed_by FROM todos WHERE state = 'done'")
     assert ended_otherwise == 0 and len(completers) == count and all(owner for (owner,) in completers)
     # Two sessions of one agent: each process claims under one owner of its own. (Whether
     # both got work is scheduling, not a promise: a process may have found the queue drained.)
@@ -135,19 +138,23 @@ async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db
     assert all(owner.startswith("drainer/") for named in owners.values() for owner in named), owners
 
 
+@pytest.mark.both_backends
 def test_an_unknown_agent_refuses_to_start_with_a_clear_message(db_path) -> None:
+    db = with_password(db_path)
     result = subprocess.run(
         [sys.executable, "-m", "switchboard_local", "mcp", "--agent", "ghost"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        env=child_env(db_path),
+        env=child_env(db),
         timeout=60,
         check=False,
     )
     assert result.returncode == 1
     assert result.stdout == ""
-    assert "not_found: agent 'ghost' does not exist" in result.stderr
+    # Named as the database is named everywhere: its path, or its URL without a password.
+    assert f"not_found: agent 'ghost' does not exist in {describe(db)};" in result.stderr
+    assert PASSWORD not in result.stderr
     assert "switchboard-local agent add ghost --queue" in result.stderr
 
 

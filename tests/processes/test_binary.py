@@ -2,7 +2,9 @@
 with no Python environment around it.
 
 The binary is built once per session, with the interpreter running the tests
-(a missing PyInstaller fails the build, and so every test here); then each
+(a missing PyInstaller fails the build, and so every test here), in the
+background from the end of collection on (the ``binary`` fixture,
+tests/processes/conftest.py and support/binary.py); then each
 test runs it with a bare environment (PATH=/usr/bin:/bin, no VIRTUAL_ENV or
 PYTHONPATH, a HOME of its own) from a folder outside the checkout, so that
 nothing can come from the checkout or the virtualenv. `-m "not binary"`
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +29,6 @@ from support.sql import value
 from support.waits import until
 
 pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
-
-ROOT = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT = 900  # seconds; a build takes about a minute on two cores
-
-
-@pytest.fixture(scope="session")
-def binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The executable, built by the packaging script into a folder of this session."""
-    out = tmp_path_factory.mktemp("binary")
-    built = subprocess.run(
-        [sys.executable, str(ROOT / "packaging" / "build_binary.py"), "--dist", str(out / "dist"),
-         "--work", str(out / "work")],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, f"the build failed:\n{built.stdout}\n{built.stderr}"
-    (path,) = (out / "dist").iterdir()
-    return path
 
 
 @pytest.fixture

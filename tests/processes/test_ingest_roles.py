@@ -7,16 +7,18 @@ import json
 import time
 from pathlib import Path
 
-from support.cli import as_json, run_cli
+from support.cli import as_json, invoke, run_cli
 from support.mcp import RawServer
 from support.receiver import serve_process
 from support.redis_server import free_port, started_redis_server
 
 
 def status(db: Path) -> dict:
-    answer = run_cli("status", "--json", db=db)
-    assert answer.returncode == 0, answer.stderr
-    return json.loads(answer.stdout)
+    """`status --json`, asked in this process (a look is then milliseconds, not a Python start):
+    what it reports is what the real processes under test wrote."""
+    answer = invoke(db, "status", "--json")
+    assert answer.code == 0, answer.err
+    return json.loads(answer.out)
 
 
 def until_status(db: Path, ok, timeout: float = 30) -> dict:
