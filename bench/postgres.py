@@ -21,11 +21,16 @@ interleaved in time):
                 logged in batches). Timed from the moment every worker has
                 opened its connections until the database shows every job
                 done (polled every 10 ms), not until the workers exit.
+  batch drain/s ours again on each backend, with the same process counts,
+                each worker claiming up to 10 per round trip (drain_worker.py
+                --max 10: claim_next_many, then complete_many claiming the
+                next batch in the same transaction): pgqueuer's 10 per fetch
   claim ms      claim_next p50 with 1,000 and with --big finished todos in
                 the table (PostgreSQL)
 
 Then the ratios (never asserted): PostgreSQL 8 processes vs 1; our
-8-process drain vs each peer's. Writes bench/results-postgres.json.
+8-process drain, one at a time and batch-10, vs each peer's. Writes
+bench/results-postgres.json.
 With ``worker PEER URL GO`` it is one peer worker process (what the drains start).
 """
 
@@ -60,6 +65,7 @@ WORKER = ROOT / "tests" / "support" / "drain_worker.py"
 PEERS = ("procrastinate", "pgqueuer")
 PROCESSES = (1, 4, 8, 16)
 PGQUEUER_BATCH = 10  # pgqueuer's own default batch_size
+BATCH = PGQUEUER_BATCH  # our batch drain claims as many per round trip as pgqueuer fetches
 POLL = 0.01  # seconds between two looks at what a drain has left
 
 
@@ -185,9 +191,13 @@ def _jobs_done(output: str) -> int:
     return counted[0] if counted else sum(1 for line in lines if "completed" in line)
 
 
-def ours_drain(db: str | Path, n: int, processes: int, tmp: Path) -> float:
+def ours_drain(db: str | Path, n: int, processes: int, tmp: Path, batch: int | None = None) -> float:
+    """With ``batch`` each worker claims up to that many at a time and completes them in one call
+    (drain_worker.py --max: claim_next_many, then complete_many claiming the next batch)."""
     go = tmp / f"go-{time.monotonic_ns()}"
-    commands = [[sys.executable, str(WORKER), str(db), f"w{i}", "bench", "--start-when", str(go)] for i in range(processes)]
+    more = ["--max", str(batch)] if batch else []
+    commands = [[sys.executable, str(WORKER), str(db), f"w{i}", "bench", "--start-when", str(go), *more]
+                for i in range(processes)]  # fmt: skip
     return drain(commands, go, n, remaining(db, "ours"))
 
 
@@ -356,6 +366,14 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
                     return (ours_drain(url, jobs, p, tmp),)
 
             found.append(((f"pg_drain_{p}p_per_s",), pg_drain))
+        for p in processes:
+
+            def pg_drain_batch(i: int, p: int = p) -> tuple[float]:
+                with database(f"drainb{p}") as url:
+                    asyncio.run(create(url, jobs))
+                    return (ours_drain(url, jobs, p, tmp, BATCH),)
+
+            found.append(((f"pg_drain_batch{BATCH}_{p}p_per_s",), pg_drain_batch))
     if "sqlite" in only:
         found.append((("sqlite_create_per_s",), lambda i: (asyncio.run(create(fresh_file("sc", i), jobs)),)))
         for p in processes:
@@ -366,6 +384,14 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
                 return (ours_drain(db, jobs, p, tmp),)
 
             found.append(((f"sqlite_drain_{p}p_per_s",), sqlite_drain))
+        for p in processes:
+
+            def sqlite_drain_batch(i: int, p: int = p) -> tuple[float]:
+                db = fresh_file(f"sdb{p}", i)
+                asyncio.run(create(db, jobs))
+                return (ours_drain(db, jobs, p, tmp, BATCH),)
+
+            found.append(((f"sqlite_drain_batch{BATCH}_{p}p_per_s",), sqlite_drain_batch))
     if "peers" in only:
         for peer in peers:
 
@@ -420,6 +446,13 @@ def ratios(r: dict[str, float], peers: tuple[str, ...]) -> list[tuple[str, float
         if "pg_drain_8p_per_s" in r and f"{peer}_drain_8p_per_s" in r:
             found.append((f"our drain, 8 processes vs {peer}'s (wanted >= 1.0x)",
                           r["pg_drain_8p_per_s"] / r[f"{peer}_drain_8p_per_s"]))  # fmt: skip
+    batch8 = f"pg_drain_batch{BATCH}_8p_per_s"
+    for peer in peers:
+        if batch8 in r and f"{peer}_drain_8p_per_s" in r:
+            found.append((f"our batch-{BATCH} drain, 8 processes vs {peer}'s", r[batch8] / r[f"{peer}_drain_8p_per_s"]))
+    if batch8 in r and f"sqlite_drain_batch{BATCH}_8p_per_s" in r:
+        found.append((f"our batch-{BATCH} drain, 8 processes: PostgreSQL vs SQLite",
+                      r[batch8] / r[f"sqlite_drain_batch{BATCH}_8p_per_s"]))  # fmt: skip
     if "pg_drain_8p_per_s" in r and "sqlite_drain_8p_per_s" in r:
         found.append(("our drain, 8 processes: PostgreSQL vs SQLite", r["pg_drain_8p_per_s"] / r["sqlite_drain_8p_per_s"]))
     if "pg_claim_next_ms_big" in r and "pg_claim_next_ms_1k" in r:

@@ -31,7 +31,8 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
      (bench/wal.py's measures where it exists; else the WAL's growth under a pinned reader)
   p  opt-in (--only …,p; needs Debian's postgresql and the bench extra): PostgreSQL
      beside SQLite on a server the bench starts (synchronous_commit=on): todos
-     created/s, drains with 1, 4, 8 and 16 worker processes on each backend, the
+     created/s, drains with 1, 4, 8 and 16 worker processes on each backend (one
+     todo per claim, and batches of 10: claim_next_many + complete_many), the
      peers (procrastinate, pgqueuer) draining as many jobs with as many processes
      on the same server, claim_next latency at 1,000 and 1,000,000 todos
      (bench/postgres.py, which runs the same alone with more options)
@@ -623,6 +624,12 @@ def report(r: dict[str, Any], runs: int) -> None:
         loaded = r["cli_mcp_modules"]
         line("no CLI verb imports the MCP SDK", str(len(loaded)), "0 modules", not loaded)
         results["targets"].append({"target": "no CLI verb imports the MCP SDK", "mcp_modules": loaded, "met": not loaded})
+    for peer in ("pgqueuer", "procrastinate"):  # reported, no target: the batch drain beside the peer's fetch of 10
+        mine, theirs = "pg_drain_batch10_8p_per_s", f"{peer}_drain_8p_per_s"
+        if mine in r and theirs in r:
+            label = f"our batch-10 drain at 8 processes vs {peer} (PostgreSQL)"
+            line(label, f"{r[mine] / r[theirs]:.2f}", "-", None)
+            results["targets"].append({"target": label, "ratio": r[mine] / r[theirs]})
     if "webhook_32_senders_4_pages_per_s" in r:  # reported, no target: what a page open costs ingestion
         ratio = r["webhook_32_senders_4_pages_per_s"] / r["webhook_32_senders_0_pages_per_s"]
         line("webhook ingest with 4 dashboard pages streaming vs none", f"{ratio:.2f}", "-", None)
