@@ -2,7 +2,8 @@
 
     .venv/bin/python -m pip install -e '.[bench]'      # psycopg, procrastinate, pgqueuer
     .venv/bin/python bench/postgres.py [--jobs 2000] [--runs 3] [--processes 1,4,8,16]
-                                       [--big 100000] [--peers procrastinate,pgqueuer] [--only ours,sqlite,peers,big]
+                                       [--big 100000] [--peers procrastinate,pgqueuer]
+                                       [--only ours,sqlite,peers,webhooks,big]
 
 Starts its own PostgreSQL server (tests/support/postgres.py: initdb in a
 temporary folder, a free loopback port, fsync on, synchronous_commit on: a
@@ -25,11 +26,15 @@ interleaved in time):
                 each worker claiming up to 10 per round trip (drain_worker.py
                 --max 10: claim_next_many, then complete_many claiming the
                 next batch in the same transaction): pgqueuer's 10 per fetch
+  webhook/s     --jobs signed deliveries accepted/s (and p50/p99 ms) from 32
+                senders against `serve` on a fresh PostgreSQL database and on
+                a fresh SQLite file (bench/webhooks.py's run, given the db)
   claim ms      claim_next p50 with 1,000 and with --big finished todos in
                 the table (PostgreSQL)
 
 Then the ratios (never asserted): PostgreSQL 8 processes vs 1; our
-8-process drain, one at a time and batch-10, vs each peer's. Writes
+8-process drain, one at a time and batch-10, vs each peer's; webhook
+ingest on PostgreSQL vs SQLite. Writes
 bench/results-postgres.json.
 With ``worker PEER URL GO`` it is one peer worker process (what the drains start).
 """
@@ -66,6 +71,7 @@ PEERS = ("procrastinate", "pgqueuer")
 PROCESSES = (1, 4, 8, 16)
 PGQUEUER_BATCH = 10  # pgqueuer's own default batch_size
 BATCH = PGQUEUER_BATCH  # our batch drain claims as many per round trip as pgqueuer fetches
+WEBHOOK_SENDERS = 32
 POLL = 0.01  # seconds between two looks at what a drain has left
 
 
@@ -408,6 +414,21 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
                         return (peer_drain(peer, url, jobs, p, tmp),)
 
                 found.append(((f"{peer}_drain_{p}p_per_s",), drain_peer))
+    if "webhooks" in only:
+        web = _bench("webhooks")
+        names = ("per_s", "p50_ms", "p99_ms")
+
+        def webhooks_pg(i: int) -> tuple[float, ...]:
+            with database("hooks") as url:
+                figures = web.run(jobs, WEBHOOK_SENDERS, tmp, i, db=url)
+            return tuple(figures[k] for k in names)
+
+        def webhooks_sqlite(i: int) -> tuple[float, ...]:
+            figures = web.run(jobs, WEBHOOK_SENDERS, tmp, i, db=fresh_file("hooks", i))
+            return tuple(figures[k] for k in names)
+
+        found.append((tuple(f"pg_webhook_{WEBHOOK_SENDERS}_senders_{k}" for k in names), webhooks_pg))
+        found.append((tuple(f"sqlite_webhook_{WEBHOOK_SENDERS}_senders_{k}" for k in names), webhooks_sqlite))
     if "big" in only:
 
         def small(i: int) -> tuple[float]:
@@ -416,6 +437,17 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
 
         found.append((("pg_claim_next_ms_1k",), small))
     return found
+
+
+def _bench(name: str) -> Any:
+    """Another bench module (bench/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def interleaved(found: list[Measure], runs: int) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -455,6 +487,9 @@ def ratios(r: dict[str, float], peers: tuple[str, ...]) -> list[tuple[str, float
                       r[batch8] / r[f"sqlite_drain_batch{BATCH}_8p_per_s"]))  # fmt: skip
     if "pg_drain_8p_per_s" in r and "sqlite_drain_8p_per_s" in r:
         found.append(("our drain, 8 processes: PostgreSQL vs SQLite", r["pg_drain_8p_per_s"] / r["sqlite_drain_8p_per_s"]))
+    hooks = f"webhook_{WEBHOOK_SENDERS}_senders_per_s"
+    if f"pg_{hooks}" in r and f"sqlite_{hooks}" in r:
+        found.append((f"webhook ingest, {WEBHOOK_SENDERS} senders: PostgreSQL vs SQLite", r[f"pg_{hooks}"] / r[f"sqlite_{hooks}"]))
     if "pg_claim_next_ms_big" in r and "pg_claim_next_ms_1k" in r:
         found.append(("claim_next latency, big table vs 1,000 (PostgreSQL)", r["pg_claim_next_ms_big"] / r["pg_claim_next_ms_1k"]))
     return found
@@ -467,7 +502,7 @@ def main() -> None:
     parser.add_argument("--processes", default=",".join(map(str, PROCESSES)))
     parser.add_argument("--big", type=int, default=100_000, help="finished todos for the claim latency (1000000: issue 16's)")
     parser.add_argument("--peers", default=",".join(PEERS))
-    parser.add_argument("--only", default="ours,sqlite,peers,big")
+    parser.add_argument("--only", default="ours,sqlite,peers,webhooks,big")
     args = parser.parse_args()
     processes = tuple(int(p) for p in args.processes.split(","))
     peers = tuple(p for p in args.peers.split(",") if p)

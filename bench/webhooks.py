@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -38,11 +39,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cli(db: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "switchboard_local", *args, "--db", str(db)], check=True, capture_output=True)
+def cli(db: str | Path, *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "switchboard_local", *args, "--db", str(db)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"switchboard-local {' '.join(args)}: {done.stderr.strip()}")
 
 
-def start_server(db: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(db: str | Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "BENCH_SECRET": SECRET.decode()}
     proc = subprocess.Popen(
         [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db)],
@@ -98,8 +101,10 @@ async def send_from(port: int, shares: list[list[bytes]], latencies: list[float]
     return time.perf_counter() - start
 
 
-def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
-    db = tmp / f"webhooks-{senders}-{n}.db"
+def run(deliveries: int, senders: int, tmp: Path, n: int, db: str | Path | None = None) -> dict[str, float]:
+    """One run against a fresh SQLite file in ``tmp``, or against ``db`` (a file or a
+    PostgreSQL URL to a fresh database: bench/postgres.py's webhook measure)."""
+    db = db if db is not None else tmp / f"webhooks-{senders}-{n}.db"
     cli(db, "source", "add", "gh", "--kind", "github", "--secret-env", "BENCH_SECRET")
     port = free_port()
     server = start_server(db, port)
@@ -116,9 +121,7 @@ def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
         server.terminate()
         server.wait(timeout=30)
     assert not failures, failures[:5]
-    with sqlite3.connect(db) as conn:
-        stored = conn.execute("SELECT count(*) FROM events WHERE family <> 'operator'").fetchone()[0]
-        todos = conn.execute("SELECT count(*) FROM todos").fetchone()[0]
+    stored, todos = stored_counts(db)
     assert stored == deliveries and todos == deliveries, (stored, todos)
     latencies.sort()
     return {
@@ -126,6 +129,18 @@ def run(deliveries: int, senders: int, tmp: Path, n: int) -> dict[str, float]:
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
     }
+
+
+def stored_counts(db: str | Path) -> tuple[int, int]:
+    """(deliveries stored as events, todos) in a file or a PostgreSQL database."""
+    queries = ("SELECT count(*) FROM events WHERE family <> 'operator'", "SELECT count(*) FROM todos")
+    if isinstance(db, Path):
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            return tuple(conn.execute(q).fetchone()[0] for q in queries)  # type: ignore[return-value]
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        return tuple(conn.execute(q).fetchone()[0] for q in queries)  # type: ignore[index,return-value]
 
 
 def main() -> None:
