@@ -34,7 +34,8 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
      created/s, drains with 1, 4, 8 and 16 worker processes on each backend (one
      todo per claim, and batches of 10: claim_next_many + complete_many), the
      peers (procrastinate, pgqueuer) draining as many jobs with as many processes
-     on the same server, claim_next latency at 1,000 and 1,000,000 todos
+     on the same server, webhook ingest with 32 senders against serve on each
+     backend, claim_next latency at 1,000 and 1,000,000 todos
      (bench/postgres.py, which runs the same alone with more options)
 
 Prints the machine (with its fdatasync p50), every figure, then each of issue
@@ -554,7 +555,7 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack, pg_server: 
     if "p" in sections:
         pg = _load("postgres")
         peers = tuple(p for p in pg.PEERS if pg.peer_installed(p))
-        measures += pg.measures(pg_server, N, pg.PROCESSES, peers, {"ours", "sqlite", "peers", "big"}, tmp)
+        measures += pg.measures(pg_server, N, pg.PROCESSES, peers, {"ours", "sqlite", "peers", "webhooks", "big"}, tmp)
     return measures
 
 
@@ -630,6 +631,10 @@ def report(r: dict[str, Any], runs: int) -> None:
             label = f"our batch-10 drain at 8 processes vs {peer} (PostgreSQL)"
             line(label, f"{r[mine] / r[theirs]:.2f}", "-", None)
             results["targets"].append({"target": label, "ratio": r[mine] / r[theirs]})
+    if "pg_webhook_32_senders_per_s" in r:  # reported, no target
+        ratio = r["pg_webhook_32_senders_per_s"] / r["sqlite_webhook_32_senders_per_s"]
+        line("webhook ingest, 32 senders: serve on PostgreSQL vs on SQLite", f"{ratio:.2f}", "-", None)
+        results["targets"].append({"target": "webhook ingest, 32 senders, PostgreSQL vs SQLite", "ratio": ratio})
     if "webhook_32_senders_4_pages_per_s" in r:  # reported, no target: what a page open costs ingestion
         ratio = r["webhook_32_senders_4_pages_per_s"] / r["webhook_32_senders_0_pages_per_s"]
         line("webhook ingest with 4 dashboard pages streaming vs none", f"{ratio:.2f}", "-", None)
