@@ -312,6 +312,123 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason;
 
+-- name: claim_many_any
+-- Up to :max todos as claim_next_any would claim them one after the other:
+-- each pending queue's first ready todos (:max more than claim_next_any's
+-- 64), the best :max of those no other transaction holds, each under its
+-- own lease (the n-th claimed takes the n-th hash of :hashes, a JSON array
+-- of :max token hashes). One statement for a batch.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+locked AS (
+    SELECT candidate.id, candidate.priority FROM todos AS candidate
+    WHERE candidate.id IN (
+        SELECT head.id
+        FROM pending_queues AS q
+        CROSS JOIN LATERAL (
+            SELECT id FROM todos
+            WHERE queue = q.name
+              AND visible_at <= sb_ts(:now)
+              AND (assignee IS NULL OR assignee = :agent)
+            ORDER BY priority DESC, id
+            LIMIT 64 + CAST(:max AS integer)) AS head
+        WHERE q.name IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
+      AND candidate.visible_at <= sb_ts(:now)
+    ORDER BY candidate.priority DESC, candidate.id
+    LIMIT :max
+    FOR UPDATE OF candidate SKIP LOCKED
+),
+picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason;
+
+-- name: claim_many_in_queue
+-- Up to :max todos of one queue that no other transaction holds (SKIP
+-- LOCKED), as claim_next_in_queue would claim them one after the other
+-- (:hashes as for claim_many_any).
+WITH locked AS (
+    SELECT id, priority FROM todos
+    WHERE queue = :queue
+      AND visible_at <= sb_ts(:now)
+      AND (assignee IS NULL OR assignee = :agent)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+    ORDER BY priority DESC, id
+    LIMIT :max
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason;
+
+-- name: claim_many_in_queues
+-- Up to :max todos of several queues (:queues, a JSON array of names), as
+-- claim_next_in_queues would claim them one after the other (:hashes as for
+-- claim_many_any).
+WITH locked AS (
+    SELECT candidate.id, candidate.priority FROM todos AS candidate
+    WHERE candidate.id IN (
+        SELECT head.id
+        FROM jsonb_array_elements_text(CAST(:queues AS jsonb)) AS q(name)
+        CROSS JOIN LATERAL (
+            SELECT id FROM todos
+            WHERE queue = q.name
+              AND visible_at <= sb_ts(:now)
+              AND (assignee IS NULL OR assignee = :agent)
+            ORDER BY priority DESC, id
+            LIMIT 64 + CAST(:max AS integer)) AS head
+        WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
+      AND candidate.visible_at <= sb_ts(:now)
+    ORDER BY candidate.priority DESC, candidate.id
+    LIMIT :max
+    FOR UPDATE OF candidate SKIP LOCKED
+),
+picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason;
+
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
 -- history, before the statement that ends it clears the claim. The todo is
@@ -348,6 +465,26 @@ SET state = 'done', result = CAST(:result AS jsonb), completed_at = sb_ts(:now),
 WHERE id = :id AND state = 'claimed'
   AND lease_token_hash = :lease_token_hash AND lease_expires_at > sb_ts(:now)
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason;
+
+-- name: complete_many
+-- complete for many todos at once (:items, a JSON array of {"id", "hash": the
+-- lease token's hash, "result": the result's JSON text, "queues": the
+-- caller's scope, absent for any}); the rows it completed. An item it leaves
+-- (its lease stale, outside the scope) is looked at alone by the caller.
+UPDATE todos
+SET state = 'done', result = CAST(item.value ->> 'result' AS jsonb), completed_at = sb_ts(:now),
+    updated_at = sb_ts(:now), completed_by = todos.owner, owner = NULL, lease_token_hash = NULL,
+    lease_expires_at = NULL
+FROM jsonb_array_elements(CAST(:items AS jsonb)) AS item (value)
+WHERE todos.id = CAST(item.value ->> 'id' AS bigint) AND todos.state = 'claimed'
+  AND todos.lease_token_hash = item.value ->> 'hash' AND todos.lease_expires_at > sb_ts(:now)
+  AND (item.value -> 'queues' IS NULL
+       OR todos.queue IN (SELECT jsonb_array_elements_text(item.value -> 'queues')))
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,

@@ -223,6 +223,91 @@ WHERE id = (
     LIMIT 1)
 RETURNING *;
 
+-- name: claim_many_any
+-- Up to :max todos as claim_next_any would claim them one after the other:
+-- each pending queue's first :max ready todos, the best :max of those, each
+-- under its own lease (the n-th claimed takes the n-th hash of :hashes, a
+-- JSON array of :max token hashes). One statement for a batch.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+picked AS (
+    SELECT best.id, row_number() OVER (ORDER BY best.priority DESC, best.id) - 1 AS n
+    FROM (SELECT head.id, head.priority
+          FROM pending_queues AS q
+          JOIN todos AS head ON head.id IN (
+              SELECT id FROM todos INDEXED BY todos_ready_by_queue
+              WHERE queue = q.name
+                AND visible_at <= :now
+                AND (assignee IS NULL OR assignee = :agent)
+              ORDER BY priority DESC, id
+              LIMIT :max)
+          WHERE q.name IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL)
+          ORDER BY head.priority DESC, head.id
+          LIMIT :max) AS best
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    visible_at = NULL, claimed_at = :now, updated_at = :now
+FROM picked
+WHERE todos.id = picked.id
+RETURNING *;
+
+-- name: claim_many_in_queue
+-- Up to :max todos of one queue, as claim_next_in_queue would claim them one
+-- after the other (:hashes as for claim_many_any).
+WITH picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n
+    FROM (SELECT id, priority FROM todos INDEXED BY todos_ready_by_queue
+          WHERE queue = :queue
+            AND visible_at <= :now
+            AND (assignee IS NULL OR assignee = :agent)
+            AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+          ORDER BY priority DESC, id
+          LIMIT :max)
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    visible_at = NULL, claimed_at = :now, updated_at = :now
+FROM picked
+WHERE todos.id = picked.id
+RETURNING *;
+
+-- name: claim_many_in_queues
+-- Up to :max todos of several queues (:queues, a JSON array of names), as
+-- claim_next_in_queues would claim them one after the other: each queue's
+-- first :max, the best :max of those (:hashes as for claim_many_any).
+WITH picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n
+    FROM (SELECT head.id, head.priority
+          FROM json_each(:queues) AS q
+          JOIN todos AS head ON head.id IN (
+              SELECT id FROM todos INDEXED BY todos_ready_by_queue
+              WHERE queue = q.value
+                AND visible_at <= :now
+                AND (assignee IS NULL OR assignee = :agent)
+              ORDER BY priority DESC, id
+              LIMIT :max)
+          WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.value AND queues.paused_at IS NOT NULL)
+          ORDER BY head.priority DESC, head.id
+          LIMIT :max)
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    visible_at = NULL, claimed_at = :now, updated_at = :now
+FROM picked
+WHERE todos.id = picked.id
+RETURNING *;
+
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
 -- history, before the statement that ends it clears the claim: with
@@ -253,6 +338,21 @@ SET state = 'done', result = :result, completed_at = :now, updated_at = :now, co
     owner = NULL, lease_token_hash = NULL, lease_expires_at = NULL
 WHERE id = :id AND state = 'claimed'
   AND lease_token_hash = :lease_token_hash AND lease_expires_at > :now
+RETURNING *;
+
+-- name: complete_many
+-- complete for many todos at once (:items, a JSON array of {"id", "hash": the
+-- lease token's hash, "result": the result's JSON text, "queues": the
+-- caller's scope, absent for any}); the rows it completed. An item it leaves
+-- (its lease stale, outside the scope) is looked at alone by the caller.
+UPDATE todos
+SET state = 'done', result = json_extract(item.value, '$.result'), completed_at = :now, updated_at = :now,
+    completed_by = owner, owner = NULL, lease_token_hash = NULL, lease_expires_at = NULL
+FROM json_each(:items) AS item
+WHERE todos.id = json_extract(item.value, '$.id') AND state = 'claimed'
+  AND lease_token_hash = json_extract(item.value, '$.hash') AND lease_expires_at > :now
+  AND (json_extract(item.value, '$.queues') IS NULL
+       OR todos.queue IN (SELECT value FROM json_each(item.value, '$.queues')))
 RETURNING *;
 
 -- name: fail

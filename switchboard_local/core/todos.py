@@ -327,19 +327,26 @@ class NextClaim:
     agent: str | None = None
 
 
+def _claim_queues(claim: NextClaim) -> list[str] | None:
+    """A claim's arguments checked (before its transaction); its queues, as a list."""
+    require_name("owner", claim.owner)
+    queues = claim.queues
+    if queues is None:
+        return None
+    if isinstance(queues, str):  # a bare name would be iterated letter by letter
+        raise InvalidArgument("queues must be a list of queue names, not a string")
+    queues = list(queues)
+    if not queues:
+        raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
+    for q in queues:
+        require_name("queue", q)
+    return queues
+
+
 def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
     owner, agent = claim.owner, claim.agent
-    require_name("owner", owner)
+    queues = _claim_queues(claim)
     lease_ms = lease_millis(claim.lease)
-    queues = claim.queues
-    if queues is not None:
-        if isinstance(queues, str):  # a bare name would be iterated letter by letter
-            raise InvalidArgument("queues must be a list of queue names, not a string")
-        queues = list(queues)
-        if not queues:
-            raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
-        for q in queues:
-            require_name("queue", q)
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
@@ -972,20 +979,34 @@ async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo
     """
     require_max(max)
     started = time.perf_counter()
-    one = _claim_next_body(store, claim)
-    claimed = await store.write(lambda tx: _claim_up_to(tx, one, max))
+    claimed = await store.write(_claim_many_body(store, claim, max))
     store.tally.claimed(time.perf_counter() - started)
     return claimed
 
 
-def _claim_up_to(tx: Transaction, one: Callable[[Transaction], Todo | None], max: int) -> list[Todo]:
-    claimed: list[Todo] = []
-    while len(claimed) < max:
-        todo = one(tx)
-        if todo is None:
-            break
-        claimed.append(todo)
-    return claimed
+def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], list[Todo]]:
+    """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
+    owner, agent = claim.owner, claim.agent
+    queues = _claim_queues(claim)
+    lease_ms = lease_millis(claim.lease)
+
+    def body(tx: Transaction) -> list[Todo]:
+        now = store.clock.now_ms()
+        _recover_lapsed(tx, now)
+        tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
+        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)), "max": max,
+                  "lease_expires_at": now + lease_ms, "now": now}  # fmt: skip
+        if queues is None:
+            rows = tx.all(Q.claim_many_any, params)
+        elif len(queues) == 1:
+            rows = tx.all(Q.claim_many_in_queue, {**params, "queue": queues[0]})
+        else:
+            rows = tx.all(Q.claim_many_in_queues, {**params, "queues": json.dumps(queues)})
+        claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
+        claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
+        return claimed
+
+    return body
 
 
 async def complete_many(
@@ -1000,9 +1021,54 @@ async def complete_many(
     come back in the answer's ``next``.
     """
     _require_items(items, Completion)
+    results: list[str | None] = []
+    bodies: list[Callable[[Transaction], Todo] | SwitchboardError] = []
+    for item in items:
+        try:
+            text = dump_json("result", item.result)
+            bodies.append(_leased_body(store, Q.complete, item.lease, {"result": text}, sized="result"))
+        except SwitchboardError as exc:
+            text = None
+            bodies.append(exc)
+        results.append(text)
     # complete refuses before it writes (its one UPDATE finishes the todo or changes nothing): no savepoints
-    return await _finish_many(store, [(i.lease, lambda i=i: _complete_body(store, i.lease, i.result)) for i in items],
-                              then, max, refuses_before_writing=True)  # fmt: skip
+    return await _finish_many(store, [(i.lease, b) for i, b in zip(items, bodies)], then, max,
+                              together=_complete_together(store, items, results), refuses_before_writing=True)  # fmt: skip
+
+
+def _complete_together(
+    store: Store, items: Sequence[Completion], results: list[str | None]
+) -> Callable[[Transaction], dict[int, Todo]]:
+    """complete_many's first pass: one statement completes every item it can (the
+    first item of each todo, its result within the cap); {item's position: todo}.
+    The items it leaves run one by one after it, which refuses them as
+    ``complete`` would (or completes them: the same rules, looked at again)."""
+
+    def body(tx: Transaction) -> dict[int, Todo]:
+        seen: set[int] = set()
+        batch: dict[int, int] = {}  # position → todo id
+        wanted = []
+        for n, (item, text) in enumerate(zip(items, results)):
+            todo_id = item.lease.todo_id
+            if text is None or type(todo_id) is not int or todo_id in seen:
+                continue
+            try:
+                settings.require_size(tx, "result", text)
+            except InvalidArgument:
+                continue
+            seen.add(todo_id)
+            batch[n] = todo_id
+            one: dict[str, Any] = {"id": todo_id, "hash": hash_token(item.lease.token), "result": text}
+            if item.lease.queues is not None:
+                one["queues"] = list(item.lease.queues)
+            wanted.append(one)
+        if not wanted:
+            return {}
+        rows = tx.all(Q.complete_many, {"items": json.dumps(wanted), "now": store.clock.now_ms()})
+        done = {row["id"]: Todo.from_row(row) for row in rows}
+        return {n: done[todo_id] for n, todo_id in batch.items() if todo_id in done}
+
+    return body
 
 
 async def fail_many(
@@ -1011,8 +1077,16 @@ async def fail_many(
     """Fail each item as ``fail`` would (a backoff, or a dead letter at the cap), in one
     transaction; one outcome per item. ``then`` and ``max`` as for ``complete_many``."""
     _require_items(items, Failure)
-    return await _finish_many(store, [(i.lease, lambda i=i: _fail_body(store, i.lease, i.error)) for i in items],
+    return await _finish_many(store, [(i.lease, _prepared(lambda i=i: _fail_body(store, i.lease, i.error))) for i in items],
                               then, max)  # fmt: skip
+
+
+def _prepared(make: Callable[[], Callable[[Transaction], Todo]]) -> Callable[[Transaction], Todo] | SwitchboardError:
+    """An item's body, or why its arguments are refused (checked before the transaction, as the single verb checks them)."""
+    try:
+        return make()
+    except SwitchboardError as exc:
+        return exc
 
 
 def _require_items(items: object, kind: type) -> None:
@@ -1027,30 +1101,29 @@ def _require_items(items: object, kind: type) -> None:
 
 async def _finish_many(
     store: Store,
-    items: list[tuple[Lease, Callable[[], Callable[[Transaction], Todo]]]],
+    items: list[tuple[Lease, Callable[[Transaction], Todo] | SwitchboardError]],
     then: NextClaim | None,
     max: int | None,
     *,
+    together: Callable[[Transaction], dict[int, Todo]] | None = None,
     refuses_before_writing: bool = False,
 ) -> Outcomes:
-    """The items' finishes in one transaction, each refused alone; ``refuses_before_writing``:
-    a body that raises has written nothing, so it runs without a savepoint of its own."""
+    """The items' finishes in one transaction, each refused alone. ``together``
+    finishes first what it can in one go ({position: todo}); the rest run one by
+    one. ``refuses_before_writing``: a body that raises has written nothing, so
+    it runs without a savepoint of its own."""
     if then is None and max is not None:
         raise InvalidArgument("max goes with then (the next claim)")
-    claim = None if then is None else _claim_next_body(store, then)
     count = require_max(min(len(items), MAX_BATCH) if max is None else max)
-    # Each item's arguments are checked before the transaction, as the single
-    # verb checks them: one that is refused there is answered without running.
-    bodies: list[Callable[[Transaction], Todo] | SwitchboardError] = []
-    for _, make in items:
-        try:
-            bodies.append(make())
-        except SwitchboardError as exc:
-            bodies.append(exc)
+    claim = None if then is None else _claim_many_body(store, then, count)
 
     def body(tx: Transaction) -> Outcomes:
+        finished = {} if together is None else together(tx)
         outcomes = []
-        for (lease, _), finish in zip(items, bodies):
+        for n, (lease, finish) in enumerate(items):
+            if n in finished:
+                outcomes.append(ItemOutcome(lease.todo_id, todo=finished[n]))
+                continue
             if isinstance(finish, SwitchboardError):
                 outcomes.append(ItemOutcome(lease.todo_id, error=finish))
                 continue
@@ -1064,6 +1137,6 @@ async def _finish_many(
                 raise  # the database, not the item: nothing of the batch commits
             except SwitchboardError as exc:
                 outcomes.append(ItemOutcome(lease.todo_id, error=exc))
-        return Outcomes(outcomes, [] if claim is None else _claim_up_to(tx, claim, count))
+        return Outcomes(outcomes, [] if claim is None else claim(tx))
 
     return await store.write(body)

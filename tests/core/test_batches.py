@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from switchboard_local.core import queues as queues_module
 from switchboard_local.core import todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound, StoreFault
 from switchboard_local.core.store import Store
@@ -70,6 +71,23 @@ async def test_a_batch_claim_orders_as_the_same_number_of_single_claims_would(db
     async with await Store.open(twin, clock=clock, rng=random.Random(0)) as store:
         single = [(await todos.claim_next(store, owner="w")).id for _ in range(12)]
     assert many == single
+
+
+@pytest.mark.parametrize("queues", [None, ["b"], ["a", "c"]], ids=["any queue", "one queue", "several queues"])
+async def test_a_batch_claim_takes_what_single_claims_in_a_row_would_in_each_form(store, clock, queues):
+    """One statement claims the batch (claim_many_*): the same todos, in the same
+    order, as ``max`` claim_next calls in a row, with queues named or not and a
+    paused queue left alone."""
+    for i in range(18):
+        await new(store, f"t{i}", queue="abcd"[i % 4], priority=(i * 7) % 3)
+        clock.advance(0.25 if i % 2 else 0)
+    await queues_module.pause(store, "d", by="op")
+    many = await todos.claim_next_many(store, NextClaim("w", queues), 5)
+    for todo in many:
+        await todos.release(store, Lease.of(todo))  # pending again, visible now, in the same place in the order
+    single = [await todos.claim_next(store, owner="w", queues=queues) for _ in range(5)]
+    assert [t.id for t in many] == [t.id for t in single if t is not None]
+    assert len(many) == 5 and all(t.queue != "d" for t in many)
 
 
 async def test_each_todo_of_a_batch_claim_has_its_own_lease_token_and_attempt(store):
@@ -242,6 +260,15 @@ async def test_a_todo_twice_in_one_batch_is_finished_once(store):
     assert [o.ok for o in outcomes] == [True, False]
     assert isinstance(outcomes[1].error, Conflict)
     assert (await todos.get(store, todo.id)).result == 1
+
+
+async def test_a_todo_twice_in_one_batch_first_with_a_stale_token_is_finished_by_the_second(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    stale = Lease(todo.id, "not the token")
+    outcomes = await todos.complete_many(store, [Completion(stale, 1), Completion(Lease.of(claimed), 2)])
+    assert [o.ok for o in outcomes] == [False, True]
+    assert (await todos.get(store, todo.id)).result == 2
 
 
 async def test_a_batch_with_every_item_refused_changes_nothing(store, db_path):
@@ -417,7 +444,7 @@ async def test_a_store_fault_inside_a_batch_commits_nothing_of_it(store):
     def fault(tx):
         raise StoreFault("the disk said no")
 
-    items = [(Lease.of(claimed), lambda: todos._complete_body(store, Lease.of(claimed), None)), (Lease(2, "x"), lambda: fault)]
+    items = [(Lease.of(claimed), todos._complete_body(store, Lease.of(claimed), None)), (Lease(2, "x"), fault)]
     with pytest.raises(StoreFault):
         await todos._finish_many(store, items, None, None)
     assert (await todos.get(store, todo.id)).state == "claimed"
