@@ -133,15 +133,16 @@ def _env_file(out: Out, chosen: Systemd, url: str) -> EnvFile:
     path = chosen.environment_file()
     try:
         line = units.environment_line(DB_ENV, url)
-        existing = path.read_text("utf-8")
+    except SwitchboardError as exc:
+        out.fail(exc)
+    try:
+        existing: str | None = path.read_text("utf-8")
     except (FileNotFoundError, NotADirectoryError):
         existing = None
     except UnicodeDecodeError:
         _fail(out, f"{path} is not UTF-8 text: mend it or move it away, then install again", code="unit_file")
     except OSError as exc:
         _fail(out, f"cannot read {path}: {exc.strerror or exc}", code="unit_file")
-    except SwitchboardError as exc:
-        out.fail(exc)
     text = units.with_environment_line(existing, DB_ENV, line)
     state = "new" if existing is None else "unchanged" if existing == text else "changed"
     return EnvFile(path, text, state, describe(url))
