@@ -34,9 +34,10 @@ def db_copy(db: Path | None, as_json: bool | None, target: str) -> None:
     from events to todos, the attempts history and the delivery keys. Ids are
     kept; new ids in TARGET continue after the source's.
 
-    The source is read in one transaction (on SQLite its writers wait until
-    the copy ends: stop them first), and TARGET is written in one: a copy that
-    fails or is refused leaves it as it was. A TARGET that holds any data is
+    The source is read in one transaction, as one snapshot (on SQLite its
+    writers wait until the copy ends: stop them first; on PostgreSQL they go
+    on, and what they commit after the copy began is not copied), and TARGET
+    is written in one: a copy that fails or is refused leaves it as it was. A TARGET that holds any data is
     refused, naming what it holds.
     """
     out = Out(db, as_json)

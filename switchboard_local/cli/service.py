@@ -3,8 +3,13 @@
 `install` writes the unit (owner-only, marked as written by it) for the
 executable running now and the database in use, then has the manager enable
 and start it, one line per step; run again, it leaves an unchanged unit alone
-and restarts a changed one. `uninstall` stops the service and removes only a
-unit `install` wrote. `status` shows the file and the manager's view.
+and restarts a changed one. A PostgreSQL database's URL (it may hold a
+password) goes in no unit: systemd's unit runs serve without --db, and
+`install` sets SWITCHBOARD_DB in the owner-only environment file the unit
+reads, keeping its other lines; launchd has no such file, so a URL is
+refused there. `uninstall` stops the service and removes only a unit
+`install` wrote (the environment file stays, and it says so). `status`
+shows the file and the manager's view.
 
 Exit statuses: 0 done; `status` exits 0 whenever it can report, a missing
 user service manager included (a container, or root without a login session:
@@ -31,7 +36,7 @@ import click
 
 from ..core import sources
 from ..core.errors import Conflict, InvalidArgument, SwitchboardError
-from ..core.store import default_path, describe, is_url, location
+from ..core.store import DB_ENV, Location, default_path, describe, is_url, local_path, location
 from . import service_units as units
 from .common import EXIT_REFUSED, Out, common, json_text, printable
 from .service_managers import Launchd, ManagerFailed, Step, Systemd, config_home, first_line, pick, run
@@ -89,20 +94,58 @@ def _serve_arguments(args: tuple[str, ...]) -> list[str]:
     return list(args)
 
 
-def _database(out: Out) -> Path:
-    """The database in use (--db, $SWITCHBOARD_DB or the default), as an absolute path."""
+def _database(out: Out, chosen: Systemd | Launchd) -> Location:
+    """The database in use (--db, $SWITCHBOARD_DB or the default): an absolute path, or a PostgreSQL URL."""
     try:
-        path = location(out.db) if out.db is not None else default_path()
+        where = location(out.db) if out.db is not None else default_path()
     except SwitchboardError as exc:
         out.fail(exc)
-    if is_url(path):  # a unit file is no place for a URL that may hold a password
+    if not is_url(where):
+        return Path(os.path.abspath(where))
+    if isinstance(chosen, Launchd):  # a unit file is no place for a URL that may hold a password
         out.fail(InvalidArgument(
-            f"service files for a PostgreSQL database ({describe(path)}) are not written yet: "
-            "run `switchboard-local serve` under your service manager with SWITCHBOARD_DB in its environment"))  # fmt: skip
-    return Path(os.path.abspath(path))
+            f"launchd gives an agent no environment but what its property list holds, which launchctl shows "
+            f"on request: the URL of {describe(where)} (it may hold a password) goes in no service file, so "
+            "launchd cannot run serve on it here; run `switchboard-local serve` with SWITCHBOARD_DB set under a "
+            "supervisor of your own, or use a SQLite file"))  # fmt: skip
+    return where
+
+
+def _writable(database: Location) -> Path:
+    """The folder --sandbox leaves writable: the database file's, or where a PostgreSQL database's local files go."""
+    return local_path(database).parent if is_url(database) else Path(database).parent
 
 
 # ---------------------------------------------------------------- files
+
+
+@dataclass
+class EnvFile:
+    """The environment file the systemd unit reads, as install leaves it: SWITCHBOARD_DB set to the URL."""
+
+    path: Path
+    text: str
+    state: str  # new, changed or unchanged
+    shown: str  # the database as it may be printed (its password hidden)
+
+
+def _env_file(out: Out, chosen: Systemd, url: str) -> EnvFile:
+    path = chosen.environment_file()
+    try:
+        line = units.environment_line(DB_ENV, url)
+    except SwitchboardError as exc:
+        out.fail(exc)
+    try:
+        existing: str | None = path.read_text("utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        existing = None
+    except UnicodeDecodeError:
+        _fail(out, f"{path} is not UTF-8 text: mend it or move it away, then install again", code="unit_file")
+    except OSError as exc:
+        _fail(out, f"cannot read {path}: {exc.strerror or exc}", code="unit_file")
+    text = units.with_environment_line(existing, DB_ENV, line)
+    state = "new" if existing is None else "unchanged" if existing == text else "changed"
+    return EnvFile(path, text, state, describe(url))
 
 
 def _existing(out: Out, path: Path) -> str | None:
@@ -223,21 +266,26 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
     """Write the unit for `serve` on this database, then enable and start it.
 
     The unit runs the switchboard-local running now with --db set to the
-    database in use, plus any serve options given after `--` (checked first).
-    It holds no environment value: secrets a source reads from the environment
-    go in the file the unit names (systemd). Run again, an unchanged unit is
-    left alone and a changed one rewritten and restarted.
+    database file in use, plus any serve options given after `--` (checked
+    first). It holds no environment value: secrets a source reads from the
+    environment go in the file the unit names (systemd). A PostgreSQL URL
+    goes there too, as SWITCHBOARD_DB (the file's other lines kept), and the
+    unit runs serve without --db. Run again, an unchanged unit is left alone
+    and a changed one (or a changed URL) rewritten and restarted.
     """
     out = Out(db, as_json)
     chosen = pick(manager_name)
     if sandbox and chosen.name != "systemd":
         raise click.UsageError("--sandbox is for systemd units")
-    database = _database(out)
-    if sandbox and any(database.is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
+    database = _database(out, chosen)
+    if sandbox and not is_url(database) and any(Path(database).is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
         raise click.UsageError(f"--sandbox gives the service a private /tmp: it would not see {database}")
+    # A URL is not on the command line (the process list shows it): serve reads $SWITCHBOARD_DB.
+    env = _env_file(out, chosen, str(database)) if is_url(database) and isinstance(chosen, Systemd) else None
     try:
-        argv = [*current_command(), "serve", "--db", str(database), *_serve_arguments(serve_args)]
-        text = chosen.render(argv, database, sandbox)
+        named = [] if env is not None else ["--db", str(database)]
+        argv = [*current_command(), "serve", *named, *_serve_arguments(serve_args)]
+        text = chosen.render(argv, _writable(database), sandbox)
     except SwitchboardError as exc:
         out.fail(exc)
     path = chosen.path()
@@ -245,11 +293,14 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
     if existing is not None and not units.written_by_install(existing):
         out.fail(_not_ours(path))
     state = "new" if existing is None else "unchanged" if existing == text else "changed"
-    report = Report(out, {"manager": chosen.name, "path": str(path), "state": state, "command": argv,
-                          "dry_run": dry_run, "logs": chosen.logs})  # fmt: skip
+    # The same unit on a new URL: the service must start again to read it.
+    start = "changed" if state == "unchanged" and env is not None and env.state != "unchanged" else state
+    value = {"manager": chosen.name, "path": str(path), "state": state, "command": argv, "dry_run": dry_run,
+             "logs": chosen.logs, **({"env_file": str(env.path)} if env is not None else {})}  # fmt: skip
+    report = Report(out, value)
 
     if dry_run:
-        _dry_install(report, chosen, path, text, state)
+        _dry_install(report, chosen, path, text, state, start, env)
         return
     out.db = database
     found = out.run(sources.list_sources)  # an unusable database stops us here (exit 3), before any unit exists
@@ -258,6 +309,10 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
             f"note: this installs for root, not for {os.environ['SUDO_USER']} (run it without sudo for your own)"
         )
     try:
+        if env is not None:  # before the unit: a service started by it finds its database
+            _put_env(report, env)
+            if sandbox:  # ReadWritePaths= names a folder that must exist
+                _make_folders(_writable(database), report.say)
         _put_unit(report, chosen, path, text, state)
     except OSError as exc:  # a read-only home, a file where a folder should be
         report.fail(f"cannot write {exc.filename or path}: {exc.strerror or exc}", code="unit_file")
@@ -266,7 +321,7 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
         report.fail(f"{why}; the unit is written but not started: run `switchboard-local service install` again "
                     "where your user's service manager runs (a login session)")  # fmt: skip
     try:
-        for step in chosen.start(state):
+        for step in chosen.start(start):
             report.do(step)
     except ManagerFailed as exc:
         report.fail(str(exc))
@@ -275,6 +330,21 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
         report.say(note)
     report.say(f"logs: {chosen.logs}")
     report.finish()
+
+
+def _put_env(report: Report, env: EnvFile) -> None:
+    """SWITCHBOARD_DB in the environment file, owner-only; the URL itself is never printed."""
+    if env.state == "unchanged":
+        report.say(f"{env.path} sets {DB_ENV}={env.shown} already")
+        if env.path.stat().st_mode & 0o077:
+            os.chmod(env.path, 0o600)
+            report.say(f"made {env.path} owner-only")
+        return
+    target = Path(os.path.realpath(env.path))  # a symlink (a dotfiles repository) stays one
+    _make_folders(target.parent, report.say)
+    _write_owner_only(target, env.text)
+    kept = ", its other lines kept" if env.state == "changed" else ""
+    report.say(f"set {DB_ENV}={env.shown} in {env.path} (owner-only{kept}): serve reads its database there")
 
 
 def _put_unit(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str) -> None:
@@ -292,11 +362,17 @@ def _put_unit(report: Report, chosen: Systemd | Launchd, path: Path, text: str, 
         _make_folders(chosen.log_file.parent, report.say)
 
 
-def _dry_install(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str) -> None:
-    commands = [step.argv for step in chosen.start(state)]
+def _dry_install(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str, start: str,
+                 env: EnvFile | None) -> None:  # fmt: skip
+    commands = [step.argv for step in chosen.start(start)]
     if report.out.json:
         click.echo(json_text({**report.value, "unit": text, "commands": commands}, indent=2))
         return
+    if env is not None and env.state == "unchanged":
+        click.echo(printable(f"{env.path} sets {DB_ENV}={env.shown} already"))
+    elif env is not None:
+        kept = ", its other lines kept" if env.state == "changed" else ""
+        click.echo(printable(f"would set {DB_ENV}={env.shown} in {env.path} (owner-only{kept})"))
     if state == "unchanged":
         click.echo(printable(f"{path} is installed already, unchanged"))
     else:
@@ -333,12 +409,18 @@ def service_uninstall(
                     "(set XDG_RUNTIME_DIR=/run/user/$(id -u), or use a login session)")  # fmt: skip
     stop = chosen.stop() if why is None else []
     after = chosen.after_removal() if why is None else []
+    env = chosen.environment_file() if isinstance(chosen, Systemd) else None
+    # Not ours alone: a source's secrets may be there beside SWITCHBOARD_DB, and a reinstall reads it again.
+    left = (f"left {env} as it is (it may hold secrets, {DB_ENV} among them): remove it yourself "
+            "once nothing needs it") if env is not None and env.exists() else None  # fmt: skip
     if dry_run:
         for step in stop:
             report.say(f"would run: {shlex.join(step.argv)}")
         report.say(f"would remove {path}")
         for step in after:
             report.say(f"would run: {shlex.join(step.argv)}")
+        if left:
+            report.say(f"would have {left}")
         report.finish(removed=False)
         return
     try:
@@ -354,6 +436,8 @@ def service_uninstall(
         report.fail(str(exc))
     except OSError as exc:
         report.fail(f"cannot remove {path}: {exc.strerror or exc}", code="unit_file")
+    if left:
+        report.say(left)
     report.finish(removed=True)
 
 

@@ -67,8 +67,13 @@ class Systemd:
     def path(self) -> Path:
         return config_home() / "systemd" / "user" / units.SYSTEMD_UNIT
 
-    def render(self, argv: list[str], db: Path, sandbox: bool) -> str:
-        return units.systemd_unit(units.exec_line(argv), units.unit_word(str(db.parent)), sandbox=sandbox)
+    def render(self, argv: list[str], writable: Path, sandbox: bool) -> str:
+        """The unit; ``writable`` is the folder --sandbox leaves writable (the database file's)."""
+        return units.systemd_unit(units.exec_line(argv), units.unit_word(str(writable)), sandbox=sandbox)
+
+    def environment_file(self) -> Path:
+        """The optional NAME=value file the unit reads (EnvironmentFile=-%E/…)."""
+        return config_home() / units.ENV_FILE
 
     def unreachable(self) -> str | None:
         """Why there is no user service manager to talk to, or None when there is one."""
@@ -134,7 +139,7 @@ class Launchd:
     def path(self) -> Path:
         return Path.home() / "Library" / "LaunchAgents" / f"{units.LAUNCHD_LABEL}.plist"
 
-    def render(self, argv: list[str], db: Path, sandbox: bool) -> str:
+    def render(self, argv: list[str], writable: Path, sandbox: bool) -> str:
         return units.launchd_plist(argv, str(self.log_file))
 
     def unreachable(self) -> str | None:

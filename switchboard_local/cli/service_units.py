@@ -2,7 +2,11 @@
 
 A unit names the executable and the database path, nothing else from this
 shell: no environment value is ever copied in (a secret in a unit file is a
-secret the service manager shows to anyone who asks it). packaging/systemd/
+secret the service manager shows to anyone who asks it). A PostgreSQL
+database's URL, which may hold a password, is not written into the unit
+either: `install` puts it in the owner-only environment file the systemd
+unit reads (ENV_FILE), as SWITCHBOARD_DB, and the unit runs serve without
+--db (``environment_line``, ``with_environment_line``). packaging/systemd/
 and packaging/launchd/ hold the same texts with placeholders, for packagers;
 tests/cli/test_service.py checks that they match these.
 
@@ -68,7 +72,8 @@ RestartSec=5s
 RestartPreventExitStatus=2
 # The service gets none of your shell's environment. Secrets that sources read
 # from it (--secret-env, --redis-url-env) go in this optional owner-only file,
-# NAME=value per line; no value is ever written into this unit.
+# NAME=value per line, as does SWITCHBOARD_DB for a PostgreSQL database (install
+# writes it there); no value is ever written into this unit.
 EnvironmentFile=-%E/{env_file}
 
 # Hardening that a user service manager applies without user namespaces:
@@ -149,6 +154,45 @@ def exec_line(argv: Sequence[str]) -> str:
     if any(c in program for c in "\"'\\"):
         raise InvalidArgument(f"systemd cannot start a program whose path holds a quote or a backslash: {program!r}")
     return " ".join([unit_word(program), *(unit_word(word, expands_variables=True) for word in arguments)])
+
+
+# ---------------------------------------------------------------- the environment file
+
+# A value systemd reads back unquoted as it is: no backslash, quote, whitespace or '$' (taken
+# literally there, but a reader should not wonder), no '#' (a comment only at a line's start).
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./?&~!*;()\[\]-]+")
+
+
+def environment_line(name: str, value: str) -> str:
+    """``NAME=value`` as systemd's EnvironmentFile= reads it back exactly: plain when it can
+    be, else in single quotes (whose text systemd takes verbatim)."""
+    bad = first_control(value)
+    if bad is not None:
+        raise InvalidArgument(f"${name} holds a control character ({bad}), which an environment file cannot carry")
+    if _PLAIN_VALUE.fullmatch(value):
+        return f"{name}={value}"
+    if "'" in value:
+        raise InvalidArgument(f"${name} holds a single quote, which the service's environment file cannot carry "
+                              "quoted: percent-encode it (%27)")  # fmt: skip
+    return f"{name}='{value}'"
+
+
+def with_environment_line(text: str | None, name: str, line: str) -> str:
+    """An environment file's ``text`` with ``line`` as its one assignment of ``name``: in
+    place of the first one there was (others removed), else at the end; every other line kept."""
+    assigns = re.compile(rf"\s*{re.escape(name)}\s*=")
+    kept: list[str] = []
+    placed = False
+    for existing in (text or "").splitlines():
+        if assigns.match(existing):
+            if not placed:
+                kept.append(line)
+                placed = True
+            continue
+        kept.append(existing)
+    if not placed:
+        kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 # ---------------------------------------------------------------- launchd

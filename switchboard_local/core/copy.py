@@ -9,13 +9,15 @@ target's id sequences move past the source's last ids (pruned ids are never
 given again). Not copied: the ingest leadership rows (each process on the
 target takes its own).
 
-Consistency. The source is read inside one of its transactions (``write``,
-which writes nothing): on SQLite that is ``BEGIN IMMEDIATE``, one snapshot
-of the whole file, and the source's other writers wait (up to their busy
-timeout) until the copy ends, so nothing is changed there that the copy
-would miss. (A PostgreSQL source's transaction sees each statement's own
-snapshot: stop its writers first.) The target is written in one
-transaction: a copy that fails, or is refused, leaves it as it was.
+Consistency. The source is read inside one of its transactions
+(``Store.snapshot``), which sees one snapshot of the whole database: on
+SQLite that is ``BEGIN IMMEDIATE``, and the source's other writers wait (up
+to their busy timeout) until the copy ends; on PostgreSQL it is ``REPEATABLE
+READ READ ONLY``, and its writers go on, their changes after the snapshot
+not copied (every todo copied has its event and links, the last ids are the
+snapshot's). Either way, what is copied is the source as one moment left it.
+The target is written in one transaction: a copy that fails, or is refused,
+leaves it as it was.
 
 Memory. Rows go from the source to the target a page at a time, in key
 order; a page of events or todos is cut where its bodies pass
@@ -232,7 +234,7 @@ async def copy(
     thread = threading.Thread(target=target_side, name="switchboard-copy-target", daemon=True)
     thread.start()
     try:
-        await source.write(lambda tx: _drain(tx, pipe, page_rows, page_bytes))
+        await source.snapshot(lambda tx: _drain(tx, pipe, page_rows, page_bytes))
     except _SourceFailed:
         pass  # the target's side stopped first: its error is the one told below
     except BaseException:

@@ -17,7 +17,8 @@ transaction on its own pooled connection, committed (and flushed, with
 flushes of concurrent commits itself.
 
 Transactions run at READ COMMITTED (what the claim's ``SKIP LOCKED`` is made
-for); a body that meets a serialization failure or a deadlock is rolled back
+for), but for ``snapshot``'s, REPEATABLE READ READ ONLY (one view of every
+table, for a copy); a body that meets a serialization failure or a deadlock is rolled back
 and run again. A statement that fails aborts a PostgreSQL transaction, where
 SQLite lets the transaction go on: a body that catches a refusal (``Conflict``)
 and carries on is therefore run again with every statement inside a savepoint
@@ -713,6 +714,25 @@ class PostgresStore:
                         self.commits += 1
                 self.tally.committed(time.perf_counter() - started, 1)
                 return result
+
+    async def snapshot(self, body: Callable[[Transaction], T]) -> T:
+        """``body`` once, in ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`` on a pooled
+        read-only connection: every statement sees the snapshot its first one took, while
+        other connections go on writing. Nothing here can fail to serialize (a read-only
+        REPEATABLE READ transaction never does), so the body is never run again."""
+        return await self._in_thread(lambda: self._snapshot(body))
+
+    def _snapshot(self, body: Callable[[Transaction], T]) -> T:
+        with driver_errors(self.where), self._readers.connection() as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            try:
+                with conn.transaction():  # BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
+                    return body(PgTransaction(conn, self._statements, self.cache))
+            finally:
+                if not conn.closed:  # the pool's next reader gets the connection as it was
+                    conn.isolation_level = None
+                    conn.read_only = None
 
     async def read_one(self, sql: str, params: Params = ()) -> PgRow | None:
         rows = await self._in_thread(lambda: self._read(sql, params))

@@ -621,6 +621,12 @@ class SQLiteStore:
         with driver_errors(self.path):
             return await self._group.write(body)
 
+    async def snapshot(self, body: Callable[[Transaction], T]) -> T:
+        """``body`` in a write's transaction (``BEGIN IMMEDIATE``): one snapshot of the file,
+        its other writers waiting until it ends. What it reads is the whole file as one
+        moment left it; it writes nothing (the Store contract; not enforced here)."""
+        return await self.write(body)
+
     async def read_one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         """The first row of ``sql``, on a read-only connection; it sees the latest commit."""
         rows = await self._read(sql, params)

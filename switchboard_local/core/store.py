@@ -223,6 +223,8 @@ class Store(Protocol):
       process's and others'). Several reads are several snapshots. They never
       wait behind a write's commit. ``peek`` is a point read (a few rows by
       index) for hot paths, answered on the caller's own thread.
+      ``snapshot(body)`` runs a body that only reads in one transaction that
+      sees one snapshot of every table (what a copy needs).
     - **Changes.** ``data_version()`` is a value that changes whenever
       anything that changed rows was committed, by any process (PostgreSQL:
       by any host, heard through LISTEN/NOTIFY).
@@ -305,6 +307,18 @@ class Store(Protocol):
 
     async def write(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in one transaction; answer after its commit (see above)."""
+        ...
+
+    async def snapshot(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` once, in one transaction that reads one snapshot of the whole
+        database and writes nothing: what `db copy` reads its source in.
+
+        SQLite: a write's ``BEGIN IMMEDIATE`` (the file's other writers wait,
+        up to their busy timeout, until it ends). PostgreSQL: ``BEGIN
+        ISOLATION LEVEL REPEATABLE READ READ ONLY`` on a pooled read-only
+        connection; other writers go on, unseen by the body, and a statement
+        that would write is refused as Unavailable.
+        """
         ...
 
     async def read_one(self, sql: str, params: Params = ()) -> Row | None:

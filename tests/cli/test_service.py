@@ -23,7 +23,9 @@ import pytest
 
 from switchboard_local.cli import service, service_managers, service_units
 
+from support.backends import PASSWORD, with_password
 from support.cli import REPO_ROOT, Result, invoke, run_cli
+from support.postgres import PostgresServer
 
 UNIT = "switchboard-local.service"
 LABEL = "dev.switchboard-local"
@@ -74,7 +76,7 @@ class Box:
         self.env: dict[str, str | None] = {
             "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.config), "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "FAKE_LOG": str(self.log), "FAKE_MANAGER": "running", "FAKE_FAIL": None, "FAKE_LOADED": None,
-            "SUDO_USER": None, "SWITCHBOARD_DB": None,
+            "SUDO_USER": None, "SWITCHBOARD_DB": None, "XDG_DATA_HOME": str(tmp_path / "data-home"),
         }  # fmt: skip
 
     @property
@@ -85,7 +87,11 @@ class Box:
     def plist(self) -> Path:
         return self.home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
 
-    def cli(self, *args: str, db: Path | None = None, **env: str | None) -> Result:
+    @property
+    def env_file(self) -> Path:
+        return self.config / "switchboard-local" / "service.env"
+
+    def cli(self, *args: str, db: Path | str | None = None, **env: str | None) -> Result:
         # --db first: whatever follows `--` is serve's.
         return invoke(None, "--db", str(db or self.db), "service", *args, env={**self.env, **env})
 
@@ -343,6 +349,132 @@ def test_install_json_lists_each_step(box: Box) -> None:
     assert [step["command"] for step in answer["steps"] if step["command"]] == [
         ["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", "--now", UNIT]
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- systemd: a PostgreSQL database
+
+A_URL = "postgresql://sb:s3cret@db.example:5432/queue"  # no server: a dry run or a refusal never connects
+
+
+@pytest.fixture
+def url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh PostgreSQL database's URL with a password in it (the test server takes any)."""
+    plain = postgres_server.fresh_database()
+    yield str(with_password(plain))
+    postgres_server.release(plain)
+
+
+def exec_start(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("ExecStart="))
+
+
+@pytest.mark.postgres
+def test_install_on_a_postgresql_url_writes_no_url_into_the_unit_and_never_prints_its_password(
+    box: Box, url: str
+) -> None:
+    result = box.cli("install", db=url)
+    assert result.code == 0, result.err
+    text = box.unit.read_text()
+    assert exec_start(text) == f"ExecStart={' '.join(this_command())} serve"  # serve reads $SWITCHBOARD_DB
+    assert PASSWORD not in text and url.split("@", 1)[1] not in text and "postgresql://" not in text
+    assert mode(box.unit) == 0o600
+    assert PASSWORD not in result.out + result.err
+    assert f"set SWITCHBOARD_DB=postgresql://postgres:***@{url.split('@', 1)[1]} in {box.env_file}" in result.out
+    assert box.calls() == ["--user daemon-reload", f"--user enable --now {UNIT}"]
+    answer = json.loads(box.cli("install", "--json", db=url).out)
+    assert answer["command"] == [*this_command(), "serve"] and answer["env_file"] == str(box.env_file)
+    assert PASSWORD not in json.dumps(answer)
+
+
+@pytest.mark.postgres
+def test_install_on_a_postgresql_url_sets_it_in_the_owner_only_environment_file(box: Box, url: str) -> None:
+    assert box.cli("install", db=url).code == 0
+    assert box.env_file.read_text() == f"SWITCHBOARD_DB={url}\n"
+    assert mode(box.env_file) == 0o600 and mode(box.env_file.parent) == 0o700
+
+
+@pytest.mark.postgres
+def test_install_keeps_the_environment_files_other_lines_and_replaces_its_database(box: Box, url: str) -> None:
+    box.env_file.parent.mkdir(parents=True)
+    box.env_file.write_text("GH_SECRET=abc\n# the Redis of orders\nSWITCHBOARD_DB=postgresql://old/db\n"
+                            "REDIS_URL=redis://:pw@127.0.0.1/0\n")  # fmt: skip
+    box.env_file.chmod(0o644)
+    result = box.cli("install", db=url)
+    assert result.code == 0, result.err
+    assert box.env_file.read_text().splitlines() == [
+        "GH_SECRET=abc", "# the Redis of orders", f"SWITCHBOARD_DB={url}", "REDIS_URL=redis://:pw@127.0.0.1/0"
+    ]  # fmt: skip
+    assert mode(box.env_file) == 0o600
+    assert "its other lines kept" in result.out
+    assert "abc" not in result.out and ":pw@" not in result.out
+
+
+@pytest.mark.postgres
+def test_install_on_a_new_url_restarts_the_service_with_its_unit_unchanged(box: Box, url: str) -> None:
+    assert box.cli("install", db=url).code == 0
+    before = box.unit.stat()
+    box.calls()
+    moved = url.replace(PASSWORD, "a-new-password")
+    result = box.cli("install", db=moved)
+    assert result.code == 0, result.err
+    assert "is installed already, unchanged" in result.out
+    assert (box.unit.stat().st_ino, box.unit.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert f"SWITCHBOARD_DB={moved}\n" == box.env_file.read_text()
+    assert box.calls() == ["--user daemon-reload", f"--user enable {UNIT}", f"--user restart {UNIT}"]
+    again = box.cli("install", db=moved)
+    assert again.code == 0 and "sets SWITCHBOARD_DB=postgresql://postgres:***@" in again.out
+    assert box.calls() == [f"--user enable --now {UNIT}"]  # nothing changed: nothing restarted
+    assert "a-new-password" not in result.out + again.out
+
+
+def test_a_dry_run_on_a_url_shows_where_it_would_go_and_changes_nothing(box: Box) -> None:
+    result = box.cli("install", "--dry-run", db=A_URL)
+    assert result.code == 0, result.err
+    assert "s3cret" not in result.out + result.err
+    assert f"would set SWITCHBOARD_DB=postgresql://sb:***@db.example:5432/queue in {box.env_file}" in result.out
+    assert f"ExecStart={' '.join(this_command())} serve\n" in result.out
+    assert not box.config.exists()
+    answer = json.loads(box.cli("install", "--dry-run", "--json", db=A_URL).out)
+    assert "s3cret" not in json.dumps(answer) and "--db" not in answer["command"]
+
+
+def test_a_url_the_environment_file_cannot_carry_is_refused(box: Box) -> None:
+    result = box.cli("install", "--dry-run", db="postgresql://sb:it's@db.example/queue")
+    assert result.code == 2
+    assert "single quote" in result.err and "it's" not in result.err
+    assert not box.config.exists()
+
+
+def test_the_environment_file_reads_back_a_url_as_it_is() -> None:
+    line = service_units.environment_line
+    assert line("SWITCHBOARD_DB", A_URL) == f"SWITCHBOARD_DB={A_URL}"
+    awkward = "postgresql://sb:p a$s#w\\d@db.example/queue"
+    assert line("SWITCHBOARD_DB", awkward) == f"SWITCHBOARD_DB='{awkward}'"  # systemd takes '…' verbatim
+
+
+def test_launchd_refuses_a_url_naming_why(box: Box) -> None:
+    result = box.cli("install", "--manager", "launchd", db=A_URL)
+    assert result.code == 2
+    assert "launchd gives an agent no environment but what its property list holds" in result.err
+    assert "postgresql://sb:***@db.example:5432/queue" in result.err and "s3cret" not in result.err
+    assert not box.plist.exists() and box.calls() == []
+
+
+def test_uninstall_leaves_the_environment_file_and_says_so(box: Box) -> None:
+    assert box.cli("install").code == 0
+    box.env_file.parent.mkdir()
+    box.env_file.write_text("GH_SECRET=abc\n")
+    result = box.cli("uninstall")
+    assert result.code == 0, result.err
+    assert not box.unit.exists()
+    assert box.env_file.read_text() == "GH_SECRET=abc\n"
+    assert f"left {box.env_file} as it is" in result.out
+
+
+@pytest.mark.postgres
+def test_the_unit_on_a_url_passes_systemd_analyze_verify(box: Box, url: str, tmp_path: Path) -> None:
+    assert box.cli("install", "--sandbox", db=url).code == 0
+    verify(box.unit, tmp_path)
 
 
 # ---------------------------------------------------------------- the unit as systemd reads it

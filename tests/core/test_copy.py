@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -20,11 +21,14 @@ from switchboard_local.core import (
     todos,
     webhook_config,
 )
-from switchboard_local.core.errors import Conflict, InvalidArgument
+from switchboard_local.core.errors import Conflict, InvalidArgument, Unavailable
 from switchboard_local.core.events import NewEvent
+from switchboard_local.core.queries import Q
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import MAX_LIST_LIMIT, NewTodo
 from switchboard_local.core.todos import Lease
+
+from support import sql
 
 pytestmark = pytest.mark.anyio
 
@@ -241,6 +245,65 @@ async def test_pages_of_one_row_copy_the_same_rows(store, populated, target, clo
 async def test_an_empty_source_copies_nothing_and_says_so(store, target) -> None:
     copied = await copy.copy(store, target)
     assert copied.total == 0 and set(copied.counts) == {t.name for t in copy.TABLES}
+
+
+@pytest.mark.postgres
+async def test_a_postgresql_source_is_copied_as_one_snapshot_while_its_writers_go_on(
+    postgres_server, target, clock, tmp_path, monkeypatch
+) -> None:
+    """Between every two pages the copy reads, another connection commits a new delivery (an event,
+    its todo, their link, its key): the copy holds the source as it was when the copy began."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    url = postgres_server.fresh_database()
+    try:
+        async with await Store.open(url, clock=clock, rng=random.Random(0)) as source, \
+                await Store.open(url, clock=clock, rng=random.Random(2)) as writer:  # fmt: skip
+            await populate(source)
+            at_start = await reads(source)
+            loop = asyncio.get_running_loop()
+            written: list[int] = []
+
+            async def deliver() -> None:
+                gh = await sources.get(writer, "gh")
+                (accepted,) = await routing.accept(writer, gh, [delivery(100 + len(written))])
+                assert not isinstance(accepted, Exception) and accepted.todo_ids
+                written.append(accepted.event_id)
+
+            put = copy._Pipe.put
+
+            def put_then_deliver(pipe, item) -> None:  # on the source's thread, between its pages
+                put(pipe, item)
+                if not isinstance(item, copy._End) and len(written) < 6:
+                    asyncio.run_coroutine_threadsafe(deliver(), loop).result()  # committed before the next page
+
+            monkeypatch.setattr(copy._Pipe, "put", put_then_deliver)
+            copied = await copy.copy(source, target, page_rows=1)
+            assert len(written) == 6 and sql.count(url, "events") == 5 + 6  # the writer went on, unblocked
+        assert copied.counts["events"] == 5 and copied.counts["todos"] == 10 and copied.counts["event_todos"] == 3
+        for table in copy.TABLES:
+            assert sql.count(target, table.name) == copied.counts[table.name], table.name
+        assert sql.value(target, "SELECT count(*) FROM event_todos WHERE event_id NOT IN (SELECT id FROM events) "
+                                 "OR todo_id NOT IN (SELECT id FROM todos)") == 0  # fmt: skip
+        async with await open_target(target, clock) as other:
+            assert await reads(other) == at_start
+            (event,) = await routing.accept(other, await sources.get(other, "gh"), [delivery(9)])
+            assert event.event_id == 6  # the snapshot's last id: the writer's events are not in the copy
+    finally:
+        postgres_server.release(url)
+
+
+@pytest.mark.postgres
+async def test_a_postgresql_snapshot_writes_nothing(postgres_server, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    url = postgres_server.fresh_database()
+    try:
+        async with await Store.open(url) as source:
+            with pytest.raises(Unavailable):
+                await source.snapshot(lambda tx: tx.run(Q.copy_move_sequences, {"events": 100, "todos": 100}))
+            assert await source.snapshot(lambda tx: tx.one(Q.copy_last_ids)) is not None  # the connection is fine
+            await todos.create(source, NewTodo(queue="work", title="after"))  # writes go on as before
+    finally:
+        postgres_server.release(url)
 
 
 @pytest.mark.parametrize(
