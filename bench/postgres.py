@@ -22,6 +22,9 @@ interleaved in time):
                 logged in batches). Timed from the moment every worker has
                 opened its connections until the database shows every job
                 done (polled every 10 ms), not until the workers exit.
+  cpu %         beside each drain: how busy the machine's CPUs were during
+                it (/proc/stat: workers, server, everything; 100 = all of
+                them). What one process already uses bounds what 8 can add.
   batch drain/s ours again on each backend, with the same process counts,
                 each worker claiming up to 10 per round trip (drain_worker.py
                 --max 10: claim_next_many, then complete_many claiming the
@@ -32,7 +35,8 @@ interleaved in time):
   claim ms      claim_next p50 with 1,000 and with --big finished todos in
                 the table (PostgreSQL)
 
-Then the ratios (never asserted): PostgreSQL 8 processes vs 1; our
+Then the ratios (never asserted): PostgreSQL 8 processes vs 1 (and the
+most the CPUs allow, 100 / the 1-process CPU %; the peers' 8 vs 1); our
 8-process drain, one at a time and batch-10, vs each peer's; webhook
 ingest on PostgreSQL vs SQLite. Writes
 bench/results-postgres.json.
@@ -121,8 +125,17 @@ async def create(db: str | Path, n: int) -> float:
         return n / (time.perf_counter() - start)
 
 
-def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], int]) -> float:
-    """Jobs/s of worker processes that each print {"ready": true}, wait for ``go``, then drain.
+def cpu_times() -> tuple[int, int]:
+    """(busy, all) CPU time of the whole machine so far, in ticks (/proc/stat's first line)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], int]) -> tuple[float, float]:
+    """Jobs/s of worker processes that each print {"ready": true}, wait for ``go``, then
+    drain; and how busy the machine's CPUs were meanwhile (percent of all of them:
+    the workers, the database server, everything).
 
     The clock starts once every worker is ready (its connections open) and
     stops when the database shows every job done (``remaining()``, polled
@@ -144,13 +157,13 @@ def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], i
             assert json.loads(line) == {"ready": True}, line
         for reader in readers:
             reader.start()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_times()
         go.touch()
         while remaining() > 0:
             if all(p.poll() is not None for p in procs):
                 break  # every worker gone with jobs left: the assertion below tells
             time.sleep(POLL)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu_end = time.perf_counter() - start, cpu_times()
         for p in procs:
             p.wait()
         for reader in readers:
@@ -162,7 +175,8 @@ def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], i
                 p.wait()
     done = sum(_jobs_done(out) for out in outputs)
     assert done == n and all(p.returncode == 0 for p in procs), (done, n, [p.returncode for p in procs])
-    return n / elapsed
+    busy, total = (end - begin for end, begin in zip(cpu_end, cpu_start))
+    return n / elapsed, 100.0 * busy / max(total, 1)
 
 
 # What is left to do, as each system keeps it (a job durably done is no longer counted).
@@ -197,7 +211,7 @@ def _jobs_done(output: str) -> int:
     return counted[0] if counted else sum(1 for line in lines if "completed" in line)
 
 
-def ours_drain(db: str | Path, n: int, processes: int, tmp: Path, batch: int | None = None) -> float:
+def ours_drain(db: str | Path, n: int, processes: int, tmp: Path, batch: int | None = None) -> tuple[float, float]:
     """With ``batch`` each worker claims up to that many at a time and completes them in one call
     (drain_worker.py --max: claim_next_many, then complete_many claiming the next batch)."""
     go = tmp / f"go-{time.monotonic_ns()}"
@@ -268,7 +282,7 @@ async def peer_create(peer: str, url: str, n: int) -> float:
         return n / (time.perf_counter() - start)
 
 
-def peer_drain(peer: str, url: str, n: int, processes: int, tmp: Path) -> float:
+def peer_drain(peer: str, url: str, n: int, processes: int, tmp: Path) -> tuple[float, float]:
     go = tmp / f"go-{time.monotonic_ns()}"
     commands = [[sys.executable, str(Path(__file__).resolve()), "worker", peer, url, str(go)] for _ in range(processes)]
     return drain(commands, go, n, remaining(url, peer))
@@ -366,38 +380,38 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
         found.append((("pg_create_per_s",), pg_create))
         for p in processes:
 
-            def pg_drain(i: int, p: int = p) -> tuple[float]:
+            def pg_drain(i: int, p: int = p) -> tuple[float, float]:
                 with database(f"drain{p}") as url:
                     asyncio.run(create(url, jobs))
-                    return (ours_drain(url, jobs, p, tmp),)
+                    return ours_drain(url, jobs, p, tmp)
 
-            found.append(((f"pg_drain_{p}p_per_s",), pg_drain))
+            found.append(((f"pg_drain_{p}p_per_s", f"pg_drain_{p}p_cpu_pct"), pg_drain))
         for p in processes:
 
-            def pg_drain_batch(i: int, p: int = p) -> tuple[float]:
+            def pg_drain_batch(i: int, p: int = p) -> tuple[float, float]:
                 with database(f"drainb{p}") as url:
                     asyncio.run(create(url, jobs))
-                    return (ours_drain(url, jobs, p, tmp, BATCH),)
+                    return ours_drain(url, jobs, p, tmp, BATCH)
 
-            found.append(((f"pg_drain_batch{BATCH}_{p}p_per_s",), pg_drain_batch))
+            found.append(((f"pg_drain_batch{BATCH}_{p}p_per_s", f"pg_drain_batch{BATCH}_{p}p_cpu_pct"), pg_drain_batch))
     if "sqlite" in only:
         found.append((("sqlite_create_per_s",), lambda i: (asyncio.run(create(fresh_file("sc", i), jobs)),)))
         for p in processes:
 
-            def sqlite_drain(i: int, p: int = p) -> tuple[float]:
+            def sqlite_drain(i: int, p: int = p) -> tuple[float, float]:
                 db = fresh_file(f"sd{p}", i)
                 asyncio.run(create(db, jobs))
-                return (ours_drain(db, jobs, p, tmp),)
+                return ours_drain(db, jobs, p, tmp)
 
-            found.append(((f"sqlite_drain_{p}p_per_s",), sqlite_drain))
+            found.append(((f"sqlite_drain_{p}p_per_s", f"sqlite_drain_{p}p_cpu_pct"), sqlite_drain))
         for p in processes:
 
-            def sqlite_drain_batch(i: int, p: int = p) -> tuple[float]:
+            def sqlite_drain_batch(i: int, p: int = p) -> tuple[float, float]:
                 db = fresh_file(f"sdb{p}", i)
                 asyncio.run(create(db, jobs))
-                return (ours_drain(db, jobs, p, tmp, BATCH),)
+                return ours_drain(db, jobs, p, tmp, BATCH)
 
-            found.append(((f"sqlite_drain_batch{BATCH}_{p}p_per_s",), sqlite_drain_batch))
+            found.append(((f"sqlite_drain_batch{BATCH}_{p}p_per_s", f"sqlite_drain_batch{BATCH}_{p}p_cpu_pct"), sqlite_drain_batch))
     if "peers" in only:
         for peer in peers:
 
@@ -408,12 +422,12 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
             found.append(((f"{peer}_create_per_s",), create_peer))
             for p in processes:
 
-                def drain_peer(i: int, peer: str = peer, p: int = p) -> tuple[float]:
+                def drain_peer(i: int, peer: str = peer, p: int = p) -> tuple[float, float]:
                     with database(f"{peer}{p}") as url:
                         asyncio.run(peer_create(peer, url, jobs))
-                        return (peer_drain(peer, url, jobs, p, tmp),)
+                        return peer_drain(peer, url, jobs, p, tmp)
 
-                found.append(((f"{peer}_drain_{p}p_per_s",), drain_peer))
+                found.append(((f"{peer}_drain_{p}p_per_s", f"{peer}_drain_{p}p_cpu_pct"), drain_peer))
     if "webhooks" in only:
         web = _bench("webhooks")
         names = ("per_s", "p50_ms", "p99_ms")
@@ -474,11 +488,20 @@ def ratios(r: dict[str, float], peers: tuple[str, ...]) -> list[tuple[str, float
     found = []
     if "pg_drain_8p_per_s" in r and "pg_drain_1p_per_s" in r:
         found.append(("PostgreSQL drain, 8 processes vs 1 (wanted >= 3x)", r["pg_drain_8p_per_s"] / r["pg_drain_1p_per_s"]))
+        # One process already keeps this share of the machine's CPUs busy (its
+        # own, the server's); more processes cannot do more than use them all.
+        found.append(("  most 8 vs 1 could be on this machine's CPUs (100% / 1-process CPU%)",
+                      100.0 / max(r["pg_drain_1p_cpu_pct"], 1e-9)))  # fmt: skip
+    for peer in peers:
+        if f"{peer}_drain_8p_per_s" in r and f"{peer}_drain_1p_per_s" in r:
+            found.append((f"{peer} drain, 8 processes vs 1", r[f"{peer}_drain_8p_per_s"] / r[f"{peer}_drain_1p_per_s"]))
+    batch1, batch8 = f"pg_drain_batch{BATCH}_1p_per_s", f"pg_drain_batch{BATCH}_8p_per_s"
+    if batch1 in r and batch8 in r:
+        found.append((f"PostgreSQL batch-{BATCH} drain, 8 processes vs 1", r[batch8] / r[batch1]))
     for peer in peers:
         if "pg_drain_8p_per_s" in r and f"{peer}_drain_8p_per_s" in r:
             found.append((f"our drain, 8 processes vs {peer}'s (wanted >= 1.0x)",
                           r["pg_drain_8p_per_s"] / r[f"{peer}_drain_8p_per_s"]))  # fmt: skip
-    batch8 = f"pg_drain_batch{BATCH}_8p_per_s"
     for peer in peers:
         if batch8 in r and f"{peer}_drain_8p_per_s" in r:
             found.append((f"our batch-{BATCH} drain, 8 processes vs {peer}'s", r[batch8] / r[f"{peer}_drain_8p_per_s"]))
