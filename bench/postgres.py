@@ -25,6 +25,10 @@ interleaved in time):
   cpu %         beside each drain: how busy the machine's CPUs were during
                 it (/proc/stat: workers, server, everything; 100 = all of
                 them). What one process already uses bounds what 8 can add.
+  fused drain/s ours again on PostgreSQL, one job at a time, each
+                complete claiming the next job in the same transaction
+                (drain_worker.py --then: one commit per job, as an agent
+                passing complete's next claim drains)
   batch drain/s ours again on each backend, with the same process counts,
                 each worker claiming up to 10 per round trip (drain_worker.py
                 --max 10: claim_next_many, then complete_many claiming the
@@ -211,11 +215,14 @@ def _jobs_done(output: str) -> int:
     return counted[0] if counted else sum(1 for line in lines if "completed" in line)
 
 
-def ours_drain(db: str | Path, n: int, processes: int, tmp: Path, batch: int | None = None) -> tuple[float, float]:
+def ours_drain(
+    db: str | Path, n: int, processes: int, tmp: Path, batch: int | None = None, *, fused: bool = False
+) -> tuple[float, float]:
     """With ``batch`` each worker claims up to that many at a time and completes them in one call
-    (drain_worker.py --max: claim_next_many, then complete_many claiming the next batch)."""
+    (drain_worker.py --max: claim_next_many, then complete_many claiming the next batch); ``fused``:
+    one at a time, each complete claiming the next (drain_worker.py --then: one commit per job)."""
     go = tmp / f"go-{time.monotonic_ns()}"
-    more = ["--max", str(batch)] if batch else []
+    more = ["--max", str(batch)] if batch else ["--then"] if fused else []
     commands = [[sys.executable, str(WORKER), str(db), f"w{i}", "bench", "--start-when", str(go), *more]
                 for i in range(processes)]  # fmt: skip
     return drain(commands, go, n, remaining(db, "ours"))
@@ -388,6 +395,14 @@ def measures(server: Server, jobs: int, processes: tuple[int, ...], peers: tuple
             found.append(((f"pg_drain_{p}p_per_s", f"pg_drain_{p}p_cpu_pct"), pg_drain))
         for p in processes:
 
+            def pg_drain_fused(i: int, p: int = p) -> tuple[float, float]:
+                with database(f"drainf{p}") as url:
+                    asyncio.run(create(url, jobs))
+                    return ours_drain(url, jobs, p, tmp, fused=True)
+
+            found.append(((f"pg_drain_fused_{p}p_per_s", f"pg_drain_fused_{p}p_cpu_pct"), pg_drain_fused))
+        for p in processes:
+
             def pg_drain_batch(i: int, p: int = p) -> tuple[float, float]:
                 with database(f"drainb{p}") as url:
                     asyncio.run(create(url, jobs))
@@ -498,6 +513,10 @@ def ratios(r: dict[str, float], peers: tuple[str, ...]) -> list[tuple[str, float
     batch1, batch8 = f"pg_drain_batch{BATCH}_1p_per_s", f"pg_drain_batch{BATCH}_8p_per_s"
     if batch1 in r and batch8 in r:
         found.append((f"PostgreSQL batch-{BATCH} drain, 8 processes vs 1", r[batch8] / r[batch1]))
+    for peer in peers:
+        if "pg_drain_fused_8p_per_s" in r and f"{peer}_drain_8p_per_s" in r:
+            found.append((f"our fused drain (one commit per job), 8 processes vs {peer}'s",
+                          r["pg_drain_fused_8p_per_s"] / r[f"{peer}_drain_8p_per_s"]))  # fmt: skip
     for peer in peers:
         if "pg_drain_8p_per_s" in r and f"{peer}_drain_8p_per_s" in r:
             found.append((f"our drain, 8 processes vs {peer}'s (wanted >= 1.0x)",

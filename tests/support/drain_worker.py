@@ -1,9 +1,12 @@
 """A draining agent as its own OS process, for the concurrency tests.
 
-    python tests/support/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE] [--max N]
+    python tests/support/drain_worker.py DB OWNER QUEUE [--lease S] [--hang-on-first] [--start-when FILE]
+                                         [--max N | --then]
 
 Claims and completes until the queue is empty, printing one JSON line per
-completed todo. With --max it claims up to N at a time and completes each
+completed todo (claim_next, then complete: two commits per todo). With
+--then each complete claims the next todo in the same transaction (one
+commit per todo). With --max it claims up to N at a time and completes each
 batch claiming the next one in the same transaction (the batch verbs). With --hang-on-first it claims one todo, prints it (id, lease
 token, lease end in ms), and sleeps (the test kills it: a crashed agent
 holding a lease).
@@ -32,6 +35,7 @@ async def main() -> int:
     parser.add_argument("--hang-on-first", action="store_true")
     parser.add_argument("--start-when", help="wait until this file exists (so that all workers start together)")
     parser.add_argument("--max", type=int, default=None, help="claim and complete in batches of up to this many")
+    parser.add_argument("--then", action="store_true", help="each complete claims the next todo (one commit per todo)")
     args = parser.parse_args()
     async with await Store.open(args.db) as store:
         if args.start_when:
@@ -40,6 +44,8 @@ async def main() -> int:
                 time.sleep(0.01)
         if args.max is not None:
             return await drain_in_batches(store, args.owner, args.queue, args.lease, args.max)
+        if args.then:
+            return await drain_fused(store, args.owner, args.queue, args.lease)
         while True:
             todo = await todos.claim_next(store, owner=args.owner, queues=[args.queue], lease=args.lease)
             if todo is None:
@@ -50,6 +56,16 @@ async def main() -> int:
                 time.sleep(3600)
             done = (await todos.complete(store, Lease.of(todo), result={"by": args.owner})).todo
             print(json.dumps({"completed": done.id, "attempt": done.attempt}), flush=True)
+
+
+async def drain_fused(store: Store, owner: str, queue: str, lease: float) -> int:
+    claim = todos.NextClaim(owner, [queue], lease)
+    todo = await todos.claim_next(store, owner=owner, queues=[queue], lease=lease)
+    while todo is not None:
+        finished = await todos.complete(store, Lease.of(todo), result={"by": owner}, then=claim)
+        print(json.dumps({"completed": finished.todo.id, "attempt": finished.todo.attempt}), flush=True)
+        todo = finished.next
+    return 0
 
 
 async def drain_in_batches(store: Store, owner: str, queue: str, lease: float, most: int) -> int:
