@@ -327,8 +327,19 @@ class NextClaim:
     agent: str | None = None
 
 
+def _claim_statement(claim: NextClaim, *, many: bool) -> tuple[str, dict[str, Any]]:
+    """A claim's arguments checked (before its transaction); the statement that
+    claims from its queues (one todo, or ``many``) and that statement's queue parameter."""
+    queues = _claim_queues(claim)
+    if queues is None:
+        return (Q.claim_many_any if many else Q.claim_next_any), {}
+    if len(queues) == 1:
+        return (Q.claim_many_in_queue if many else Q.claim_next_in_queue), {"queue": queues[0]}
+    return (Q.claim_many_in_queues if many else Q.claim_next_in_queues), {"queues": json.dumps(queues)}
+
+
 def _claim_queues(claim: NextClaim) -> list[str] | None:
-    """A claim's arguments checked (before its transaction); its queues, as a list."""
+    """The claim's owner and queues checked; its queues as a list (None: every queue)."""
     require_name("owner", claim.owner)
     queues = claim.queues
     if queues is None:
@@ -345,20 +356,14 @@ def _claim_queues(claim: NextClaim) -> list[str] | None:
 
 def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
     owner, agent = claim.owner, claim.agent
-    queues = _claim_queues(claim)
+    statement, where = _claim_statement(claim, many=False)
     lease_ms = lease_millis(claim.lease)
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
         _recover_lapsed(tx, now)
         token = secrets.token_urlsafe(24)
-        params = _claim_params(owner, agent, token, now, lease_ms)
-        if queues is None:
-            row = tx.one(Q.claim_next_any, params)
-        elif len(queues) == 1:
-            row = tx.one(Q.claim_next_in_queue, {**params, "queue": queues[0]})
-        else:
-            row = tx.one(Q.claim_next_in_queues, {**params, "queues": json.dumps(queues)})
+        row = tx.one(statement, {**_claim_params(owner, agent, token, now, lease_ms), **where})
         if row is None:
             return None
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
@@ -987,21 +992,15 @@ async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo
 def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], list[Todo]]:
     """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
     owner, agent = claim.owner, claim.agent
-    queues = _claim_queues(claim)
+    statement, where = _claim_statement(claim, many=True)
     lease_ms = lease_millis(claim.lease)
 
     def body(tx: Transaction) -> list[Todo]:
         now = store.clock.now_ms()
         _recover_lapsed(tx, now)
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
-        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)), "max": max,
-                  "lease_expires_at": now + lease_ms, "now": now}  # fmt: skip
-        if queues is None:
-            rows = tx.all(Q.claim_many_any, params)
-        elif len(queues) == 1:
-            rows = tx.all(Q.claim_many_in_queue, {**params, "queue": queues[0]})
-        else:
-            rows = tx.all(Q.claim_many_in_queues, {**params, "queues": json.dumps(queues)})
+        rows = tx.all(statement, {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)),
+                                  "max": max, "lease_expires_at": now + lease_ms, "now": now, **where})  # fmt: skip
         claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         return claimed
