@@ -136,7 +136,7 @@ def cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], int]) -> tuple[float, float]:
+def drain(commands: list[list[str]], go: Path, n: int, remaining: Left) -> tuple[float, float]:
     """Jobs/s of worker processes that each print {"ready": true}, wait for ``go``, then
     drain; and how busy the machine's CPUs were meanwhile (percent of all of them:
     the workers, the database server, everything).
@@ -173,6 +173,7 @@ def drain(commands: list[list[str]], go: Path, n: int, remaining: Callable[[], i
         for reader in readers:
             reader.join()
     finally:
+        remaining.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -191,22 +192,31 @@ LEFT = {
 }
 
 
-def remaining(db: str | Path, system: str) -> Callable[[], int]:
-    if isinstance(db, Path):
-        import sqlite3
+class Left:
+    """What a drain has left to do, looked at on one connection kept open for the whole
+    drain (a connection a look would cost a PostgreSQL server a process each 10 ms)."""
 
-        def left_in_file() -> int:
-            with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
-                return int(conn.execute(LEFT[system]).fetchone()[0])
+    def __init__(self, db: str | Path, system: str) -> None:
+        self._sql = LEFT[system]
+        self._db = db
+        self._conn: Any = None
 
-        return left_in_file
-    import psycopg
+    def __call__(self) -> int:
+        if self._conn is None:
+            if isinstance(self._db, Path):
+                import sqlite3
 
-    def left_in_database() -> int:
-        with psycopg.connect(db, autocommit=True) as conn:
-            return int(conn.execute(LEFT[system]).fetchone()[0])  # type: ignore[index]
+                self._conn = sqlite3.connect(self._db, isolation_level=None)
+            else:
+                import psycopg
 
-    return left_in_database
+                self._conn = psycopg.connect(self._db, autocommit=True)
+        return int(self._conn.execute(self._sql).fetchone()[0])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def _jobs_done(output: str) -> int:
@@ -225,7 +235,7 @@ def ours_drain(
     more = ["--max", str(batch)] if batch else ["--then"] if fused else []
     commands = [[sys.executable, str(WORKER), str(db), f"w{i}", "bench", "--start-when", str(go), *more]
                 for i in range(processes)]  # fmt: skip
-    return drain(commands, go, n, remaining(db, "ours"))
+    return drain(commands, go, n, Left(db, "ours"))
 
 
 async def claim_latency_ms(url: str, done_rows: int) -> float:
@@ -292,7 +302,7 @@ async def peer_create(peer: str, url: str, n: int) -> float:
 def peer_drain(peer: str, url: str, n: int, processes: int, tmp: Path) -> tuple[float, float]:
     go = tmp / f"go-{time.monotonic_ns()}"
     commands = [[sys.executable, str(Path(__file__).resolve()), "worker", peer, url, str(go)] for _ in range(processes)]
-    return drain(commands, go, n, remaining(url, peer))
+    return drain(commands, go, n, Left(url, peer))
 
 
 def _procrastinate_app(url: str) -> tuple[Any, list[int]]:
