@@ -1,7 +1,8 @@
 """Random sequences of lifecycle calls keep every invariant of DESIGN §2.
 
-A hypothesis state machine drives a real store (a file on disk, a clock that
-it moves, pinned jitter) beside a model of what the store should hold. Its
+A hypothesis state machine drives a real store (a file on disk, or a
+PostgreSQL database on a real server; a clock that it moves, pinned jitter)
+beside a model of what the store should hold. Its
 steps: creates on three queues (priorities, delays, assignees, idempotency
 keys); claim_next with no queue, one queue and several (the three statements
 that claim), and claim by id; heartbeat, complete, fail (a backoff, or a dead
@@ -9,16 +10,24 @@ letter at the cap), release (with a delay), complete and fail that
 claim the next todo too, each with any token ever handed out; redrive; an
 operator's cancel and forced release (often of a claimed todo); reads; time
 passing leases and backoffs; and groups of these issued at once, which the
-store's group commit runs in one transaction. Every answer is the model's
-prediction: which todo a claim takes, which error a refusal raises, when a
-failed todo comes back. After every step the file is checked: each row and its
+SQLite store's group commit runs in one transaction (PostgreSQL has no group
+commit: there a group is issued in order, one after another, since concurrent
+writers there are ordered by the server and the model expects the order
+issued). Every answer is the model's prediction: which todo a claim takes,
+which error a refusal raises, when a failed todo comes back. After every step
+the database is checked, through a connection of its own: each row and its
 attempt history are what the model holds; states and lease fields agree; no
 todo is both claimable and claimed; a claimable todo has an attempt left; a
 claimed todo has exactly one open attempt, under the token its claimer was
 given; and stats agree with a recount of the rows as the next claim sees them.
 The model's rules are in lifecycle_model.py.
 
-CI runs a modest budget; SWITCHBOARD_FUZZ_EXAMPLES (tests/support/fuzz.py) raises it.
+Both backends run the same machine, with the same rules and checks.
+PostgreSQL's examples share one database, emptied before each (ids from 1
+again); each example opens a store on it and closes it.
+
+CI runs a modest budget (fewer examples on PostgreSQL, where each costs more);
+SWITCHBOARD_FUZZ_EXAMPLES (tests/support/fuzz.py) raises it.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import random
 import sqlite3
 import tempfile
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +46,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
@@ -46,7 +56,8 @@ from switchboard_local.core.errors import (
     NotFound,
     SwitchboardError,
 )
-from switchboard_local.core.queries import Q
+from switchboard_local.core.postgres import convert_params
+from switchboard_local.core.queries import POSTGRES, Q
 from switchboard_local.core.store import Store
 from switchboard_local.core.todo_model import (
     MAX_LIST_LIMIT,
@@ -60,9 +71,9 @@ from switchboard_local.core.todos import Lease, NextClaim
 
 from support.fuzz import FUZZ_EXAMPLES, fuzz_settings
 from support.lifecycle_model import Model, Modeled, count_as_the_next_claim_sees
+from support.postgres import PostgresServer
+from support.sql import pg_connection
 from support.store import hold_the_thread
-
-pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
 
 QUEUES = ("a", "b", "c")
 NOT_A_TOKEN = "not-a-token"
@@ -90,6 +101,7 @@ NEXT_CLAIMS = st.builds(
     lease=LEASES,
     agent=AGENTS,
 )
+PG_EXAMPLES = 25  # PostgreSQL's examples in CI (SQLite's: 100)
 WRITES = ["create", "create", "claim_next", "claim", "heartbeat", "complete", "fail", "release",
           "complete_then_claim", "fail_then_claim", "redrive", "cancel", "force_release"]  # fmt: skip
 
@@ -126,18 +138,39 @@ def empty_store() -> bytes:
         return asyncio.run(make(Path(folder) / "empty.db"))
 
 
+@dataclass(frozen=True)
+class Database:
+    """Where an example's store is: a new SQLite file (a copy of an empty one), or
+    the test's PostgreSQL database at ``url``, which ``server`` empties first."""
+
+    backend: str
+    url: str = ""
+    server: PostgresServer | None = None
+
+
 class Lifecycle(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    def __init__(self, database: Database) -> None:
         super().__init__()
-        self.dir = tempfile.TemporaryDirectory()
-        self.path = Path(self.dir.name) / "switchboard.db"
-        self.path.write_bytes(empty_store())
+        self.closing = ExitStack()
+        self.group_commit = database.backend == "sqlite"
+        if database.server is not None:
+            database.server.empty(database.url)
+            where: Path | str = database.url
+            # The database as committed, beside the store's connections; values read as SQLite gives them.
+            self.reader: Any = self.closing.enter_context(pg_connection(database.url))
+            self.attempts_of_todo = convert_params(POSTGRES[Q.attempts_of_todo.name])
+        else:
+            folder = self.closing.enter_context(tempfile.TemporaryDirectory())
+            where = Path(folder) / "switchboard.db"
+            where.write_bytes(empty_store())
+            self.reader = sqlite3.connect(where)  # the file as committed, beside the store's connection
+            self.closing.callback(self.reader.close)
+            self.reader.row_factory = sqlite3.Row
+            self.attempts_of_todo = Q.attempts_of_todo
         self.clock = ManualClock()
         self.loop = asyncio.new_event_loop()
         # Not FULL: durability is not what this checks, and fsyncs would cost most of its time.
-        self.store = self.run(Store.open(self.path, clock=self.clock, rng=random.Random(0), synchronous="NORMAL"))
-        self.reader = sqlite3.connect(self.path)  # the file as committed, beside the store's connection
-        self.reader.row_factory = sqlite3.Row
+        self.store = self.run(Store.open(where, clock=self.clock, rng=random.Random(0), synchronous="NORMAL"))
         self.jitter = random.Random(0)  # the store's, drawn in the same order: once per fail
         self.model = Model(self.clock)
         self.tokens: list[tuple[int, str]] = [(1, NOT_A_TOKEN)]  # every (todo id, token) handed out
@@ -146,10 +179,11 @@ class Lifecycle(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     def teardown(self) -> None:
-        self.reader.close()
-        self.run(self.store.close())
-        self.loop.close()
-        self.dir.cleanup()
+        try:
+            self.run(self.store.close())
+            self.loop.close()
+        finally:
+            self.closing.close()
 
     @property
     def now(self) -> int:
@@ -350,8 +384,8 @@ class Lifecycle(RuleBasedStateMachine):
             except SwitchboardError as exc:
                 return exc
 
-        if len(ops) == 1:
-            return [await outcome(ops[0])]
+        if len(ops) == 1 or not self.group_commit:
+            return [await outcome(op) for op in ops]
         gate, held = await hold_the_thread(self.store)
         try:
             tasks = [asyncio.create_task(outcome(op)) for op in ops]
@@ -411,7 +445,7 @@ class Lifecycle(RuleBasedStateMachine):
         attempts = [
             {**dict(a), "todo_id": r["id"]}
             for r in rows
-            for a in self.reader.execute(Q.attempts_of_todo, {"todo_id": r["id"]}).fetchall()
+            for a in self.reader.execute(self.attempts_of_todo, {"todo_id": r["id"]}).fetchall()
         ]
         self.the_file_is_what_the_model_holds(rows, attempts)
         self.states_leases_and_attempts_agree(rows, attempts)
@@ -460,14 +494,24 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.run(todos.stats(self.store, queues=["d", "b"])) == [*scoped, empty]
 
 
-TestLifecycle = Lifecycle.TestCase
-TestLifecycle.settings = settings(
-    fuzz_settings,  # the same examples every CI run (SWITCHBOARD_FUZZ_RANDOM for fresh ones)
-    max_examples=max(100, FUZZ_EXAMPLES),
-    stateful_step_count=50,
-    database=None,
-    report_multiple_bugs=False,  # shrink the first failure only: a failing run reports sooner
-)
+# Examples per backend: a PostgreSQL step is round trips to a server, some times an SQLite one's.
+EXAMPLES = {"sqlite": max(100, FUZZ_EXAMPLES), "postgres": max(PG_EXAMPLES, FUZZ_EXAMPLES // 4)}
+
+
+def test_random_lifecycle_calls_keep_every_invariant(backend: str, request: pytest.FixtureRequest) -> None:
+    database = Database(backend)
+    if backend == "postgres":
+        database = Database(backend, request.getfixturevalue("db_path"), request.getfixturevalue("postgres_server"))
+    run_state_machine_as_test(
+        lambda: Lifecycle(database),
+        settings=settings(
+            fuzz_settings,  # the same examples every CI run (SWITCHBOARD_FUZZ_RANDOM for fresh ones)
+            max_examples=EXAMPLES[backend],
+            stateful_step_count=50,
+            database=None,
+            report_multiple_bugs=False,  # shrink the first failure only: a failing run reports sooner
+        ),
+    )
 
 
 # The three statements claim_next runs, one example each (what the machine

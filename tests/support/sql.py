@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,19 @@ def counts(db: Path | str) -> tuple[int, int]:
 
 
 def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any]:
+    from switchboard_local.core.postgres import convert_params
+
+    with pg_connection(url, records=records) as conn, conn.cursor() as cursor:
+        cursor.execute(convert_params(sql), tuple(params))  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
+
+
+@contextlib.contextmanager
+def pg_connection(url: str, *, records: bool = True) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to ``url`` that reads values as SQLite gives them
+    (times as integer milliseconds, JSON as text, flags as 0 or 1); rows readable by
+    column name too when ``records``. For a test that reads many times (``rows`` opens
+    a connection per call)."""
     from datetime import datetime, timedelta, timezone
 
     import psycopg
@@ -74,7 +87,7 @@ def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any
 
     EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-    from switchboard_local.core.postgres import convert_params, row_factory
+    from switchboard_local.core.postgres import row_factory
 
     class Millis(Loader):
         def load(self, data: Any) -> int:
@@ -97,9 +110,7 @@ def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any
         conn.adapters.register_loader("bool", AsInt)
         if records:
             conn.row_factory = row_factory  # type: ignore[assignment]
-        with conn.cursor() as cursor:
-            cursor.execute(convert_params(sql), tuple(params))  # type: ignore[arg-type]
-            return cursor.fetchall() if cursor.description else []
+        yield conn
 
 
 def ms(db: Path | str, value: int) -> str:
