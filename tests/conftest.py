@@ -77,10 +77,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """One real PostgreSQL server for the session; its template database holds the schema."""
+    """One real PostgreSQL server for the session; its template database holds the schema.
+
+    fsync off: no test crashes the server's machine, the one thing fsync guards
+    against (a killed server, or a killed client, loses no commit without it:
+    the WAL is still written at each commit), and a commit's flush was a
+    fifth of the PostgreSQL variants' time. bench/ keeps it on."""
     import asyncio
 
-    server = PostgresServer().start()
+    server = PostgresServer(fsync=False).start()
     try:
 
         def create_schema(url: str) -> None:

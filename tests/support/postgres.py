@@ -5,9 +5,11 @@ PATH or /usr/lib/postgresql/*/bin) as an unprivileged user when the tests run
 as root (PostgreSQL refuses root): ``nobody``, through ``setpriv``, which
 execs the server itself, so the process started is the server's postmaster.
 Trust authentication for the superuser ``postgres`` on 127.0.0.1 only, the
-socket in the temporary folder, fsync on as in production. One server per
-test session (tests/conftest.py), stopped at its end; each test gets a fresh
-database of its own, copied from a template (``fresh_database``).
+socket in the temporary folder, fsync on as in production unless
+``fsync=False`` (the tests' server: tests/conftest.py says why; bench/ keeps
+it on). One server per test session (tests/conftest.py), stopped at its end;
+each test gets a fresh database of its own, copied from a template
+(``fresh_database``).
 
 When PostgreSQL is not installed, ``find_bin`` raises: scripts/test.sh
 installs Debian's ``postgresql`` package, and a missing server is a failure,
@@ -85,7 +87,8 @@ def _die_with_parent() -> None:
 class PostgresServer:
     """One PostgreSQL server in a temporary folder, for one test session."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fsync: bool = True) -> None:
+        self.fsync = fsync
         self.bin = find_bin()
         self._prefix, uid, gid = _as_server_user()
         # As root the server runs as nobody, who must reach the folder: /tmp, whatever $TMPDIR says.
@@ -122,7 +125,7 @@ class PostgresServer:
         self.process = subprocess.Popen(
             [*prefix, str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
-             "-c", "fsync=on", "-c", "max_connections=300", "-c", "log_min_messages=warning"],  # fmt: skip
+             "-c", f"fsync={'on' if self.fsync else 'off'}", "-c", "max_connections=300", "-c", "log_min_messages=warning"],  # fmt: skip
             stdout=subprocess.DEVNULL,
             stderr=open(self.root / "server.log", "wb"),  # noqa: SIM115 (the server's, closed with it)
             start_new_session=True,
