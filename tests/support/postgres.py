@@ -183,8 +183,8 @@ class PostgresServer:
     def fresh_database(self) -> str:
         """A database of the test's own, as the template is (the schema, no rows, ids from 1); its URL.
 
-        Copying the template takes 0.1 s or more (its pages go through the
-        fsynced WAL), so a database a test is done with is emptied and reused
+        Copying the template takes 25 ms to 0.1 s or more (its pages go
+        through the WAL, fsynced when ``fsync``), so a database a test is done with is emptied and reused
         instead (``release``: a few milliseconds) whenever it still has exactly
         the template's objects; else it is dropped and a new copy made.
         """
