@@ -81,8 +81,9 @@ def postgres_server() -> Iterator[PostgresServer]:
 
     fsync off: no test crashes the server's machine, the one thing fsync guards
     against (a killed server, or a killed client, loses no commit without it:
-    the WAL is still written at each commit), and a commit's flush was a
-    fifth of the PostgreSQL variants' time. bench/ keeps it on."""
+    the WAL is still written at each commit), and each commit's flush is
+    time no test needs (some 5-10% of tests/core's PostgreSQL variants on
+    this disk). bench/ keeps it on."""
     import asyncio
 
     server = PostgresServer(fsync=False).start()
