@@ -294,8 +294,9 @@ class PgTransaction:
         return self._guarded(lambda: self._run(text, params, fetch))
 
     def _guarded(self, run: Callable[[], T]) -> T:
-        """Run one statement: in a savepoint of its own when careful; a refusal as Conflict,
-        noting when it left the transaction aborted (the body then runs again, careful)."""
+        """Run one statement: in a savepoint of its own when careful; a refusal as Conflict
+        (InvalidArgument for a value PostgreSQL cannot hold), noting when it left the
+        transaction aborted (the body then runs again, careful)."""
         try:
             if self._careful:
                 with self._conn.transaction():
@@ -305,10 +306,14 @@ class PgTransaction:
             if self.refused:
                 raise _Rerun() from None
             raise
-        except psycopg.IntegrityError as exc:
+        except (psycopg.IntegrityError, psycopg.DataError) as exc:
+            # A refusal of this statement's values (a unique key; a NUL that
+            # PostgreSQL cannot hold): the body may catch it and carry on.
             if not self._careful and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
                 self.refused = True
-            raise Conflict(f"the database refused the change: {_first_line(exc)}") from exc
+            refusal = translate(exc, "the database")  # neither message names where
+            assert refusal is not None  # both kinds translate
+            raise refusal from exc
 
     def _run(self, text: str, params: Params, fetch: Callable[[psycopg.Cursor[PgRow]], T]) -> T:
         with self._conn.cursor() as cursor:

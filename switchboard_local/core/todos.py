@@ -351,7 +351,7 @@ def _claim_queues(claim: NextClaim) -> list[str] | None:
         raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
     for q in queues:
         require_name("queue", q)
-    return queues
+    return list(dict.fromkeys(queues))  # a queue named twice is one queue
 
 
 def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
@@ -536,6 +536,8 @@ def _leased_body(
     ``outcome`` (failed, released) ends the attempt into the history.
     """
     todo_id = lease.todo_id
+    if not 0 < todo_id <= MAX_ID:  # no todo has it, and no database could even be asked
+        raise NotFound(f"todo {todo_id} does not exist")
     if not lease.token or not isinstance(lease.token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
     token_hash = hash_token(lease.token)
@@ -917,6 +919,7 @@ async def stats(store: Store, *, queues: Sequence[str] | None = None) -> list[Qu
 # not claimed or not there) is undone alone and the others commit.
 
 MAX_BATCH = 100  # items of one batch, and todos one batch claim may take
+MAX_ID = 2**63 - 1  # the largest id either database holds
 
 
 @dataclass(frozen=True)
@@ -1049,7 +1052,7 @@ def _complete_together(
         wanted = []
         for n, (item, text) in enumerate(zip(items, results)):
             todo_id = item.lease.todo_id
-            if text is None or type(todo_id) is not int or todo_id in seen:
+            if text is None or type(todo_id) is not int or not 0 < todo_id <= MAX_ID or todo_id in seen:
                 continue
             try:
                 settings.require_size(tx, "result", text)
@@ -1063,7 +1066,10 @@ def _complete_together(
             wanted.append(one)
         if not wanted:
             return {}
-        rows = tx.all(Q.complete_many, {"items": json.dumps(wanted), "now": store.clock.now_ms()})
+        try:
+            rows = tx.all(Q.complete_many, {"items": json.dumps(wanted), "now": store.clock.now_ms()})
+        except InvalidArgument:  # a value the database cannot hold (PostgreSQL: a NUL): each item alone says whose
+            return {}
         done = {row["id"]: Todo.from_row(row) for row in rows}
         return {n: done[todo_id] for n, todo_id in batch.items() if todo_id in done}
 

@@ -18,7 +18,7 @@ import pytest
 from switchboard_local.core import queues as queues_module
 from switchboard_local.core import todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound, StoreFault
-from switchboard_local.core.store import Store
+from switchboard_local.core.store import Store, is_url
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Completion, Failure, Lease, NextClaim
 
@@ -88,6 +88,14 @@ async def test_a_batch_claim_takes_what_single_claims_in_a_row_would_in_each_for
     single = [await todos.claim_next(store, owner="w", queues=queues) for _ in range(5)]
     assert [t.id for t in many] == [t.id for t in single if t is not None]
     assert len(many) == 5 and all(t.queue != "d" for t in many)
+
+
+async def test_a_batch_claim_naming_a_queue_twice_claims_as_many_as_single_claims(store):
+    for i in range(10):
+        await new(store, f"t{i}", queue="a")
+    await new(store, "elsewhere", queue="b")
+    many = await todos.claim_next_many(store, NextClaim("w", ["a", "a"]), 5)
+    assert len({t.id for t in many}) == 5
 
 
 async def test_each_todo_of_a_batch_claim_has_its_own_lease_token_and_attempt(store):
@@ -269,6 +277,29 @@ async def test_a_todo_twice_in_one_batch_first_with_a_stale_token_is_finished_by
     outcomes = await todos.complete_many(store, [Completion(stale, 1), Completion(Lease.of(claimed), 2)])
     assert [o.ok for o in outcomes] == [False, True]
     assert (await todos.get(store, todo.id)).result == 2
+
+
+async def test_an_id_past_the_databases_range_refuses_only_its_item(store):
+    todo = await new(store)
+    claimed = await todos.claim(store, todo.id, owner="w")
+    outcomes = await todos.complete_many(store, [Completion(Lease(2**63, "x"), 1), Completion(Lease.of(claimed), 2)])
+    assert [o.ok for o in outcomes] == [False, True]
+    assert isinstance(outcomes[0].error, NotFound)
+    assert (await todos.get(store, todo.id)).result == 2
+
+
+async def test_a_result_the_database_cannot_hold_refuses_only_its_item(store, db_path):
+    """PostgreSQL's JSON holds no NUL character (SQLite's does: there both complete)."""
+    first, second = await new(store), await new(store)
+    a = await todos.claim(store, first.id, owner="w")
+    b = await todos.claim(store, second.id, owner="w")
+    outcomes = await todos.complete_many(store, [Completion(Lease.of(a), "nul \u0000 here"), Completion(Lease.of(b), 2)])
+    assert outcomes[1].ok and (await todos.get(store, second.id)).result == 2
+    if is_url(db_path):
+        assert isinstance(outcomes[0].error, InvalidArgument)
+        assert (await todos.get(store, first.id)).state == "claimed"
+    else:
+        assert outcomes[0].ok
 
 
 async def test_a_batch_with_every_item_refused_changes_nothing(store, db_path):
