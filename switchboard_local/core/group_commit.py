@@ -64,6 +64,8 @@ class SQLiteTransaction:
     knowing the driver.
     """
 
+    in_transaction = True  # always: every body runs in BEGIN IMMEDIATE … COMMIT
+
     def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
         self._conn = conn
         self._savepoints = 0  # named apart, so that nested ones never meet the group's own

@@ -60,7 +60,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
-from .store import APP_NAME, FileState, Params, Transaction, busy_timeout_ms, is_url, local_path, redacted
+from .store import (
+    APP_NAME,
+    FileState,
+    NeedsTransaction,
+    Params,
+    Transaction,
+    busy_timeout_ms,
+    is_url,
+    local_path,
+    needs_transaction,
+    redacted,
+)
 from .tally import Tally
 
 T = TypeVar("T")
@@ -264,11 +275,18 @@ class PgTransaction:
     """
 
     def __init__(
-        self, conn: psycopg.Connection[PgRow], statements: Statements, cache: dict[Any, Any], *, careful: bool = False
+        self,
+        conn: psycopg.Connection[PgRow],
+        statements: Statements,
+        cache: dict[Any, Any],
+        *,
+        careful: bool = False,
+        in_transaction: bool = True,
     ) -> None:
         self._conn = conn
         self._statements = statements
         self._careful = careful
+        self.in_transaction = in_transaction  # False: each statement is its own transaction (write's single)
         self.memo: dict[Any, Any] = {}
         self.cache = cache
         self.changed = False  # a statement changed rows (only such commits are news to data_version)
@@ -277,6 +295,7 @@ class PgTransaction:
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         """A part of the body that is undone alone when it raises (store.Transaction.savepoint)."""
+        needs_transaction(self)  # a savepoint is a part of a transaction
         if self.refused and self._conn.info.transaction_status == pq.TransactionStatus.INERROR:
             raise _Rerun()  # a refusal the body caught left the transaction aborted
         memo = dict(self.memo)
@@ -683,26 +702,39 @@ class PostgresStore:
         if not self._busy and self._idle is not None:
             self._idle.set()
 
-    async def write(self, body: Callable[[Transaction], T]) -> T:
-        """Run ``body`` in one transaction on a pooled connection; answer after its COMMIT."""
+    async def write(self, body: Callable[[Transaction], T], *, single: bool = False) -> T:
+        """Run ``body`` in one transaction on a pooled connection; answer after its COMMIT.
+
+        ``single`` (store.Store.write): the body's statements run in autocommit,
+        each its own transaction, until it asks for one (NeedsTransaction): then
+        it runs again in one. A claim or a complete is then one round trip, not
+        three (BEGIN, the statement, COMMIT)."""
         if self.read_only:
             if self._closed:
                 raise RuntimeError("the store is closed")
             raise Unavailable(f"{self.where} was opened read-only; nothing can be written")
-        return await self._in_thread(lambda: self._write(body))
+        return await self._in_thread(lambda: self._write(body, single))
 
-    def _write(self, body: Callable[[Transaction], T]) -> T:
+    def _write(self, body: Callable[[Transaction], T], single: bool = False) -> T:
         careful = False
         attempt = 0
         with driver_errors(self.where), self._pool.connection() as conn:
             while True:
                 started = time.perf_counter()
-                tx = PgTransaction(conn, self._statements, self.cache, careful=careful)
+                tx = PgTransaction(conn, self._statements, self.cache, careful=careful, in_transaction=not single)
                 try:
-                    with conn.transaction():
-                        result = body(tx)
-                        if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                            raise _Rerun()  # a refusal the body caught: the transaction is void
+                    if single:
+                        result = body(tx)  # autocommit: each statement commits as it runs
+                    else:
+                        with conn.transaction():
+                            result = body(tx)
+                            if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                                raise _Rerun()  # a refusal the body caught: the transaction is void
+                except NeedsTransaction:
+                    if not single or tx.changed:  # a bug: only a body that has changed nothing may start over
+                        raise RuntimeError("a body asked for a transaction after it changed rows, or inside one") from None
+                    single = False  # what ran so far only read: run it again, in one transaction
+                    continue
                 except _Rerun:
                     if careful:  # cannot happen: every statement had a savepoint
                         raise RuntimeError("a statement left the transaction aborted inside a savepoint") from None

@@ -604,8 +604,9 @@ class SQLiteStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def write(self, body: Callable[[Transaction], T]) -> T:
-        """Run ``body`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises).
+    async def write(self, body: Callable[[Transaction], T], *, single: bool = False) -> T:
+        """Run ``body`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises); ``single``
+        changes nothing here (a transaction costs no round trip on a file).
 
         Group commit: writes that arrive while the thread is busy share the
         next transaction, each inside its own SAVEPOINT, so one that raises is

@@ -163,6 +163,18 @@ class Row(Protocol):
     def keys(self) -> list[str]: ...
 
 
+class NeedsTransaction(Exception):
+    """A body running statement by statement must change rows more than once:
+    the store runs it again, in one transaction (``needs_transaction``)."""
+
+
+def needs_transaction(tx: Transaction) -> None:
+    """Before a body's second change: in one transaction from here on (a body of
+    ``write(…, single=True)`` that ran statement by statement runs again in one)."""
+    if not tx.in_transaction:
+        raise NeedsTransaction()
+
+
 class Transaction(Protocol):
     """What a write's body (or a peek's) is handed: statements by name (core/queries.sql).
 
@@ -174,6 +186,9 @@ class Transaction(Protocol):
 
     memo: dict[Any, Any]
     cache: dict[Any, Any]
+    # False while a write's body runs statement by statement (``write(body,
+    # single=True)`` on PostgreSQL): see ``needs_transaction``.
+    in_transaction: bool
 
     def one(self, sql: str, params: Params = ()) -> Row | None:
         """The first row of the statement (None: no row); the statement is finished."""
@@ -305,8 +320,17 @@ class Store(Protocol):
 
         return await asyncio.to_thread(inspect_file, path)
 
-    async def write(self, body: Callable[[Transaction], T]) -> T:
-        """Run ``body`` in one transaction; answer after its commit (see above)."""
+    async def write(self, body: Callable[[Transaction], T], *, single: bool = False) -> T:
+        """Run ``body`` in one transaction; answer after its commit (see above).
+
+        ``single``: the body changes rows with one statement at most, and what
+        it reads needs no lock held to that change (a claim, a complete). A
+        server database may then run each statement as its own transaction:
+        no BEGIN and COMMIT round trips. A body that finds it must change more
+        calls ``needs_transaction(tx)`` before its first change, and runs
+        again in a transaction.
+        SQLite runs every body in a transaction (it costs nothing there).
+        """
         ...
 
     async def snapshot(self, body: Callable[[Transaction], T]) -> T:

@@ -30,7 +30,7 @@ from . import audit, settings
 from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from .queries import Q
-from .store import Store, Transaction
+from .store import Store, Transaction, needs_transaction
 from .todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
@@ -231,7 +231,7 @@ async def claim(
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
 
-    return await store.write(body)
+    return await store.write(body, single=True)
 
 
 @overload
@@ -265,7 +265,7 @@ async def claim_next(
     if max is not None:
         return await claim_next_many(store, NextClaim(owner, queues, lease, agent), max)
     started = time.perf_counter()
-    claimed = await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)))
+    claimed = await store.write(_claim_next_body(store, NextClaim(owner, queues, lease, agent)), single=True)
     store.tally.claimed(time.perf_counter() - started)  # call to committed answer, found or not
     return claimed
 
@@ -406,6 +406,7 @@ def _recover_lapsed(tx: Transaction, now: int) -> None:
     # Mostly nothing has lapsed: one look down todos_leases, rather than the two
     # statements that would find nothing to do.
     if tx.one(Q.any_lapsed_lease, {"now": now}) is not None:
+        needs_transaction(tx)  # the recovery's changes and the claim's commit together
         tx.run(Q.end_lapsed_attempts, {"now": now})
         tx.run(Q.recover_lapsed_leases, {"now": now})
     tx.memo[RECOVERED_AT] = now
@@ -467,7 +468,7 @@ class Finished:
 async def heartbeat(store: Store, lease: Lease, *, lease_seconds: float | None = None) -> Todo:
     """Reset the lease to now + lease_seconds (default 300 s), within the 12 h cap per attempt."""
     params = {"lease_ms": lease_millis(lease_seconds), "lease_cap_ms": round(LEASE_CAP_SECONDS * 1000)}
-    return await store.write(_leased_body(store, Q.heartbeat, lease, params))
+    return await store.write(_leased_body(store, Q.heartbeat, lease, params), single=True)
 
 
 async def complete(store: Store, lease: Lease, *, result: Any = None, then: NextClaim | None = None) -> Finished:
@@ -476,7 +477,7 @@ async def complete(store: Store, lease: Lease, *, result: Any = None, then: Next
     With ``then``, the next todo is claimed in the same transaction: one commit
     per job. A refused finish claims nothing.
     """
-    return await _finish(store, _complete_body(store, lease, result), then)
+    return await _finish(store, _complete_body(store, lease, result), then, single=True)
 
 
 def _complete_body(store: Store, lease: Lease, result: Any) -> Callable[[Transaction], Todo]:
@@ -514,11 +515,15 @@ async def release(store: Store, lease: Lease, *, delay: float = 0.0) -> Todo:
     return await store.write(_leased_body(store, Q.release, lease, params, outcome="released"))
 
 
-async def _finish(store: Store, finish: Callable[[Transaction], Todo], then: NextClaim | None) -> Finished:
+async def _finish(
+    store: Store, finish: Callable[[Transaction], Todo], then: NextClaim | None, *, single: bool = False
+) -> Finished:
     # Both verbs' arguments are checked before the transaction. In it the finish
     # runs first: the claim sees it, and a refused finish leaves nothing claimed.
     claim = None if then is None else _claim_next_body(store, then)
-    return await store.write(lambda tx: Finished(finish(tx), None if claim is None else claim(tx)))
+    if claim is None:  # ``single``: the finish changes rows with one statement (complete does; fail does not)
+        return await store.write(lambda tx: Finished(finish(tx)), single=single)
+    return await store.write(lambda tx: Finished(finish(tx), claim(tx)))
 
 
 def _leased_body(
@@ -987,7 +992,7 @@ async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo
     """
     require_max(max)
     started = time.perf_counter()
-    claimed = await store.write(_claim_many_body(store, claim, max))
+    claimed = await store.write(_claim_many_body(store, claim, max), single=True)
     store.tally.claimed(time.perf_counter() - started)
     return claimed
 

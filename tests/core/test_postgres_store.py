@@ -19,7 +19,7 @@ from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusab
 from switchboard_local.core.postgres import PostgresStore, convert_params
 from switchboard_local.core.queries import Q
 from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store
+from switchboard_local.core.store import Store, needs_transaction
 from switchboard_local.core.todo_model import NewTodo
 
 from support.cli import invoke
@@ -165,6 +165,64 @@ async def test_a_refused_part_in_a_savepoint_is_undone_alone_memo_included(url, 
     async with await Store.open(url, clock=clock) as store:
         assert await store.write(body) == {"kept": 1}
     assert rows(url, "SELECT title FROM todos") == [("kept",)]
+
+
+def _todo(clock, title: str) -> dict:
+    return todos.insert_params(NewTodo(queue="q", title=title), now=clock.now_ms(), event_id=None)
+
+
+async def test_a_single_write_commits_each_statement_as_it_runs(url, clock) -> None:
+    """write(single=True): no BEGIN/COMMIT around the body (a claim is one round trip):
+    another connection sees the change before the body returns."""
+    seen = []
+
+    def body(tx) -> None:
+        tx.one(Q.insert_todo, _todo(clock, "one"))
+        seen.append((tx.in_transaction, value(url, "SELECT count(*) FROM todos")))
+
+    async with await Store.open(url, clock=clock) as store:
+        await store.write(body, single=True)
+        await store.write(body)
+    assert seen == [(False, 1), (True, 1)]  # in a transaction the second insert is not seen until the commit
+
+
+async def test_a_single_write_that_needs_a_transaction_runs_again_in_one(url, clock) -> None:
+    runs = []
+
+    def body(tx) -> str:
+        runs.append(tx.in_transaction)
+        needs_transaction(tx)
+        tx.one(Q.insert_todo, _todo(clock, "first"))
+        runs.append(value(url, "SELECT count(*) FROM todos"))  # not committed yet: one transaction
+        tx.one(Q.insert_todo, _todo(clock, "second"))
+        return "done"
+
+    async with await Store.open(url, clock=clock) as store:
+        assert await store.write(body, single=True) == "done"
+    assert runs == [False, True, 0]
+    assert value(url, "SELECT count(*) FROM todos") == 2
+
+
+async def test_a_single_write_asking_for_a_transaction_after_a_change_is_a_bug(url, clock) -> None:
+    def body(tx) -> None:
+        tx.one(Q.insert_todo, _todo(clock, "first"))
+        needs_transaction(tx)
+
+    async with await Store.open(url, clock=clock) as store:
+        with pytest.raises(RuntimeError, match="after it changed rows"):
+            await store.write(body, single=True)
+
+
+async def test_a_claim_statement_by_statement_still_takes_over_a_lapsed_lease(url, clock) -> None:
+    """A claim runs statement by statement until it finds a lapsed lease; then it
+    runs again in one transaction: the recovery ends the attempt, the claim takes the todo."""
+    async with await Store.open(url, clock=clock) as store:
+        todo, _ = await todos.create(store, NewTodo(queue="q", title="t"))
+        await todos.claim_next(store, owner="crashed", queues=["q"], lease=1)
+        clock.advance(2)
+        taken = await todos.claim_next(store, owner="next", queues=["q"])
+        assert taken is not None and taken.id == todo.id and taken.attempt == 2
+    assert rows(url, "SELECT owner, outcome FROM attempts WHERE todo_id = ?", (todo.id,)) == [("crashed", "lease_expired")]
 
 
 async def test_concurrent_writers_each_commit_their_own_work(url, clock) -> None:
