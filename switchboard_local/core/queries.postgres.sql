@@ -209,6 +209,7 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 WHERE id = :id
   AND visible_at <= sb_ts(:now)
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
   AND (assignee IS NULL OR assignee = :agent)
   AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
@@ -251,6 +252,7 @@ WHERE id = (
         WHERE q.name IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT 1
     FOR UPDATE OF candidate SKIP LOCKED)
@@ -273,6 +275,7 @@ WHERE id = (
       AND visible_at <= sb_ts(:now)
       AND (assignee IS NULL OR assignee = :agent)
       AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY priority DESC, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
@@ -303,6 +306,7 @@ WHERE id = (
             LIMIT 64) AS head
         WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT 1
     FOR UPDATE OF candidate SKIP LOCKED)
@@ -341,6 +345,7 @@ locked AS (
         WHERE q.name IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT :max
     FOR UPDATE OF candidate SKIP LOCKED
@@ -371,6 +376,7 @@ WITH locked AS (
       AND visible_at <= sb_ts(:now)
       AND (assignee IS NULL OR assignee = :agent)
       AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY priority DESC, id
     LIMIT :max
     FOR UPDATE SKIP LOCKED
@@ -409,6 +415,7 @@ WITH locked AS (
             LIMIT 64 + CAST(:max AS integer)) AS head
         WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT :max
     FOR UPDATE OF candidate SKIP LOCKED

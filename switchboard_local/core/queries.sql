@@ -146,6 +146,7 @@ WHERE id = :id
   AND visible_at <= :now
   AND (assignee IS NULL OR assignee = :agent)
   AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_next_any
@@ -180,6 +181,7 @@ WHERE id = (
       AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL)
     ORDER BY head.priority DESC, head.id
     LIMIT 1)
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_next_in_queue
@@ -197,6 +199,7 @@ WHERE id = (
       AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
     ORDER BY priority DESC, id
     LIMIT 1)
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_next_in_queues
@@ -221,6 +224,7 @@ WHERE id = (
     WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.value AND queues.paused_at IS NOT NULL)
     ORDER BY head.priority DESC, head.id
     LIMIT 1)
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_many_any
@@ -258,6 +262,7 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_many_in_queue
@@ -279,6 +284,7 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: claim_many_in_queues
@@ -306,6 +312,7 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
 -- name: end_attempt

@@ -224,9 +224,11 @@ async def claim(
     def body(tx: Transaction) -> Todo:
         _check_scope(tx, todo_id, queues)
         now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
         token = secrets.token_urlsafe(24)
-        row = tx.one(Q.claim_by_id, {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id})
+        params = {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id}
+        row = tx.one(Q.claim_by_id, params)  # claims nothing while a lapsed lease waits for recovery
+        if row is None and _recover_lapsed(tx, now):
+            row = tx.one(Q.claim_by_id, params)
         if row is None:
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
@@ -361,9 +363,11 @@ def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], 
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
         token = secrets.token_urlsafe(24)
-        row = tx.one(statement, {**_claim_params(owner, agent, token, now, lease_ms), **where})
+        params = {**_claim_params(owner, agent, token, now, lease_ms), **where}
+        row = tx.one(statement, params)  # claims nothing while a lapsed lease waits for recovery
+        if row is None and _recover_lapsed(tx, now):
+            row = tx.one(statement, params)
         if row is None:
             return None
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
@@ -393,23 +397,27 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
 RECOVERED_AT = "todos.recovered_at"  # in tx.memo: the clock's time of the last recovery in this transaction
 
 
-def _recover_lapsed(tx: Transaction, now: int) -> None:
-    """Take back lapsed leases before claiming: takeover never waits for a sweeper.
+def _recover_lapsed(tx: Transaction, now: int) -> bool:
+    """Take back lapsed leases: takeover never waits for a sweeper. Whether any was.
 
-    Done already in this transaction at this time or later (the claims that
-    share a group commit): nothing more can have lapsed. A claim rolled back
-    to its savepoint takes its note in ``tx.memo`` with it.
+    A claim runs it only when its statement claimed nothing: every claim
+    statement claims nothing while a lease has lapsed (one look down
+    todos_leases, in the statement), so that the common claim is one
+    statement, and the rare one recovers, then claims again. Done already in
+    this transaction at this time or later (the claims that share a group
+    commit): nothing more can have lapsed. A claim rolled back to its
+    savepoint takes its note in ``tx.memo`` with it.
     """
     recovered_at = tx.memo.get(RECOVERED_AT)
     if recovered_at is not None and now <= recovered_at:
-        return
-    # Mostly nothing has lapsed: one look down todos_leases, rather than the two
-    # statements that would find nothing to do.
-    if tx.one(Q.any_lapsed_lease, {"now": now}) is not None:
+        return False
+    lapsed = tx.one(Q.any_lapsed_lease, {"now": now}) is not None
+    if lapsed:
         needs_transaction(tx)  # the recovery's changes and the claim's commit together
         tx.run(Q.end_lapsed_attempts, {"now": now})
         tx.run(Q.recover_lapsed_leases, {"now": now})
     tx.memo[RECOVERED_AT] = now
+    return lapsed
 
 
 def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:
@@ -1005,10 +1013,12 @@ def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Tran
 
     def body(tx: Transaction) -> list[Todo]:
         now = store.clock.now_ms()
-        _recover_lapsed(tx, now)
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
-        rows = tx.all(statement, {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)),
-                                  "max": max, "lease_expires_at": now + lease_ms, "now": now, **where})  # fmt: skip
+        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)), "max": max,
+                  "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
+        rows = tx.all(statement, params)  # claims nothing while a lapsed lease waits for recovery
+        if not rows and _recover_lapsed(tx, now):
+            rows = tx.all(statement, params)
         claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         return claimed
