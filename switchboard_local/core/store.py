@@ -169,8 +169,9 @@ class NeedsTransaction(Exception):
 
 
 def needs_transaction(tx: Transaction) -> None:
-    """Before a body's second change: in one transaction from here on (a body of
-    ``write(…, single=True)`` that ran statement by statement runs again in one)."""
+    """Called before the first change of a body that will change rows more than
+    once: a body of ``write(…, single=True)`` running statement by statement
+    stops here and runs again, in one transaction."""
     if not tx.in_transaction:
         raise NeedsTransaction()
 

@@ -24,7 +24,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import audit, settings
 from .clock import rfc3339
@@ -226,9 +226,7 @@ async def claim(
         now = store.clock.now_ms()
         token = secrets.token_urlsafe(24)
         params = {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id}
-        row = tx.one(Q.claim_by_id, params)  # claims nothing while a lapsed lease waits for recovery
-        if row is None and _recover_lapsed(tx, now):
-            row = tx.one(Q.claim_by_id, params)
+        row = _claiming(tx, now, lambda: tx.one(Q.claim_by_id, params))
         if row is None:
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
@@ -365,9 +363,7 @@ def _claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], 
         now = store.clock.now_ms()
         token = secrets.token_urlsafe(24)
         params = {**_claim_params(owner, agent, token, now, lease_ms), **where}
-        row = tx.one(statement, params)  # claims nothing while a lapsed lease waits for recovery
-        if row is None and _recover_lapsed(tx, now):
-            row = tx.one(statement, params)
+        row = _claiming(tx, now, lambda: tx.one(statement, params))
         if row is None:
             return None
         return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
@@ -394,17 +390,27 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
     }
 
 
+Claimed = TypeVar("Claimed")  # one row or a list of them
+
+
+def _claiming(tx: Transaction, now: int, claim: Callable[[], Claimed]) -> Claimed:
+    """Run a claim statement. Each claims nothing while a lease has lapsed (one
+    look down todos_leases, inside it), so the common claim is one statement;
+    one that claimed nothing recovers lapsed leases, if any, and claims again."""
+    claimed = claim()
+    if not claimed and _recover_lapsed(tx, now):
+        claimed = claim()
+    return claimed
+
+
 RECOVERED_AT = "todos.recovered_at"  # in tx.memo: the clock's time of the last recovery in this transaction
 
 
 def _recover_lapsed(tx: Transaction, now: int) -> bool:
     """Take back lapsed leases: takeover never waits for a sweeper. Whether any was.
 
-    A claim runs it only when its statement claimed nothing: every claim
-    statement claims nothing while a lease has lapsed (one look down
-    todos_leases, in the statement), so that the common claim is one
-    statement, and the rare one recovers, then claims again. Done already in
-    this transaction at this time or later (the claims that share a group
+    A claim runs it only when its statement claimed nothing (``_claiming``).
+    Done already in this transaction at this time or later (the claims that share a group
     commit): nothing more can have lapsed. A claim rolled back to its
     savepoint takes its note in ``tx.memo`` with it.
     """
@@ -489,9 +495,13 @@ async def complete(store: Store, lease: Lease, *, result: Any = None, then: Next
 
 
 def _complete_body(store: Store, lease: Lease, result: Any) -> Callable[[Transaction], Todo]:
-    params = {"result": dump_json("result", result)}
+    return _completing(store, lease, dump_json("result", result))
+
+
+def _completing(store: Store, lease: Lease, text: str) -> Callable[[Transaction], Todo]:
+    """complete's body, given the result's JSON text."""
     # No history row: the completing attempt stays on the done row (completed_by).
-    return _leased_body(store, Q.complete, lease, params, sized="result")
+    return _leased_body(store, Q.complete, lease, {"result": text}, sized="result")
 
 
 async def fail(store: Store, lease: Lease, *, error: str | None = None, then: NextClaim | None = None) -> Finished:
@@ -549,7 +559,7 @@ def _leased_body(
     ``outcome`` (failed, released) ends the attempt into the history.
     """
     todo_id = lease.todo_id
-    if not 0 < todo_id <= MAX_ID:  # no todo has it, and no database could even be asked
+    if not isinstance(todo_id, int) or not 0 < todo_id <= MAX_ID:  # no todo has it; no database could be asked
         raise NotFound(f"todo {todo_id} does not exist")
     if not lease.token or not isinstance(lease.token, str):
         raise Conflict(f"a lease token is required to change todo {todo_id}")
@@ -1016,9 +1026,7 @@ def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Tran
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
         params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)), "max": max,
                   "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
-        rows = tx.all(statement, params)  # claims nothing while a lapsed lease waits for recovery
-        if not rows and _recover_lapsed(tx, now):
-            rows = tx.all(statement, params)
+        rows = _claiming(tx, now, lambda: tx.all(statement, params))
         claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         return claimed
@@ -1043,7 +1051,7 @@ async def complete_many(
     for item in items:
         try:
             text = dump_json("result", item.result)
-            bodies.append(_leased_body(store, Q.complete, item.lease, {"result": text}, sized="result"))
+            bodies.append(_completing(store, item.lease, text))
         except SwitchboardError as exc:
             text = None
             bodies.append(exc)
@@ -1058,6 +1066,7 @@ def _complete_together(
 ) -> Callable[[Transaction], dict[int, Todo]]:
     """complete_many's first pass: one statement completes every item it can (the
     first item of each todo, its result within the cap); {item's position: todo}.
+    ``results``: each item's result text, None for an item refused before the transaction.
     The items it leaves run one by one after it, which refuses them as
     ``complete`` would (or completes them: the same rules, looked at again)."""
 
@@ -1067,7 +1076,7 @@ def _complete_together(
         wanted = []
         for n, (item, text) in enumerate(zip(items, results)):
             todo_id = item.lease.todo_id
-            if text is None or type(todo_id) is not int or not 0 < todo_id <= MAX_ID or todo_id in seen:
+            if text is None or todo_id in seen:  # refused before the transaction, or this todo's second item
                 continue
             try:
                 settings.require_size(tx, "result", text)
