@@ -335,7 +335,7 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
 def _put_env(report: Report, env: EnvFile) -> None:
     """SWITCHBOARD_DB in the environment file, owner-only; the URL itself is never printed."""
     if env.state == "unchanged":
-        report.say(f"{env.path} sets {DB_ENV}={env.shown} already")
+        report.say(_env_told(env, done=True))
         if env.path.stat().st_mode & 0o077:
             os.chmod(env.path, 0o600)
             report.say(f"made {env.path} owner-only")
@@ -343,8 +343,17 @@ def _put_env(report: Report, env: EnvFile) -> None:
     target = Path(os.path.realpath(env.path))  # a symlink (a dotfiles repository) stays one
     _make_folders(target.parent, report.say)
     _write_owner_only(target, env.text)
+    report.say(_env_told(env, done=True))
+
+
+def _env_told(env: EnvFile, *, done: bool) -> str:
+    """What install says of the environment file (done, or would do), the URL's password hidden."""
+    if env.state == "unchanged":
+        return f"{env.path} sets {DB_ENV}={env.shown} already"
     kept = ", its other lines kept" if env.state == "changed" else ""
-    report.say(f"set {DB_ENV}={env.shown} in {env.path} (owner-only{kept}): serve reads its database there")
+    if not done:
+        return f"would set {DB_ENV}={env.shown} in {env.path} (owner-only{kept})"
+    return f"set {DB_ENV}={env.shown} in {env.path} (owner-only{kept}): serve reads its database there"
 
 
 def _put_unit(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str) -> None:
@@ -368,11 +377,8 @@ def _dry_install(report: Report, chosen: Systemd | Launchd, path: Path, text: st
     if report.out.json:
         click.echo(json_text({**report.value, "unit": text, "commands": commands}, indent=2))
         return
-    if env is not None and env.state == "unchanged":
-        click.echo(printable(f"{env.path} sets {DB_ENV}={env.shown} already"))
-    elif env is not None:
-        kept = ", its other lines kept" if env.state == "changed" else ""
-        click.echo(printable(f"would set {DB_ENV}={env.shown} in {env.path} (owner-only{kept})"))
+    if env is not None:
+        click.echo(printable(_env_told(env, done=False)))
     if state == "unchanged":
         click.echo(printable(f"{path} is installed already, unchanged"))
     else:
