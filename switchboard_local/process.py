@@ -137,7 +137,7 @@ class Ingest:
         try:
             while not stop.is_set():
                 try:
-                    lease = await leadership.try_lead(self.store, self.me, take_over=self.take_over)
+                    lease = await leadership.try_lead(self.store, self.me, take_over=self.take_over, http=self.http)
                     if lease is None and time.monotonic() - seen_at >= leadership.MEMBER_SECONDS:
                         await leadership.seen(self.store, self.me)
                         seen_at = time.monotonic()
@@ -162,11 +162,10 @@ class Ingest:
         renewed = time.monotonic()
         try:
             async with contextlib.AsyncExitStack() as running:
-                http = self.http
                 if self.receiver is not None:
                     http = await running.enter_async_context(self.receiver())
-                if http is not None:
-                    await leadership.set_http(self.store, lease, http)
+                    if http is not None:
+                        await leadership.set_http(self.store, lease, http)
                 await running.enter_async_context(producers(self.store, self.upkeep, lease))
                 while not stop.is_set():
                     await _wait(stop, leadership.RENEW_SECONDS)

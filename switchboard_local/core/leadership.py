@@ -138,9 +138,18 @@ async def current(store: Store) -> Leader | None:
 
 
 async def try_lead(
-    store: Store, me: Candidate, *, take_over: bool = False, alive: Callable[[int], bool] = pid_alive
+    store: Store,
+    me: Candidate,
+    *,
+    take_over: bool = False,
+    http: str | None = None,
+    alive: Callable[[int], bool] = pid_alive,
 ) -> Lease | None:
     """Lead if nobody does (or the leader's process is gone); None while another leads.
+
+    ``http`` is where this process's receiver already listens: it is recorded
+    in the same write as the lead, so `status` never shows this leader
+    without it.
 
     With ``take_over`` the leader is asked to hand over; it steps down at its
     next renewal and this process takes over then. A read first: a standby
@@ -156,7 +165,8 @@ async def try_lead(
 
     def body(tx: Transaction) -> Lease | None:
         now = store.clock.now_ms()
-        params = {**me.__dict__, "seen_fence": seen, "now": now, "expires_at": now + _ms(LEASE_SECONDS)}
+        expires_at = now + _ms(LEASE_SECONDS)
+        params = {**me.__dict__, "http": http, "seen_fence": seen, "now": now, "expires_at": expires_at}
         taken = tx.one(Q.take_leadership, params)
         if taken is None:
             return None  # another standby was quicker
@@ -200,7 +210,8 @@ async def release(store: Store, lease: Lease) -> None:
 
 
 async def set_http(store: Store, lease: Lease, address: str | None) -> None:
-    """Say where the leader's webhook receiver listens (None: it does not)."""
+    """Say where the leader's webhook receiver listens (None: it does not), for a
+    receiver started only once leading (an `mcp`'s on http.listen)."""
     await store.write(lambda tx: tx.run(Q.set_leader_http, {**lease.__dict__, "http": address}))
 
 

@@ -1028,11 +1028,11 @@ FROM ingest_leader WHERE id = 1;
 -- saw it (:seen_fence, 0 for none), so of two standbys racing one wins (the
 -- other waits for its row, then finds the fence moved: no row).
 INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to)
-VALUES (1, CAST(:seen_fence AS bigint) + 1, :holder, :pid, :host, :kind, NULL, sb_ts(:now), sb_ts(:now),
+VALUES (1, CAST(:seen_fence AS bigint) + 1, :holder, :pid, :host, :kind, :http, sb_ts(:now), sb_ts(:now),
         sb_ts(:expires_at), NULL)
 ON CONFLICT (id) DO UPDATE
 SET fence = excluded.fence, holder = excluded.holder, pid = excluded.pid, host = excluded.host,
-    kind = excluded.kind, http = NULL, since = excluded.since, renewed_at = excluded.renewed_at,
+    kind = excluded.kind, http = excluded.http, since = excluded.since, renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at, handover_to = NULL
 WHERE ingest_leader.fence = :seen_fence
 RETURNING id, fence, holder, pid, host, kind, http, sb_ms(since) AS since, sb_ms(renewed_at) AS renewed_at,

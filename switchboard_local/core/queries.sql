@@ -823,10 +823,10 @@ SELECT * FROM ingest_leader WHERE id = 1;
 -- A new leader, the fence one past the last: only over the row as the caller
 -- saw it (:seen_fence, 0 for none), so of two standbys racing one wins.
 INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to)
-VALUES (1, :seen_fence + 1, :holder, :pid, :host, :kind, NULL, :now, :now, :expires_at, NULL)
+VALUES (1, :seen_fence + 1, :holder, :pid, :host, :kind, :http, :now, :now, :expires_at, NULL)
 ON CONFLICT (id) DO UPDATE
 SET fence = excluded.fence, holder = excluded.holder, pid = excluded.pid, host = excluded.host,
-    kind = excluded.kind, http = NULL, since = excluded.since, renewed_at = excluded.renewed_at,
+    kind = excluded.kind, http = excluded.http, since = excluded.since, renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at, handover_to = NULL
 WHERE ingest_leader.fence = :seen_fence
 RETURNING *;

@@ -109,6 +109,19 @@ async def test_a_batch_under_the_current_lease_is_stored(store, db_path) -> None
     assert count(db_path, "events") == 1
 
 
+async def test_a_leader_is_recorded_with_its_receiver_in_the_same_write(store) -> None:
+    await leadership.try_lead(store, candidate(1), http="http://127.0.0.1:8765", **ALIVE)
+    leader = await leadership.current(store)
+    assert (leader.pid, leader.http) == (1001, "http://127.0.0.1:8765")
+
+
+async def test_a_new_leader_does_not_inherit_the_last_ones_receiver(store, clock) -> None:
+    await leadership.try_lead(store, candidate(1), http="http://127.0.0.1:8765", **ALIVE)
+    clock.advance(leadership.LEASE_SECONDS + 1)
+    await leadership.try_lead(store, candidate(2), **ALIVE)
+    assert (await leadership.current(store)).http is None
+
+
 async def test_standbys_are_listed_while_they_look_and_forgotten_when_they_leave(store, clock) -> None:
     await leadership.try_lead(store, candidate(1), **ALIVE)
     await leadership.seen(store, candidate(2))
