@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import run_cli
+from support.cli import ctrl_c_reaches_it, run_cli
 from support.sql import count
 
 ERROR_LINE = re.compile(r"^switchboard-local: [a-z_]+: \S.*$")
@@ -118,6 +118,7 @@ def test_ctrl_c_exits_130_without_a_traceback(db_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "switchboard_local", "todo", "create", "--queue", "q", "--title", "t", "--payload", "@-"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=ctrl_c_reaches_it,  # noqa: PLW1509 (a signal disposition, before exec)
     )  # fmt: skip
     try:
         _wait_until_reading_a_pipe(proc.pid)

@@ -28,7 +28,7 @@ from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store import Store
 
 from support import sql
-from support.cli import REPO_ROOT, as_json, run_cli
+from support.cli import REPO_ROOT, as_json, ctrl_c_reaches_it, run_cli
 
 LINE_TIMEOUT = 60  # seconds for a line that should come; a bound, never a measured time
 RAW_CONTROLS = re.compile("[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # ESC checked apart
@@ -43,6 +43,7 @@ class View:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "switchboard_local", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=ctrl_c_reaches_it,  # noqa: PLW1509 (a signal disposition, before exec)
         )  # fmt: skip
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -173,7 +174,8 @@ def test_todo_watch_on_a_terminal_colours_the_state_in_aligned_columns(db_path: 
     controller, terminal = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SWITCHBOARD_DB": str(db_path)}
     proc = subprocess.Popen([sys.executable, "-m", "switchboard_local", "todo", "watch", "--since-id", "1"],
-                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=subprocess.PIPE, env=env)  # fmt: skip
+                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=ctrl_c_reaches_it)  # fmt: skip  # noqa: PLW1509
     os.close(terminal)
     try:
         seen = b""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -16,6 +17,16 @@ from click.testing import CliRunner
 from switchboard_local.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def ctrl_c_reaches_it() -> None:
+    """A ``preexec_fn``: the child takes SIGINT as a command typed at a terminal does.
+
+    A test run started as a background job (``cmd &`` in a script) has SIGINT
+    ignored, and a child inherits that: Python then never installs its Ctrl-C
+    handler, so a test of what Ctrl-C does would wait for an exit that never comes.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Result(NamedTuple):

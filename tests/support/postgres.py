@@ -216,7 +216,7 @@ class PostgresServer:
             self.drop(url)
             return
         with self._lock:
-            self._free.append(url)
+            self._free.append(self.url(name))  # as fresh_database gives it: not with a test's own password
 
     def empty(self, url: str) -> None:
         """Empty a test's database while it is in use (the schema kept, ids from 1 again), as
