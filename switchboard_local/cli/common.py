@@ -239,7 +239,12 @@ def _usage_error(exc: click.ClickException, *, as_json: bool) -> int:
         message = "missing command"
         if not as_json:
             click.echo(exc.format_message())  # the group's help, on stdout: what a person typing it wants
-    elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) and exc.param:
+    elif isinstance(exc, click.MissingParameter):
+        # All the program's own words (the parameter, and a Choice's choices, which click lays out on
+        # lines of their own): folded onto the one line, where escaping would show them as \x0a\x09.
+        message = " ".join(exc.format_message().split())
+        message = message[:1].lower() + message[1:]
+    elif isinstance(exc, click.BadParameter) and exc.param:
         message = f"{exc.param.get_error_hint(ctx).replace(chr(39), '')}: {exc.message}"  # --lease: …
     else:
         message = exc.format_message()
