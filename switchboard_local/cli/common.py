@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import inspect
 import json
 import os
 import re
@@ -205,6 +206,29 @@ def common(fn: Callable[..., Any]) -> Callable[..., Any]:
         help=f"Database file, or a postgresql:// URL (default: ${DB_ENV}, else the user data dir).",
     )(fn)
     return fn
+
+
+# ---------------------------------------------------------------- help
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text's first paragraph (up to its first '.', '!' or '?' before a space)."""
+    paragraph = " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+    found = re.match(r"(.+?[.!?])(?:\s|$)", paragraph)
+    return found.group(1) if found else paragraph
+
+
+def listed_whole(group: click.Group) -> None:
+    """Give every command under ``group`` its help's first sentence as the line that lists it.
+
+    click would cut each help at 45 characters (mid-phrase, or inside a
+    `quoted command`); a listing shows the whole sentence instead, wrapped at words.
+    """
+    for command in group.commands.values():
+        if command.short_help is None and command.help:
+            command.short_help = first_sentence(command.help)
+        if isinstance(command, click.Group):
+            listed_whole(command)
 
 
 # ---------------------------------------------------------------- the root group
