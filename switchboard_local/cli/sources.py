@@ -77,6 +77,8 @@ def _source_text(s: Source) -> str:
     for key in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header"):
         if s.config.get(key):
             lines.append(f"  {key:<12} {s.config[key]}")
+    kept = ", ".join(sorted(webhook_config.kept_headers(s)))
+    lines.append("  redacted     headers whose name says secret" + (f" (kept in clear: {kept})" if kept else ""))
     lines.append(f"  created      {when(s.created_at)}")
     return "\n".join(lines)
 
@@ -116,6 +118,8 @@ def source() -> None:
 @click.option("--prefix", default=None, help="hmac: text before the signature, e.g. 'sha256='.")
 @click.option("--id-header", default=None, help="hmac/token/open: header holding the delivery id.")
 @click.option("--type-header", default=None, help="hmac/token/open: header holding the event type.")
+@click.option("--keep-header", "keep_headers", multiple=True, metavar="NAME",
+              help="Store this header in clear though its name says secret (Idempotency-Key, say).")  # fmt: skip
 @common
 def source_add(
     db: Path | None, as_json: bool | None, name: str, kind: str, secret_env: str | None, secret_file: str | None,
