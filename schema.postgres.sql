@@ -320,7 +320,8 @@ CREATE TABLE IF NOT EXISTS ingest_leader (
     since        timestamptz NOT NULL,
     renewed_at   timestamptz NOT NULL,
     expires_at   timestamptz NOT NULL,
-    handover_to  text COLLATE "C"
+    handover_to  text COLLATE "C",
+    env          text COLLATE "C"    -- JSON {"NAME": true | false}: the sources' variables the leader has set
 );
 
 CREATE TABLE IF NOT EXISTS ingest_members (

@@ -238,7 +238,11 @@ CREATE TABLE IF NOT EXISTS ingest_leader (
     since        INTEGER NOT NULL,
     renewed_at   INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL,                     -- a leader not renewed by then is gone
-    handover_to  TEXT                                  -- a process asking to take over (serve --take-over)
+    handover_to  TEXT,                                 -- a process asking to take over (serve --take-over)
+    -- The environment variables the sources name (secrets, Redis URLs), as
+    -- JSON {"NAME": true | false}: whether the leader has each set, renewed
+    -- with the lease. Names only, never a value: `doctor` asks it.
+    env          TEXT
 );
 
 -- The processes that could lead, each seen now and then: the leader and its standbys.

@@ -62,10 +62,12 @@ def adapter() -> None:
 
 
 @adapter.command("add")
-@click.argument("name")
+@click.argument("name", help="The adapter's name: 1-64 letters, digits, '.', '_' or '-'.")
 @click.option("--redis-url", default=None, help="redis://[:password@]host:port/db (kept in the owner-only database).")
 @click.option("--redis-url-env", default=None, metavar="VAR", help="Read the URL from this environment variable of `serve`.")
-@click.option("--mode", required=True, type=click.Choice(redis_config.MODES))
+@click.option("--mode", required=True, type=click.Choice(redis_config.MODES),
+              help="stream (a consumer group; recommended), list (a reliable list, via KEY:processing) or pubsub "
+                   "(a channel: loss-tolerant only).")  # fmt: skip
 @click.option("--key", required=True, help="The stream, list or channel.")
 @click.option("--group", default=None, help="stream: consumer group (default switchboard).")
 @click.option("--consumer", default=None, help="stream: consumer name (default: this host's name).")
@@ -125,7 +127,7 @@ async def _with_leader(store: Any, listing: Any) -> tuple[Any, leadership.Leader
 
 
 @adapter.command("show")
-@click.argument("name")
+@click.argument("name", help="The adapter's name.")
 @common
 def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show an adapter, its guarantee and its health (the URL's password masked)."""
@@ -135,7 +137,7 @@ def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 @adapter.command("remove")
-@click.argument("name")
+@click.argument("name", help="The adapter's name.")
 @common
 def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove an adapter (its consumer group and pending entries stay in Redis)."""
@@ -145,7 +147,7 @@ def adapter_remove(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 def _toggle(enabled: bool) -> Any:
-    @click.argument("name")
+    @click.argument("name", help="The adapter's name.")
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)

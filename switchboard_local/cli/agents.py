@@ -86,7 +86,7 @@ def _agent_text(agent: Agent) -> str:
 
 
 @agent_group.command("add")
-@click.argument("name")
+@click.argument("name", help="The profile's name (what `mcp --agent` takes).")
 @click.option("--queue", "queues", multiple=True, required=True, help="A queue it may drain (repeatable).")
 @click.option(
     "--tool",
@@ -127,7 +127,7 @@ def agent_list(db: Path | None, as_json: bool | None) -> None:
 
 
 @agent_group.command("show")
-@click.argument("name")
+@click.argument("name", help="The profile's name.")
 @common
 def agent_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show one agent profile."""
@@ -137,7 +137,7 @@ def agent_show(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 @agent_group.command("remove")
-@click.argument("name")
+@click.argument("name", help="The profile's name.")
 @common
 def agent_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Delete an agent profile (its todos and their history stay)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import inspect
 import json
 import os
 import re
@@ -207,6 +208,29 @@ def common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+# ---------------------------------------------------------------- help
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text's first paragraph (up to its first '.', '!' or '?' before a space)."""
+    paragraph = " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+    found = re.match(r"(.+?[.!?])(?:\s|$)", paragraph)
+    return found.group(1) if found else paragraph
+
+
+def listed_whole(group: click.Group) -> None:
+    """Give every command under ``group`` its help's first sentence as the line that lists it.
+
+    click would cut each help at 45 characters (mid-phrase, or inside a
+    `quoted command`); a listing shows the whole sentence instead, wrapped at words.
+    """
+    for command in group.commands.values():
+        if command.short_help is None and command.help:
+            command.short_help = first_sentence(command.help)
+        if isinstance(command, click.Group):
+            listed_whole(command)
+
+
 # ---------------------------------------------------------------- the root group
 
 
@@ -239,7 +263,12 @@ def _usage_error(exc: click.ClickException, *, as_json: bool) -> int:
         message = "missing command"
         if not as_json:
             click.echo(exc.format_message())  # the group's help, on stdout: what a person typing it wants
-    elif isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) and exc.param:
+    elif isinstance(exc, click.MissingParameter):
+        # All the program's own words (the parameter, and a Choice's choices, which click lays out on
+        # lines of their own): folded onto the one line, where escaping would show them as \x0a\x09.
+        message = " ".join(exc.format_message().split())
+        message = message[:1].lower() + message[1:]
+    elif isinstance(exc, click.BadParameter) and exc.param:
         message = f"{exc.param.get_error_hint(ctx).replace(chr(39), '')}: {exc.message}"  # --lease: …
     else:
         message = exc.format_message()

@@ -36,7 +36,7 @@ def config_list(db: Path | None, as_json: bool | None) -> None:
 
 
 @config_group.command("get")
-@click.argument("name")
+@click.argument("name", help="The setting (config list shows them all).")
 @common
 def config_get(db: Path | None, as_json: bool | None, name: str) -> None:
     """One setting's value."""
@@ -46,8 +46,8 @@ def config_get(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 @config_group.command("set")
-@click.argument("name")
-@click.argument("value")
+@click.argument("name", help="The setting (config list shows them all).")
+@click.argument("value", help="Its new value.")
 @common
 def config_set(db: Path | None, as_json: bool | None, name: str, value: str) -> None:
     """Set NAME to VALUE (sizes: bytes, or 512KiB, 2MiB…; addresses: HOST:PORT); running processes use it soon."""
@@ -57,7 +57,7 @@ def config_set(db: Path | None, as_json: bool | None, name: str, value: str) -> 
 
 
 @config_group.command("unset")
-@click.argument("name")
+@click.argument("name", help="The setting (config list shows them all).")
 @common
 def config_unset(db: Path | None, as_json: bool | None, name: str) -> None:
     """Back to the default."""

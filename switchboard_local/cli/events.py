@@ -63,11 +63,12 @@ def events_group() -> None:
 
 
 @events_group.command("list")
-@click.option("--source", default=None)
-@click.option("--type", "type_", default=None)
+@click.option("--source", default=None, help="Only this source (or adapter).")
+@click.option("--type", "type_", default=None, help="Only this event type (exactly).")
 @click.option("--since", type=SinceValue(), default=None,
               help="Events after this id, or received since this time or age (10m, 2h, 1d: that long ago).")  # fmt: skip
-@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
+              help=f"Show at most this many (1-{MAX_LIST_LIMIT}).")  # fmt: skip
 @common
 def events_list(db: Path | None, as_json: bool | None, source: str | None, type_: str | None, since: Any, limit: int) -> None:
     """List events, oldest first (without --since: the newest LIMIT)."""
@@ -115,7 +116,7 @@ def events_tail(db: Path | None, as_json: bool | None, source: str | None, since
 
 
 @events_group.command("show")
-@click.argument("event_id", metavar="ID", type=ID)
+@click.argument("event_id", metavar="ID", type=ID, help="The event's id.")
 @click.option("--raw", is_flag=True, help="Write the body bytes exactly as received, and nothing else.")
 @common
 def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool) -> None:
@@ -150,7 +151,7 @@ def events_show(db: Path | None, as_json: bool | None, event_id: int, raw: bool)
 
 
 @events_group.command("replay")
-@click.argument("event_id", metavar="ID", type=ID)
+@click.argument("event_id", metavar="ID", type=ID, help="The event's id.")
 @common
 def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
     """Route a stored event again (its new todos are marked as a replay)."""
@@ -161,8 +162,14 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 
 @click.command("prune")
 @click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
-              show_default=True, help="Days.")  # fmt: skip
-@click.option("--max-events", type=click.IntRange(0, INT64_MAX), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+              show_default=True, help="Days: finished todos and events older than this are deleted.")  # fmt: skip
+@click.option(
+    "--max-events",
+    type=click.IntRange(0, INT64_MAX),
+    default=retention.DEFAULT_MAX_EVENTS,
+    show_default=True,
+    help="Keep at most this many of the newest events (and those live todos point to).",
+)
 @click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept: a redelivery within them is a duplicate.")  # fmt: skip
 @common
@@ -184,8 +191,15 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="0: any free port (logged).")
-@click.option("--prune-older-than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS, show_default=True)
-@click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True)
+@click.option(
+    "--prune-older-than",
+    type=click.FloatRange(0, 36500),
+    default=retention.DEFAULT_OLDER_THAN_DAYS,
+    show_default=True,
+    help="Days: the hourly prune deletes finished todos and events older than this.",
+)
+@click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True,
+              help="The hourly prune keeps at most this many of the newest events (see prune).")  # fmt: skip
 @click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept (see prune).")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1, 100_000), default=256, show_default=True,

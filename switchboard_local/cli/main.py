@@ -33,7 +33,7 @@ from ..core.todo_model import (
 )
 from ..core.todos import Lease, NextClaim
 from . import batch, live
-from .common import ID, Commands, JsonValue, Out, common, operator, table, when
+from .common import ID, Commands, JsonValue, Out, common, listed_whole, operator, table, when
 from .events import SinceValue
 
 # ---------------------------------------------------------------- text for people
@@ -103,7 +103,13 @@ def todo() -> None:
 @click.option("--key", "idempotency_key", default=None, help="Idempotency key: one live todo per (queue, key).")
 @click.option("--assignee", default=None, help="Only this owner may claim it.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
-@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS_CAP), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, MAX_ATTEMPTS_CAP),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help=f"Attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
+)
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
 @common
 def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: Any) -> None:
@@ -124,7 +130,8 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
 @click.option("--ready", "timing", flag_value="ready", default=None, help="Only todos claimable now.")
 @click.option("--delayed", "timing", flag_value="delayed", help="Only todos claimable later (a delay, or a retry's backoff).")
 @click.option("--dead", "timing", flag_value="dead", help="Only dead letters.")
-@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
+              help=f"Show at most this many (1-{MAX_LIST_LIMIT}).")  # fmt: skip
 @common
 def todo_list(
     db: Path | None, as_json: bool | None, queue: str | None, state: str | None, timing: str | None, limit: int
@@ -175,7 +182,7 @@ def todo_watch(db: Path | None, as_json: bool | None, queue: str | None, since_i
 
 
 @todo.command("show")
-@click.argument("todo_id", metavar="ID", type=ID)
+@click.argument("todo_id", metavar="ID", type=ID, help="The todo's id.")
 @common
 def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
     """Show one todo in full, with its attempt history."""
@@ -185,7 +192,8 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
 
 
 @todo.command("claim")
-@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False,
+                help="This todo (default: the next claimable one).")  # fmt: skip
 @click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
 @click.option("--owner", default=None, help="Who claims (default: your user name).")
 @click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
@@ -273,7 +281,7 @@ def _batch(source: str | None, todo_id: int | None, lease_token: str | None, val
 
 
 @todo.command("heartbeat")
-@click.argument("todo_id", metavar="ID", type=ID)
+@click.argument("todo_id", metavar="ID", type=ID, help="The claimed todo's id.")
 @token_option
 @click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
 @common
@@ -323,7 +331,8 @@ def _finish(
 
 
 @todo.command("complete")
-@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False,
+                help="The claimed todo's id (not with --batch).")  # fmt: skip
 @batch_token_option
 @click.option("--result", type=JsonValue(), default=None, help="JSON result, or @FILE.")
 @_next_options
@@ -365,7 +374,8 @@ def _failed_text(found: Todo) -> str:
 
 
 @todo.command("fail")
-@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False,
+                help="The claimed todo's id (not with --batch).")  # fmt: skip
 @batch_token_option
 @click.option("--error", default=None, help="What went wrong (kept as last_error).")
 @_next_options
@@ -396,7 +406,7 @@ def todo_fail(
 
 
 @todo.command("release")
-@click.argument("todo_id", metavar="ID", type=ID)
+@click.argument("todo_id", metavar="ID", type=ID, help="The claimed todo's id.")
 @click.option("--token", "lease_token", default=None, help="The lease token from the claim.")
 @click.option("--force", is_flag=True, help="Without the token (an operator's release): the holder's token is void.")
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
@@ -423,7 +433,8 @@ def todo_release(
 
 
 @todo.command("cancel")
-@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False,
+                help="This todo (or, without it: --queue Q --state pending).")  # fmt: skip
 @click.option("--reason", default=None, help="Why: kept on the todo, told to its holder, in the audit trail.")
 @click.option("--queue", default=None, help="With --state pending: the queue's pending todos.")
 @click.option("--state", type=click.Choice(["pending"]), default=None, help="pending: cancel a queue's pending todos.")
@@ -481,7 +492,8 @@ def _since_ms(since: Any) -> Callable[[Store], int | None]:
 
 
 @todo.command("redrive")
-@click.argument("todo_id", metavar="[ID]", type=ID, required=False)
+@click.argument("todo_id", metavar="[ID]", type=ID, required=False,
+                help="This dead letter (or, without it: --queue Q --dead).")  # fmt: skip
 @click.option("--queue", default=None, help="With --dead: every dead letter of this queue.")
 @click.option("--dead", is_flag=True, help="Redrive the queue's dead letters (the filters narrow them).")
 @click.option("--kind", default=None, help="Only dead letters of this kind.")
@@ -606,7 +618,7 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
 
 @main.group("db")
 def db_group() -> None:
-    """The database: where it is, and copying it into another (`db copy`)."""
+    """The database: where it is, and copying it into another."""
 
 
 @db_group.command("path")
@@ -646,6 +658,7 @@ def _register_edges() -> None:
     cli_doctor.register(main)
     cli_dashboard.register(main)
     cli_database.register(db_group)
+    listed_whole(main)
 
 
 _register_edges()

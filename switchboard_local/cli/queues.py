@@ -28,7 +28,7 @@ def _no_todos(paused: queues.Paused) -> str:
 
 
 @queue_group.command("pause")
-@click.argument("queue")
+@click.argument("queue", help="The queue's name (it need not have todos yet).")
 @click.option("--by", default=None, help="Who pauses it (default: your user name).")
 @common
 def queue_pause(db: Path | None, as_json: bool | None, queue: str, by: str | None) -> None:
@@ -43,7 +43,7 @@ def queue_pause(db: Path | None, as_json: bool | None, queue: str, by: str | Non
 
 
 @queue_group.command("resume")
-@click.argument("queue")
+@click.argument("queue", help="The queue's name.")
 @common
 def queue_resume(db: Path | None, as_json: bool | None, queue: str) -> None:
     """Let claims take from QUEUE again."""

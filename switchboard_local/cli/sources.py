@@ -77,6 +77,8 @@ def _source_text(s: Source) -> str:
     for key in ("header", "algorithm", "encoding", "prefix", "id_header", "type_header"):
         if s.config.get(key):
             lines.append(f"  {key:<12} {s.config[key]}")
+    kept = ", ".join(sorted(webhook_config.kept_headers(s)))
+    lines.append("  redacted     headers whose name says secret" + (f" (kept in clear: {kept})" if kept else ""))
     lines.append(f"  created      {when(s.created_at)}")
     return "\n".join(lines)
 
@@ -101,7 +103,7 @@ def source() -> None:
 
 
 @source.command("add")
-@click.argument("name")
+@click.argument("name", help="The source's name: 1-64 letters, digits, '.', '_' or '-'.")
 @click.option("--kind", required=True, type=click.Choice(webhook_config.KINDS), help="Signature scheme.")
 @_secret_options
 @click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
@@ -116,6 +118,8 @@ def source() -> None:
 @click.option("--prefix", default=None, help="hmac: text before the signature, e.g. 'sha256='.")
 @click.option("--id-header", default=None, help="hmac/token/open: header holding the delivery id.")
 @click.option("--type-header", default=None, help="hmac/token/open: header holding the event type.")
+@click.option("--keep-header", "keep_headers", multiple=True, metavar="NAME",
+              help="Store this header in clear though its name says secret (Idempotency-Key, say).")  # fmt: skip
 @common
 def source_add(
     db: Path | None, as_json: bool | None, name: str, kind: str, secret_env: str | None, secret_file: str | None,
@@ -156,7 +160,7 @@ def source_list(db: Path | None, as_json: bool | None) -> None:
 
 
 @source.command("show")
-@click.argument("name")
+@click.argument("name", help="The source's name.")
 @common
 def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
     """Show a source (secrets masked)."""
@@ -166,7 +170,7 @@ def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 @source.command("remove")
-@click.argument("name")
+@click.argument("name", help="The source's name.")
 @common
 def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove a source and its rules (its stored events stay)."""
@@ -176,7 +180,7 @@ def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
 
 
 def _toggle(enabled: bool) -> Any:
-    @click.argument("name")
+    @click.argument("name", help="The source's name.")
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
@@ -191,7 +195,7 @@ source.command("disable", help="Answer 404 to deliveries (the provider keeps the
 
 
 @source.command("rotate")
-@click.argument("name")
+@click.argument("name", help="The source's name.")
 @_secret_options
 @common
 def source_rotate(
@@ -206,7 +210,7 @@ def source_rotate(
 
 
 @source.command("retire-secret")
-@click.argument("name")
+@click.argument("name", help="The source's name.")
 @common
 def source_retire(db: Path | None, as_json: bool | None, name: str) -> None:
     """Drop the older secret after a rotation."""
@@ -247,9 +251,15 @@ def _rules_text(found: list[rules.Rule]) -> str:
 @click.option("--queue", default=None, help="Queue of the todo this rule makes.")
 @click.option("--drop", is_flag=True, help="Make no todo and stop routing.")
 @click.option("--title", default=None, help="Title template: {dotted.path} from the payload; {@source} {@type} {@id}.")
-@click.option("--assignee", default=None)
-@click.option("--priority", type=int, default=0, show_default=True)
-@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS_CAP), default=DEFAULT_MAX_ATTEMPTS, show_default=True)
+@click.option("--assignee", default=None, help="Only this owner may claim the todo.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, MAX_ATTEMPTS_CAP),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help=f"The todo's attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
+)
 @click.option("--stop", is_flag=True, help="When this rule matches, no later rule is tried.")
 @common
 def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tuple[str, ...], **fields: Any) -> None:
@@ -260,7 +270,7 @@ def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tu
 
 
 @rule.command("list")
-@click.option("--source", default=None)
+@click.option("--source", default=None, help="Only this source's rules.")
 @common
 def rule_list(db: Path | None, as_json: bool | None, source: str | None) -> None:
     """List rules in the order they are tried."""
@@ -270,7 +280,7 @@ def rule_list(db: Path | None, as_json: bool | None, source: str | None) -> None
 
 
 @rule.command("remove")
-@click.argument("rule_id", metavar="ID", type=ID)
+@click.argument("rule_id", metavar="ID", type=ID, help="The rule's id (rule list shows it).")
 @common
 def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
     """Remove a rule."""
@@ -280,7 +290,7 @@ def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
 
 
 @rule.command("move")
-@click.argument("rule_id", metavar="ID", type=ID)
+@click.argument("rule_id", metavar="ID", type=ID, help="The rule's id (rule list shows it).")
 @click.option("--to", "to", type=int, required=True, help="The 1-based position it takes.")
 @common
 def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> None:

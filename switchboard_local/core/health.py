@@ -113,7 +113,8 @@ class Context:
     ``origin`` says where the path came from (``--db``, ``$SWITCHBOARD_DB``,
     ``default``). The database group fills ``state``, ``store`` (the file
     opened read-only, when it is ours at the current version; ``run``
-    closes it) and ``sources`` (empty when nothing is stored yet).
+    closes it), ``sources`` (empty when nothing is stored yet) and
+    ``leader`` (the process leading ingest, while its lease holds).
     """
 
     path: Location | None  # a file's path, or a PostgreSQL URL
@@ -124,6 +125,7 @@ class Context:
     state: FileState | None = None
     store: Store | None = None
     sources: list[Source] = field(default_factory=list)
+    leader: leadership.Leader | None = None
 
     def command(self, *args: str) -> str:
         """A switchboard-local command line on this database (--db when that is how it was named)."""
@@ -328,6 +330,7 @@ async def _open_sources(ctx: Context, path: Location) -> list[Check]:
     try:
         ctx.store = await Store.open(path, read_only=True)
         ctx.sources = await list_sources(ctx.store)
+        ctx.leader = await leadership.current(ctx.store)
     except StoreFault as exc:
         return [Check("sources", WARN, f"not checked: {exc.message}", ctx.command("source", "list"))]
     return []
@@ -391,14 +394,58 @@ def _secret_check(ctx: Context, source: Source) -> Check:
 def _secret_ref(ctx: Context, ref: Mapping[str, str]) -> tuple[str, str, str | None]:
     """(status, detail, fix) of one secret reference; the value is never part of it."""
     if "env" in ref:
-        var = ref["env"]
-        if ctx.env.get(var):
-            return OK, f"${var} is set here (the serving process needs it too)", None
-        return FAIL, f"${var} is not set here (the serving process needs it too)", \
-            f"export {var}=…  (in the environment serve starts with, too)"  # fmt: skip
+        return _env_secret(ctx, ref["env"])
     if "file" in ref:
         return _secret_file(Path(ref["file"]))
     return OK, "kept in the database", None
+
+
+def _env_secret(ctx: Context, var: str) -> tuple[str, str, str | None]:
+    """A secret in an environment variable: here, and in the process that leads ingest (it says which it has).
+
+    This shell may well lack what the leader was started with (a service's
+    environment file, another terminal): the leader's word counts, and only
+    when neither has it does the check fail.
+    """
+    export = f"export {var}=…  (in the environment serve starts with, too)"
+    if not ctx.env.get(var):
+        return _not_set_here(ctx, var, export)
+    leader, has = _leader_has(ctx, var)
+    if leader is None or has is None:
+        return OK, f"${var} is set here (the serving process needs it too)", None
+    if has:
+        return OK, f"${var} is set here and in the leader ({_who(leader)})", None
+    who = _who(leader)
+    detail = f"${var} is set here, but not in the environment of the leader ({who})"
+    return WARN, f"{detail}: the deliveries it receives are answered 503", f"restart {who} with {var} set ({export})"
+
+
+def _not_set_here(ctx: Context, var: str, export: str) -> tuple[str, str, str | None]:
+    """(status, detail, fix) of a variable this shell lacks: what the leader, which reads it, said of it."""
+    leader, has = _leader_has(ctx, var)
+    if leader is None:
+        return FAIL, f"${var} is not set in this shell, and no process leads ingest to say whether it has it", export
+    who = _who(leader)
+    if has is None:
+        unsaid = "has not said yet whether it has it (it says so within a second of a source's change)"
+        return WARN, f"${var} is not set in this shell, and the leader ({who}) {unsaid}", ctx.command("doctor")
+    if not has:
+        return FAIL, f"${var} is not set in this shell, nor in the leader's environment ({who})", \
+            f"{export}, then restart {who}"  # fmt: skip
+    return OK, f"${var} is not set in this shell; the leader ({who}) has it", None
+
+
+def _leader_has(ctx: Context, var: str) -> tuple[leadership.Leader | None, bool | None]:
+    """The live leader (None: nobody leads, or its process is gone), and whether it has ``var`` set (None: not said)."""
+    leader = ctx.leader
+    if leader is None or (leader.host == socket.gethostname() and not leadership.pid_alive(leader.pid)):
+        return None, None
+    return leader, leader.has(var)
+
+
+def _who(leader: leadership.Leader) -> str:
+    where = "" if leader.host == socket.gethostname() else f" on {leader.host}"
+    return f"{leader.kind} pid {leader.pid}{where}"
 
 
 def _secret_file(path: Path) -> tuple[str, str, str | None]:
@@ -438,14 +485,18 @@ async def _adapter_check(ctx: Context, source: Source) -> Check:
     name, config = f"adapter {source.name}", source.config
     if not source.enabled:
         return Check(name, OK, "disabled; its Redis is not checked")
-    url = config.get("redis_url")
+    url, var = config.get("redis_url"), None
     if not url:
         var = str(config.get("redis_url_env"))
         url = ctx.env.get(var)
         if not url:
-            return Check(name, FAIL, f"${var} is not set here (serve needs it too)",
-                         f"export {var}=redis://HOST:6379/0  (in the environment serve starts with, too)")  # fmt: skip
+            return _redis_url_via_leader(ctx, source, var)
     where = f"{masked_url(url)} {config.get('mode')} {config.get('key')!r}"
+    leader, has = (None, None) if var is None else _leader_has(ctx, var)
+    if leader is not None and has is False:
+        who = _who(leader)
+        detail = f"{where}: ${var} is set here, but not in the environment of the leader ({who}), which consumes it"
+        return Check(name, WARN, detail, f"restart {who} with {var} set")
     if ctx.probes.redis is None:
         return Check(name, WARN, f"{where}: not checked (no Redis client here)", None)
     probe = await ctx.probes.redis(url, config, PROBE_TIMEOUT)
@@ -462,6 +513,20 @@ async def _adapter_check(ctx: Context, source: Source) -> Check:
     if (probe.waiting or 0) + (probe.unacked or 0) >= BACKLOG_WARN:
         return Check(name, WARN, f"{detail}: a backlog of {BACKLOG_WARN} or more",
                      f"{ctx.command('serve')}  (drains it; if serve runs, see: {ctx.command('adapter', 'status')})")  # fmt: skip
+    return Check(name, OK, detail)
+
+
+def _redis_url_via_leader(ctx: Context, source: Source, var: str) -> Check:
+    """An adapter whose URL is in a variable this shell lacks: the leader, which consumes it, may have it."""
+    name, config = f"adapter {source.name}", source.config
+    export = f"export {var}=redis://HOST:6379/0  (in the environment serve starts with, too)"
+    status, detail, fix = _not_set_here(ctx, var, export)
+    if status != OK:
+        return Check(name, status, detail, fix)
+    detail += f" and consumes {config.get('mode')} {config.get('key')!r} (its Redis is not asked from here)"
+    if source.last_error:
+        fix = ctx.command("adapter", "status")
+        return Check(name, WARN, f"{detail}; its last poll failed: {source.last_error}", fix)
     return Check(name, OK, detail)
 
 
@@ -484,7 +549,7 @@ async def ingest(ctx: Context) -> list[Check]:
     """Whether a process leads ingest (consumes the adapters, prunes), and which."""
     if ctx.store is None:
         return []  # nothing stored yet, or the database line says why it cannot be read
-    leader = await leadership.current(ctx.store)
+    leader = ctx.leader
     consumed = [s.name for s in ctx.sources if s.family == "queue" and s.enabled]
     start = f"{ctx.command('serve')}  (or {ctx.command('service', 'install')}, or an mcp with --ingest auto)"
     if leader is None:

@@ -10,6 +10,9 @@ wait). Each change of leader raises the **fence**; every batch a consumer
 stores checks, in its own transaction, that its fence is still the leader's
 (``check``), so a leader that was deposed while it stalled stores nothing
 more, and its un-acked messages stay with the broker for the new leader.
+With the lead, and again at each renewal, the leader says which of the
+environment variables the sources name (secrets, Redis URLs) it has set:
+names only, never a value, for `doctor` run from a shell without them.
 
 Why a lease row and not an OS file lock: the fence has to live in the same
 transactions as the batches it guards, which only the database can give,
@@ -20,16 +23,18 @@ hand-over a file lock would.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .clock import rfc3339
 from .errors import StoreFault
 from .queries import Q
+from .sources import Source
 from .store import Store, Transaction
 
 LEASE_SECONDS = 6.0  # a leader not renewed for this long is gone
@@ -74,13 +79,18 @@ class Leader:
     renewed_at: int
     expires_at: int
     handover_to: str | None
+    env: Mapping[str, bool]  # the sources' environment variables it has looked at, and whether each is set
 
     @classmethod
     def from_row(cls, row: Any) -> Leader:
         return cls(
             row["fence"], row["holder"], row["pid"], row["host"], row["kind"], row["http"], row["since"],
-            row["renewed_at"], row["expires_at"], row["handover_to"],
+            row["renewed_at"], row["expires_at"], row["handover_to"], _env_of(row["env"]),
         )  # fmt: skip
+
+    def has(self, var: str) -> bool | None:
+        """Whether the leader has ``var`` set; None when it has not looked (no source named it at its last renewal)."""
+        return self.env.get(var)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +139,22 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def _env_seen(tx: Transaction, environ: Mapping[str, str] | None) -> str:
+    """JSON {NAME: set?} for each environment variable the sources name (secrets, Redis URLs), as this
+    process sees it: `doctor`, run from a shell without them, asks the leader. Names only, never a value."""
+    environ = os.environ if environ is None else environ
+    names = {name for row in tx.all(Q.list_sources, {"family": None}) for name in Source.from_row(row).env_names()}
+    return json.dumps({name: bool(environ.get(name)) for name in sorted(names)})
+
+
+def _env_of(text: Any) -> dict[str, bool]:
+    try:
+        value = json.loads(text) if text is not None else {}
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(v, bool)} if isinstance(value, dict) else {}
+
+
 async def current(store: Store) -> Leader | None:
     """The leader now, or None when nobody leads (no row, or its lease is gone)."""
     row = await store.read_one(Q.get_leader)
@@ -144,12 +170,14 @@ async def try_lead(
     take_over: bool = False,
     http: str | None = None,
     alive: Callable[[int], bool] = pid_alive,
+    environ: Mapping[str, str] | None = None,
 ) -> Lease | None:
     """Lead if nobody does (or the leader's process is gone); None while another leads.
 
     ``http`` is where this process's receiver already listens: it is recorded
     in the same write as the lead, so `status` never shows this leader
-    without it.
+    without it. With the lead goes which of the sources' environment
+    variables ``environ`` (this process's environment) has set.
 
     With ``take_over`` the leader is asked to hand over; it steps down at its
     next renewal and this process takes over then. A read first: a standby
@@ -166,7 +194,8 @@ async def try_lead(
     def body(tx: Transaction) -> Lease | None:
         now = store.clock.now_ms()
         expires_at = now + _ms(LEASE_SECONDS)
-        params = {**me.__dict__, "http": http, "seen_fence": seen, "now": now, "expires_at": expires_at}
+        params = {**me.__dict__, "http": http, "seen_fence": seen, "now": now, "expires_at": expires_at,
+                  "env": _env_seen(tx, environ)}  # fmt: skip
         taken = tx.one(Q.take_leadership, params)
         if taken is None:
             return None  # another standby was quicker
@@ -187,13 +216,15 @@ def _free(row: Any, me: Candidate, now: int, alive: Callable[[int], bool]) -> bo
     return row["host"] == me.host and row["pid"] != me.pid and not alive(row["pid"])
 
 
-async def renew(store: Store, lease: Lease) -> bool:
-    """Renew the lease; False when it was lost (or a take-over was asked for: then it is released)."""
+async def renew(store: Store, lease: Lease, environ: Mapping[str, str] | None = None) -> bool:
+    """Renew the lease, and say again which of the sources' environment variables ``environ`` has
+    (sources come and go while a leader runs); False when it was lost (or a take-over was asked
+    for: then it is released)."""
 
     def body(tx: Transaction) -> bool:
         now = store.clock.now_ms()
-        row = tx.one(Q.renew_leadership, {"fence": lease.fence, "holder": lease.holder, "now": now,
-                                          "expires_at": now + _ms(LEASE_SECONDS)})  # fmt: skip
+        params = {"fence": lease.fence, "holder": lease.holder, "now": now, "expires_at": now + _ms(LEASE_SECONDS)}
+        row = tx.one(Q.renew_leadership, {**params, "env": _env_seen(tx, environ)})
         if row is None:
             return False
         if row["handover_to"] is not None and row["handover_to"] != lease.holder:

@@ -436,9 +436,12 @@ def schema_sql() -> str:
     return (Path(__file__).resolve().parents[2] / "schema.postgres.sql").read_text("utf-8")
 
 
-# version -> SQL that upgrades a database from version - 1 (none yet: the
-# PostgreSQL schema starts at version 8, SQLite's when it was written).
-MIGRATIONS: dict[int, str] = {}
+# version -> SQL that upgrades a database from version - 1 (the PostgreSQL
+# schema starts at version 8, SQLite's when it was written).
+MIGRATIONS: dict[int, str] = {
+    # The leader says which of the sources' environment variables it has (`doctor` asks).
+    9: 'ALTER TABLE ingest_leader ADD COLUMN env text COLLATE "C";',
+}
 FIRST_VERSION = 8
 
 

@@ -1020,36 +1020,38 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- name: get_leader
 SELECT id, fence, holder, pid, host, kind, http, sb_ms(since) AS since, sb_ms(renewed_at) AS renewed_at,
-  sb_ms(expires_at) AS expires_at, handover_to
+  sb_ms(expires_at) AS expires_at, handover_to, env
 FROM ingest_leader WHERE id = 1;
 
 -- name: take_leadership
 -- A new leader, the fence one past the last: only over the row as the caller
 -- saw it (:seen_fence, 0 for none), so of two standbys racing one wins (the
 -- other waits for its row, then finds the fence moved: no row).
-INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to)
+-- :env: which of the sources' environment variables it has (JSON, names only).
+INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to, env)
 VALUES (1, CAST(:seen_fence AS bigint) + 1, :holder, :pid, :host, :kind, :http, sb_ts(:now), sb_ts(:now),
-        sb_ts(:expires_at), NULL)
+        sb_ts(:expires_at), NULL, :env)
 ON CONFLICT (id) DO UPDATE
 SET fence = excluded.fence, holder = excluded.holder, pid = excluded.pid, host = excluded.host,
     kind = excluded.kind, http = excluded.http, since = excluded.since, renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at, handover_to = NULL
+    expires_at = excluded.expires_at, handover_to = NULL, env = excluded.env
 WHERE ingest_leader.fence = :seen_fence
 RETURNING id, fence, holder, pid, host, kind, http, sb_ms(since) AS since, sb_ms(renewed_at) AS renewed_at,
-  sb_ms(expires_at) AS expires_at, handover_to;
+  sb_ms(expires_at) AS expires_at, handover_to, env;
 
 -- name: renew_leadership
-UPDATE ingest_leader SET renewed_at = sb_ts(:now), expires_at = sb_ts(:expires_at)
+-- :env again: sources may have been added since the last renewal.
+UPDATE ingest_leader SET renewed_at = sb_ts(:now), expires_at = sb_ts(:expires_at), env = :env
 WHERE fence = :fence AND holder = :holder AND expires_at > sb_ts(:now)
 RETURNING id, fence, holder, pid, host, kind, http, sb_ms(since) AS since, sb_ms(renewed_at) AS renewed_at,
-  sb_ms(expires_at) AS expires_at, handover_to;
+  sb_ms(expires_at) AS expires_at, handover_to, env;
 
 -- name: set_leader_http
 UPDATE ingest_leader SET http = :http WHERE fence = :fence AND holder = :holder;
 
 -- name: release_leadership
 -- The leader steps down: the row stays (its fence, and a take-over asked for), expired now.
-UPDATE ingest_leader SET expires_at = sb_ts(:now), http = NULL WHERE fence = :fence AND holder = :holder;
+UPDATE ingest_leader SET expires_at = sb_ts(:now), http = NULL, env = NULL WHERE fence = :fence AND holder = :holder;
 
 -- name: ask_handover
 UPDATE ingest_leader SET handover_to = :holder WHERE id = 1;

@@ -822,17 +822,19 @@ SELECT * FROM ingest_leader WHERE id = 1;
 -- name: take_leadership
 -- A new leader, the fence one past the last: only over the row as the caller
 -- saw it (:seen_fence, 0 for none), so of two standbys racing one wins.
-INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to)
-VALUES (1, :seen_fence + 1, :holder, :pid, :host, :kind, :http, :now, :now, :expires_at, NULL)
+-- :env: which of the sources' environment variables it has (JSON, names only).
+INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at, handover_to, env)
+VALUES (1, :seen_fence + 1, :holder, :pid, :host, :kind, :http, :now, :now, :expires_at, NULL, :env)
 ON CONFLICT (id) DO UPDATE
 SET fence = excluded.fence, holder = excluded.holder, pid = excluded.pid, host = excluded.host,
     kind = excluded.kind, http = excluded.http, since = excluded.since, renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at, handover_to = NULL
+    expires_at = excluded.expires_at, handover_to = NULL, env = excluded.env
 WHERE ingest_leader.fence = :seen_fence
 RETURNING *;
 
 -- name: renew_leadership
-UPDATE ingest_leader SET renewed_at = :now, expires_at = :expires_at
+-- :env again: sources may have been added since the last renewal.
+UPDATE ingest_leader SET renewed_at = :now, expires_at = :expires_at, env = :env
 WHERE fence = :fence AND holder = :holder AND expires_at > :now
 RETURNING *;
 
@@ -841,7 +843,7 @@ UPDATE ingest_leader SET http = :http WHERE fence = :fence AND holder = :holder;
 
 -- name: release_leadership
 -- The leader steps down: the row stays (its fence, and a take-over asked for), expired now.
-UPDATE ingest_leader SET expires_at = :now, http = NULL WHERE fence = :fence AND holder = :holder;
+UPDATE ingest_leader SET expires_at = :now, http = NULL, env = NULL WHERE fence = :fence AND holder = :holder;
 
 -- name: ask_handover
 UPDATE ingest_leader SET handover_to = :holder WHERE id = 1;

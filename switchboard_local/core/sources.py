@@ -68,6 +68,13 @@ class Source:
             messages_stored=row["messages_stored"],
         )
 
+    def env_names(self) -> list[str]:
+        """The environment variables this source is read with: its secrets' or its Redis URL's."""
+        names = [ref["env"] for ref in self.secrets if isinstance(ref.get("env"), str)]
+        if isinstance(self.config.get("redis_url_env"), str):
+            names.append(self.config["redis_url_env"])
+        return names
+
     def to_dict(self) -> dict[str, Any]:
         """What may be shown: secrets as masked references, never values."""
         return {

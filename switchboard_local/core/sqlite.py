@@ -53,7 +53,7 @@ from .tally import Tally
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # PRAGMA application_id of our files ('SBLQ'); schema.sql sets it.
 APPLICATION_ID = 1396853841
 # The tables of version 1, which predates the application id: a file with
@@ -277,6 +277,10 @@ FROM attempts
 WHERE ended_at IS NOT NULL AND outcome <> 'completed';
 DROP TABLE attempts;
 ALTER TABLE attempts_v8 RENAME TO attempts;
+""",
+    # The leader says which of the sources' environment variables it has (`doctor` asks).
+    9: """
+ALTER TABLE ingest_leader ADD COLUMN env TEXT;
 """,
 }
 

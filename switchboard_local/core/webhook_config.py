@@ -7,6 +7,7 @@ receiver share one definition of a source's config.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,34 @@ MAX_BODY = 64 * 1024 * 1024  # a body is held in memory while it is verified (Gi
 UNSIGNED_ID_KINDS = ("github", "gitea", "gitlab", "hmac", "token")
 DEFAULT_REPLAY_WINDOW = 24 * 3600
 MAX_REPLAY_WINDOW = 7 * 86400  # the default dedup horizon, when prune forgets what was seen
+
+# A header is stored redacted when its lowercased name holds one of these words
+# anywhere (x-api-key, x-auth-token, x-webhook-secret, x-shopify-hmac-sha256):
+# whatever a sender calls its credential, the name says what it is. A source
+# keeps a header its name would hide with --keep-header (Idempotency-Key, say).
+SECRET_WORDS = ("auth", "token", "secret", "key", "password", "passwd", "signature", "hmac", "session", "cookie",
+                "credential")  # fmt: skip
+# Headers that carry a credential whatever they are called, and the ones each
+# kind's signature or token arrives in: never kept in clear.
+CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie", "set-cookie")
+SIGNATURE_HEADERS = {
+    "github": ("x-hub-signature-256", "x-hub-signature"),
+    "gitea": ("x-gitea-signature", "x-gogs-signature", "x-hub-signature-256"),
+    "stripe": ("stripe-signature",),
+    "slack": ("x-slack-signature",),
+    "standard": ("webhook-signature",),
+    "gitlab": ("x-gitlab-token",),
+}
+# RFC 9110's token: what a header's name may be made of.
+TCHARS = "!#$%&'*+-.^_`|~"
+HEADER_NAME = re.compile(f"[{re.escape(TCHARS)}0-9A-Za-z]{{1,128}}")
+
+
+def names_a_secret(header: str) -> bool:
+    """Whether a header's name (lowercased) says it holds a credential, a signature or a session."""
+    name = header.lower()
+    return any(word in name for word in SECRET_WORDS)
+
 
 def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a source's kind options (at `source add`, not at delivery time)."""
@@ -53,6 +82,8 @@ def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
         config["header"] = (options.get("header") or "authorization").lower()
     elif options.get("header") or options.get("algorithm") or options.get("encoding") or options.get("prefix"):
         raise InvalidArgument(f"--header, --algorithm, --encoding and --prefix apply to kinds hmac and token, not {kind}")
+    if options.get("keep_headers"):
+        config["keep_headers"] = _kept_headers(kind, config.get("header"), options["keep_headers"])
     if kind in ("hmac", "token", "open"):
         for name in ("id_header", "type_header"):
             if options.get(name):
@@ -60,6 +91,29 @@ def source_config(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
     elif options.get("id_header") or options.get("type_header"):
         raise InvalidArgument(f"kind {kind} names its own delivery id and type; --id-header and --type-header apply to hmac, token and open")
     return config
+
+
+def _kept_headers(kind: str, verified_by: str | None, names: Any) -> list[str]:
+    """--keep-header: names (lowercased, each once) that the name rule would redact and that carry no credential."""
+    kept: list[str] = []
+    for given in names:
+        if not isinstance(given, str) or not HEADER_NAME.fullmatch(given):
+            raise InvalidArgument(f"--keep-header {given!r} is not a header name (1-128 of: A-Z a-z 0-9 {TCHARS})")
+        name = given.lower()
+        if name in CREDENTIAL_HEADERS or name in SIGNATURE_HEADERS.get(kind, ()) or name == verified_by:
+            raise InvalidArgument(f"--keep-header {given}: it carries a credential or this source's signature; "
+                                  "it is always redacted")  # fmt: skip
+        if not names_a_secret(name):
+            raise InvalidArgument(f"--keep-header {given}: it is stored in clear already (its name says no secret)")
+        if name not in kept:
+            kept.append(name)
+    return kept
+
+
+def kept_headers(source: Source) -> frozenset[str]:
+    """The headers this source stores in clear although their name says secret (`source add --keep-header`)."""
+    kept = source.config.get("keep_headers")
+    return frozenset(h for h in kept if isinstance(h, str)) if isinstance(kept, list) else frozenset()
 
 
 def needs_secret(kind: str) -> bool:

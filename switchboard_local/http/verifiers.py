@@ -22,29 +22,9 @@ from typing import Any
 
 from ..core.events import body_hash
 from ..core.sources import Source
-from ..core.webhook_config import needs_secret
+from ..core.webhook_config import kept_headers, names_a_secret, needs_secret
 
 REDACTED = "[redacted]"
-
-# Always redacted before headers are stored, whatever the kind.
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "set-cookie",
-        "x-hub-signature",
-        "x-hub-signature-256",
-        "x-gitea-signature",
-        "x-gogs-signature",
-        "stripe-signature",
-        "x-slack-signature",
-        "webhook-signature",
-        "x-gitlab-token",
-        "x-shopify-hmac-sha256",
-        "linear-signature",
-    }
-)
 
 
 class Unverified(Exception):
@@ -302,9 +282,13 @@ _VERIFIERS = {
 
 
 def redact(headers: Mapping[str, str], source: Source) -> dict[str, str]:
-    """Headers as stored: signatures, tokens, cookies and authorization replaced."""
-    configured = {source.config.get("header")} if source.kind in ("hmac", "token") else set()
-    return {
-        name: (REDACTED if name in SECRET_HEADERS or name in configured else value)
-        for name, value in headers.items()
-    }
+    """Headers as stored: each whose name says it holds a secret (a credential, a signature, a
+    session, a cookie) replaced, unless the source keeps it; the header an hmac or token source
+    reads its secret from, whatever it is called, always."""
+    configured = source.config.get("header") if source.kind in ("hmac", "token") else None
+    kept = kept_headers(source)
+    return {name: REDACTED if _hidden(name.lower(), configured, kept) else value for name, value in headers.items()}
+
+
+def _hidden(name: str, configured: str | None, kept: frozenset[str]) -> bool:
+    return name == configured or (names_a_secret(name) and name not in kept)

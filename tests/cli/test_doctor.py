@@ -20,6 +20,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ from switchboard_local.core.store import Store
 
 from support import sql
 from support.cli import REPO_ROOT, Result, invoke
+from support.receiver import serve_process
 from support.redis_server import RedisServer, free_port, in_ci, started_redis_server
+from support.signing import delivery
 
 SECRET = "hunter2-never-shown"
 # A PATH without `claude` (unless the system has one there: then the tests that want none say so).
@@ -131,13 +134,13 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-def lead(db: Path, *, pid: int) -> None:
-    """A process of ``pid`` on this host takes the ingest lead (as `serve` would)."""
+def lead(db: Path, *, pid: int, environ: Mapping[str, str] | None = None) -> None:
+    """A process of ``pid`` on this host takes the ingest lead (as `serve` would), with ``environ`` (default: ours)."""
 
     async def take() -> None:
         async with await Store.open(db) as store:
             me = leadership.Candidate(holder=f"test-{pid}", pid=pid, host=socket.gethostname(), kind="serve")
-            assert await leadership.try_lead(store, me) is not None
+            assert await leadership.try_lead(store, me, environ=environ) is not None
 
     asyncio.run(take())
 
@@ -155,7 +158,7 @@ def test_a_healthy_setup_is_all_ok_and_exits_0(run_doctor, db_path: Path, projec
     cli(db_path, "source", "add", "kept", "--kind", "gitlab", "--secret", SECRET)
     cli(db_path, "adapter", "add", "orders", "--redis-url", redis_server.url, "--mode", "stream", "--key", "orders")
     register(project)
-    lead(db_path, pid=os.getpid())
+    lead(db_path, pid=os.getpid(), environ={"GH_DOCTOR_SECRET": SECRET})
     code, checks = run_doctor(env={"GH_DOCTOR_SECRET": SECRET})
     assert {name: c["status"] for name, c in checks.items() if c["status"] != "ok"} == {}
     assert code == 0
@@ -164,7 +167,7 @@ def test_a_healthy_setup_is_all_ok_and_exits_0(run_doctor, db_path: Path, projec
                 "mcp server", "mcp sdk"}  # fmt: skip
     assert set(checks) == expected
     assert checks["database"]["detail"] == f"{db_path} (from --db)"
-    assert "serving process needs it too" in checks["source gh"]["detail"]
+    assert checks["source gh"]["detail"] == f"$GH_DOCTOR_SECRET is set here and in the leader (serve pid {os.getpid()})"
     assert "0 waiting" in checks["adapter orders"]["detail"]
     assert checks["mcp server"]["detail"].startswith("'switchboard' in project scope")
     assert checks["claude"]["detail"].endswith("(2.1.197 (Claude Code))")
@@ -357,7 +360,8 @@ def test_a_missing_secret_variable_fails_and_says_serve_needs_it_too(run_doctor,
     assert code == 1
     gh = checks["source gh"]
     assert gh["status"] == "fail"
-    assert gh["detail"].startswith("$GH_DOCTOR_SECRET is not set here (the serving process needs it too)")
+    assert gh["detail"].startswith("$GH_DOCTOR_SECRET is not set in this shell, and no process leads ingest to say "
+                                   "whether it has it")  # fmt: skip
     assert gh["fix"].startswith("export GH_DOCTOR_SECRET=")
     code, checks = run_doctor(env={"GH_DOCTOR_SECRET": SECRET})
     assert code == 0 and checks["source gh"]["status"] == "ok"
@@ -426,6 +430,66 @@ def test_one_unreadable_secret_of_two_mid_rotation_is_a_warning(run_doctor, db_p
     assert code == 0 and checks["source gh"]["status"] == "warn"
 
 
+def without(*names: str) -> dict[str, str]:
+    """This process's environment without ``names``: what a process started from another shell has."""
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def until_led(db: Path, pid: int, timeout: float = 30) -> None:
+    """Until the process ``pid`` leads ingest, as `status --json` tells it."""
+    deadline = time.monotonic() + timeout
+    while (json.loads(cli(db, "status", "--json").out)["leader"] or {}).get("pid") != pid:
+        assert time.monotonic() < deadline, f"pid {pid} never led ingest"
+        time.sleep(0.05)
+
+
+def test_a_secret_variable_only_the_leader_has_is_no_failure_and_doctor_says_the_leader_has_it(
+    run_doctor, db_path: Path
+) -> None:
+    cli(db_path, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_DOCTOR_SECRET")
+    with serve_process(db_path, environ=without("GH_DOCTOR_SECRET"), env={"GH_DOCTOR_SECRET": SECRET}) as serve:
+        receiver = serve.wait_serving()
+        until_led(db_path, serve.proc.pid)
+        code, checks = run_doctor(env={"GH_DOCTOR_SECRET": None})
+        sent = delivery("github", SECRET)
+        assert receiver.post("gh", sent.body, sent.headers).status == 202  # what doctor says is what senders get
+    said = f"$GH_DOCTOR_SECRET is not set in this shell; the leader (serve pid {serve.proc.pid}) has it"
+    assert (checks["source gh"]["status"], checks["source gh"]["detail"]) == ("ok", said)
+    assert code == 0, checks
+
+
+def test_a_leader_without_the_secret_variable_warns_when_this_shell_has_it_and_fails_when_neither_has(
+    run_doctor, db_path: Path
+) -> None:
+    cli(db_path, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_DOCTOR_SECRET")
+    with serve_process(db_path, environ=without("GH_DOCTOR_SECRET")) as serve:
+        receiver = serve.wait_serving()
+        until_led(db_path, serve.proc.pid)
+        _, here = run_doctor(env={"GH_DOCTOR_SECRET": SECRET})
+        code, neither = run_doctor(env={"GH_DOCTOR_SECRET": None})
+        sent = delivery("github", SECRET)
+        assert receiver.post("gh", sent.body, sent.headers).status == 503
+    who = f"serve pid {serve.proc.pid}"
+    said = f"$GH_DOCTOR_SECRET is set here, but not in the environment of the leader ({who})"
+    assert (here["source gh"]["status"], here["source gh"]["detail"]) == (
+        "warn", f"{said}: the deliveries it receives are answered 503")  # fmt: skip
+    assert here["source gh"]["fix"].startswith(f"restart {who} with GH_DOCTOR_SECRET set")
+    assert code == 1
+    said = f"$GH_DOCTOR_SECRET is not set in this shell, nor in the leader's environment ({who})"
+    assert (neither["source gh"]["status"], neither["source gh"]["detail"]) == (
+        "fail", f"{said}: every delivery is answered 503")  # fmt: skip
+
+
+def test_a_source_the_leader_has_not_answered_for_yet_is_a_warning(run_doctor, db_path: Path) -> None:
+    lead(db_path, pid=os.getpid(), environ={})
+    cli(db_path, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_DOCTOR_SECRET")  # after the lead
+    code, checks = run_doctor(env={"GH_DOCTOR_SECRET": None})
+    assert code == 0
+    assert checks["source gh"]["status"] == "warn"
+    assert checks["source gh"]["detail"].startswith(
+        f"$GH_DOCTOR_SECRET is not set in this shell, and the leader (serve pid {os.getpid()}) has not said yet")
+
+
 # ---------------------------------------------------------------- Redis adapters
 
 
@@ -443,7 +507,23 @@ def test_a_redis_that_refuses_connections_fails(run_doctor, db_path: Path) -> No
 def test_a_redis_url_from_an_unset_variable_fails(run_doctor, db_path: Path) -> None:
     cli(db_path, "adapter", "add", "orders", "--redis-url-env", "ORDERS_REDIS_URL", "--mode", "list", "--key", "o")
     code, checks = run_doctor(env={"ORDERS_REDIS_URL": None})
-    assert code == 1 and checks["adapter orders"]["detail"] == "$ORDERS_REDIS_URL is not set here (serve needs it too)"
+    assert code == 1 and checks["adapter orders"]["detail"] == (
+        "$ORDERS_REDIS_URL is not set in this shell, and no process leads ingest to say whether it has it")
+
+
+def test_a_redis_url_variable_only_the_leader_has_is_no_failure(run_doctor, db_path: Path,
+                                                                redis_server: RedisServer) -> None:  # fmt: skip
+    cli(db_path, "adapter", "add", "orders", "--redis-url-env", "ORDERS_REDIS_URL", "--mode", "list", "--key", "orders",
+        env={"ORDERS_REDIS_URL": None})  # fmt: skip
+    environ = without("ORDERS_REDIS_URL")
+    with serve_process(db_path, environ=environ, env={"ORDERS_REDIS_URL": redis_server.url}) as serve:
+        serve.wait_serving()
+        until_led(db_path, serve.proc.pid)
+        code, checks = run_doctor(env={"ORDERS_REDIS_URL": None})
+    said = f"$ORDERS_REDIS_URL is not set in this shell; the leader (serve pid {serve.proc.pid}) has it"
+    said += " and consumes list 'orders' (its Redis is not asked from here)"
+    assert (checks["adapter orders"]["status"], checks["adapter orders"]["detail"]) == ("ok", said)
+    assert code == 0, checks
 
 
 def test_a_stream_backlog_in_a_real_redis_warns(run_doctor, db_path: Path, redis_server: RedisServer) -> None:

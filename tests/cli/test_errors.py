@@ -99,6 +99,30 @@ def test_an_error_quoting_the_input_escapes_its_control_characters(db_path: Path
             assert json.loads(result.stdout)["error"]["message"].endswith("No such file or directory")
 
 
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [(["source", "add", "gh"], ("missing option '--kind'. Choose from: github, gitea, stripe, slack, standard, gitlab, "
+                                "hmac, token, open")),
+     (["adapter", "add", "orders"], "missing option '--mode'. Choose from: stream, list, pubsub")],
+)  # fmt: skip
+def test_a_missing_choice_lists_its_choices_readably_on_one_line(db_path: Path, args: list[str], sentence: str) -> None:
+    for extra in ([], ["--json"]):
+        result = run_cli(*args, *extra, db=db_path)
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"switchboard-local: invalid_argument: {sentence} (see ")
+        assert "\\x0a" not in result.stderr and "\\x09" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1
+        if extra:
+            assert json.loads(result.stdout)["error"]["message"] == sentence
+
+
+def test_a_usage_error_quoting_a_typed_argument_still_escapes_its_control_characters(db_path: Path) -> None:
+    result = run_cli("source", "add", "gh", "--kind", "github", "--secret", "s", "extra\x1b[31m\nforged", db=db_path)
+    assert result.returncode == 2
+    assert not RAW_CONTROLS.search(result.stderr) and len(result.stderr.splitlines()) == 1
+    assert "got unexpected extra argument (extra\\x1b[31m\\x0aforged)" in result.stderr
+
+
 def _wait_until_reading_a_pipe(pid: int) -> None:
     """Until the process sleeps in a pipe read (its stdin): then Ctrl-C lands in the command, not in startup."""
     deadline = time.monotonic() + 60

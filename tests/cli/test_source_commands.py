@@ -315,3 +315,15 @@ def test_no_source_or_adapter_may_be_named_redis(cli) -> None:
         code, _, err, _ = cli(*args)
         assert code == 2 and "reserved" in err, err
     assert json.loads(cli("source", "list", "--json").out) == []
+
+
+def test_source_add_keeps_a_named_header_in_clear_and_show_says_so(cli) -> None:
+    added = cli("source", "add", "gh", "--kind", "github", "--secret", "s", "--keep-header", "Idempotency-Key")
+    assert added.code == 0, added.err
+    shown = cli("source", "show", "gh").out
+    assert "redacted     headers whose name says secret (kept in clear: idempotency-key)" in shown
+    assert as_json(cli, "source", "show", "gh")["config"]["keep_headers"] == ["idempotency-key"]
+    refused = cli("source", "add", "gh2", "--kind", "github", "--secret", "s", "--keep-header", "Authorization")
+    assert refused.code == 2
+    assert "--keep-header Authorization: it carries a credential or this source's signature" in refused.err
+    assert [s["name"] for s in as_json(cli, "source", "list")] == ["gh"]

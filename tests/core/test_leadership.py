@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from switchboard_local.core import leadership, routing
+from switchboard_local.core import leadership, routing, sources, webhook_config
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.leadership import Candidate, NotLeader
 
-from support.sql import count
+from support.sql import count, value
 
 pytestmark = pytest.mark.anyio
 
@@ -130,3 +130,31 @@ async def test_standbys_are_listed_while_they_look_and_forgotten_when_they_leave
     assert [m.pid for m in await leadership.members(store)] == [1001]
     clock.advance(3 * leadership.MEMBER_SECONDS + 1)
     assert await leadership.members(store) == []
+
+
+async def add_sources_reading_env(store) -> None:
+    """A webhook source whose secret is in $GH_SECRET, and an adapter whose URL is in $ORDERS_URL."""
+    await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
+                      config=webhook_config.source_config("github", {}), secrets=[sources.secret_ref(env="GH_SECRET")])
+    await sources.add(store, "orders", family="queue", kind="redis", trust_mode="queue",
+                      config={"redis_url_env": "ORDERS_URL", "mode": "list", "key": "orders"})  # fmt: skip
+
+
+async def test_the_leader_says_which_of_the_sources_variables_it_has_and_never_a_value(store, db_path) -> None:
+    await add_sources_reading_env(store)
+    environ = {"GH_SECRET": "hunter2-in-the-env", "UNRELATED": "not-named-by-a-source"}
+    await leadership.try_lead(store, candidate(1), environ=environ, **ALIVE)
+    leader = await leadership.current(store)
+    assert dict(leader.env) == {"GH_SECRET": True, "ORDERS_URL": False}
+    assert (leader.has("GH_SECRET"), leader.has("ORDERS_URL"), leader.has("UNRELATED")) == (True, False, None)
+    row = str(value(db_path, "SELECT env FROM ingest_leader"))
+    assert "hunter2" not in row and "UNRELATED" not in row
+
+
+async def test_a_source_added_while_leading_is_answered_for_at_the_next_renewal(store) -> None:
+    lease = await leadership.try_lead(store, candidate(1), environ={"GH_SECRET": "s"}, **ALIVE)
+    assert dict((await leadership.current(store)).env) == {}
+    await add_sources_reading_env(store)
+    assert (await leadership.current(store)).has("GH_SECRET") is None  # not said yet: doctor does not guess
+    assert await leadership.renew(store, lease, environ={"GH_SECRET": "s"})
+    assert (await leadership.current(store)).has("GH_SECRET") is True

@@ -11,10 +11,11 @@ import asyncio
 import json
 import random
 import socket
+from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import todos
+from switchboard_local.core import leadership, sources, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
 from switchboard_local.core.postgres import PostgresStore, convert_params
 from switchboard_local.core.queries import Q
@@ -24,7 +25,7 @@ from switchboard_local.core.todo_model import NewTodo
 
 from support.cli import invoke
 from support.postgres import PostgresServer
-from support.sql import rows, run, value
+from support.sql import pg_connection, rows, run, value
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -84,6 +85,24 @@ async def test_another_programs_database_is_refused_and_left_as_it_is(empty_url)
     assert rows(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [("theirs",)]
     state = await Store.inspect(empty_url)
     assert (state.ours, state.empty) == (False, False)
+
+
+async def test_a_version_8_database_is_upgraded_keeping_its_leader(empty_url, clock) -> None:
+    with pg_connection(empty_url) as conn:
+        conn.execute((Path(__file__).parents[1] / "data" / "schema-v8.postgres.sql").read_text("utf-8"))
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (8)")
+        conn.execute(
+            "INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at)"
+            " VALUES (1, 3, 'holder-3', 4242, 'elsewhere', 'serve', NULL, now(), now(), now() + interval '100 years')"
+        )
+    async with await Store.open(empty_url, clock=clock) as upgraded:
+        await sources.add(upgraded, "gh", family="webhook", kind="github", trust_mode="github", config={},
+                          secrets=[sources.secret_ref(env="GH_SECRET")])  # fmt: skip
+        leader = await leadership.current(upgraded)
+        assert (leader.fence, leader.pid, leader.has("GH_SECRET")) == (3, 4242, None)
+        assert await leadership.renew(upgraded, leadership.Lease(3, "holder-3"), environ={"GH_SECRET": "s"})
+        assert (await leadership.current(upgraded)).has("GH_SECRET") is True
+    assert rows(empty_url, "SELECT version FROM schema_migrations ORDER BY version") == [(8,), (SCHEMA_VERSION,)]
 
 
 async def test_a_newer_database_is_refused_naming_both_versions(url) -> None:

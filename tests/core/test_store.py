@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import queues, sources, todos
+from switchboard_local.core import leadership, queues, sources, todos
 from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.errors import (
     Conflict,
@@ -315,6 +315,31 @@ async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_p
     assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
     assert rows(db_path, "PRAGMA foreign_key_check") == []
     assert rows(db_path, "PRAGMA integrity_check") == [("ok",)]
+
+
+# A leader as version 8 recorded it: its lease, and nothing of its environment.
+V8_LEADER = ("INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at,"
+             " handover_to) VALUES (1, 3, 'holder-3', 4242, 'elsewhere', 'serve', 'http://127.0.0.1:8787', 0, 0,"
+             " 10000000000000, NULL)")  # fmt: skip
+
+
+@pytest.mark.sqlite_only
+async def test_migration_9_keeps_the_leader_and_lets_it_say_which_variables_it_has(db_path, clock):
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.executescript((Path(__file__).parents[1] / "data" / "schema-v8.sql").read_text("utf-8"))
+        conn.executescript(f"PRAGMA user_version = 8; {V8_LEADER};")
+    finally:
+        conn.close()
+    async with await Store.open(db_path, clock=clock) as upgraded:
+        await sources.add(upgraded, "gh", family="webhook", kind="github", trust_mode="github", config={},
+                          secrets=[sources.secret_ref(env="GH_SECRET")])  # fmt: skip
+        leader = await leadership.current(upgraded)
+        assert (leader.fence, leader.pid, leader.http) == (3, 4242, "http://127.0.0.1:8787")
+        assert leader.has("GH_SECRET") is None  # version 8 recorded nothing of it
+        assert await leadership.renew(upgraded, leadership.Lease(3, "holder-3"), environ={"GH_SECRET": "s"})
+        assert (await leadership.current(upgraded)).has("GH_SECRET") is True
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
 
 
 @pytest.mark.sqlite_only

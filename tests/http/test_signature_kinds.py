@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from switchboard_local.core import sources
+from switchboard_local.core import events, sources
 
 import support.signing as signing
 from support.receiver import add_source, serving
@@ -191,6 +191,28 @@ async def test_githubs_older_sha1_signature_header_is_stored_redacted(store, rec
     (event,) = records(db_path, "SELECT headers FROM events")
     stored = {k.lower(): v for k, v in json.loads(event["headers"]).items()}
     assert stored["x-hub-signature"] == REDACTED and older["X-Hub-Signature"] not in event["headers"]
+
+
+# Credentials a sender may add beside a provider's own headers, under names of its own.
+SENDERS_SECRETS = {"X-Api-Key": "ak-123", "X-Auth-Token": "at-456", "X-Webhook-Secret": "ws-789",
+                   "X-Session-Id": "sess-1", "X-Db-Password": "pw-2", "X-Client-Credential": "cred-3"}  # fmt: skip
+
+
+async def test_headers_whose_name_says_secret_are_stored_redacted_and_a_kept_one_in_clear(store, receiver, db_path):
+    await source(store, "github", keep_headers=["Idempotency-Key"])
+    sent = delivery("github", secret_for("github"))
+    extra = {**SENDERS_SECRETS, "Idempotency-Key": "idem-1", "Keep-Alive": "timeout=5", "X-Request-Id": "req-1"}
+    got = accepted(receiver.post("github", sent.body, sent.headers | extra))
+
+    shown = (await events.get_event(store, got["event_id"])).full()  # what `events show` and get_event answer
+    stored = {k.lower(): v for k, v in shown["headers"].items()}
+    for name in SENDERS_SECRETS:
+        assert stored[name.lower()] == REDACTED, name
+    assert (stored["idempotency-key"], stored["keep-alive"], stored["x-request-id"]) == ("idem-1", "timeout=5", "req-1")
+    assert stored["x-hub-signature-256"] == REDACTED
+    (row,) = records(db_path, "SELECT headers FROM events")
+    for value in SENDERS_SECRETS.values():
+        assert value not in row["headers"]
 
 
 @pytest.mark.parametrize("kind", SIGNED)

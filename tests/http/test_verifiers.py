@@ -349,6 +349,61 @@ def test_other_kinds_keep_a_header_they_do_not_use_for_secrets():
     assert stored == {"x-custom": "kept", "x-hub-signature": "[redacted]"}
 
 
+# Header names, and whether the name rule stores them redacted: a credential, a signature,
+# a session or a cookie, whatever the sender calls it; nothing else.
+NAMES_SAY_SECRET = {
+    "X-Api-Key": True, "X-Apikey": True, "X-Auth-Token": True, "X-Webhook-Secret": True, "Authorization": True,
+    "Proxy-Authorization": True, "Cookie": True, "Set-Cookie": True, "X-Hub-Signature-256": True,
+    "X-Hub-Signature": True, "X-Gitea-Signature": True, "X-Gogs-Signature": True, "Stripe-Signature": True,
+    "X-Slack-Signature": True, "webhook-signature": True, "X-Gitlab-Token": True, "X-Shopify-Hmac-Sha256": True,
+    "Linear-Signature": True, "X-Session-Id": True, "X-Db-Password": True, "X-Passwd": True,
+    "X-Client-Credentials": True, "X-CSRF-Token": True, "Idempotency-Key": True,
+    "Keep-Alive": False, "Content-Type": False, "Content-Length": False, "User-Agent": False, "Host": False,
+    "Accept-Encoding": False, "Connection": False, "X-GitHub-Event": False, "X-GitHub-Delivery": False,
+    "X-GitHub-Hook-ID": False, "X-Gitlab-Event": False, "X-Gitlab-Event-UUID": False, "X-Request-Id": False,
+    "X-Forwarded-For": False, "webhook-id": False, "webhook-timestamp": False, "X-Slack-Request-Timestamp": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES_SAY_SECRET)
+def test_a_header_is_redacted_when_its_name_says_it_holds_a_secret(name):
+    stored = webhooks.redact({name.lower(): "value"}, source("github"))
+    assert stored[name.lower()] == ("[redacted]" if NAMES_SAY_SECRET[name] else "value")
+
+
+def test_a_source_keeps_the_headers_it_names_in_clear_and_only_those():
+    src = source("github", keep_headers=["Idempotency-Key", "X-Session-Id"])
+    headers = {"idempotency-key": "i", "x-session-id": "s", "x-api-key": "k", "x-hub-signature-256": "sig"}
+    assert webhooks.redact(headers, src) == {"idempotency-key": "i", "x-session-id": "s", "x-api-key": "[redacted]",
+                                             "x-hub-signature-256": "[redacted]"}  # fmt: skip
+    assert src.config["keep_headers"] == ["idempotency-key", "x-session-id"]
+
+
+ALWAYS_REDACTED = "--keep-header {}: it carries a credential or this source's signature; it is always redacted"
+NOT_A_NAME = "--keep-header {!r} is not a header name (1-128 of: A-Z a-z 0-9 !#$%&'*+-.^_`|~)"
+IN_CLEAR = "--keep-header {}: it is stored in clear already (its name says no secret)"
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "keep", "message"),
+    [
+        ("github", {}, "Content-Type", IN_CLEAR.format("Content-Type")),
+        ("github", {}, "Authorization", ALWAYS_REDACTED.format("Authorization")),
+        ("github", {}, "X-Hub-Signature-256", ALWAYS_REDACTED.format("X-Hub-Signature-256")),
+        ("gitlab", {}, "X-Gitlab-Token", ALWAYS_REDACTED.format("X-Gitlab-Token")),
+        ("token", {"header": "X-Api-Key"}, "x-api-key", ALWAYS_REDACTED.format("x-api-key")),
+        ("hmac", {"header": "X-Sig"}, "X-Sig", ALWAYS_REDACTED.format("X-Sig")),
+        ("github", {}, "X Api Key", NOT_A_NAME.format("X Api Key")),
+        ("github", {}, "", NOT_A_NAME.format("")),
+        ("github", {}, "X-Api-Key\n", NOT_A_NAME.format("X-Api-Key\n")),
+    ],
+)
+def test_a_header_that_cannot_be_kept_is_refused_naming_why(kind, options, keep, message):
+    with pytest.raises(InvalidArgument) as refused:
+        webhook_config.source_config(kind, {**options, "keep_headers": [keep]})
+    assert refused.value.message == message
+
+
 # ---------------------------------------------------------------- malformed signature elements
 
 
