@@ -1,12 +1,13 @@
 """Build `switchboard-local` as one executable file, for the platform this runs on.
 
+    python3 -m venv .venv && .venv/bin/pip install -e '.[binary]'   # once
     .venv/bin/python packaging/build_binary.py [--dist DIR] [--work DIR]
 
-PyInstaller (the `test` extra brings it) bundles the interpreter that runs
-this script, the packages installed beside it and this checkout's
-switchboard_local into DIR/switchboard-local (`.exe` on Windows; default
-DIR: dist/), following packaging/switchboard-local.spec. Prints the file's
-path and size.
+PyInstaller (the `binary` extra brings it; the `test` extra too) bundles the
+interpreter that runs this script, the packages installed beside it and this
+checkout's switchboard_local into DIR/switchboard-local (`.exe` on Windows;
+default DIR: dist/), following packaging/switchboard-local.spec. Prints the
+file's path and size.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ NAME = "switchboard-local.exe" if sys.platform == "win32" else "switchboard-loca
 
 def build(dist: Path, work: Path) -> Path:
     """Run PyInstaller on the spec; the executable's path."""
-    if importlib.util.find_spec("PyInstaller") is None:
+    if importlib.util.find_spec("PyInstaller") is None or not _installed("switchboard-local"):
+        # Without the package's dependencies beside it the build would succeed and the binary fail at run time.
         raise SystemExit(
-            f"PyInstaller is not installed for {sys.executable}: "
-            f"{sys.executable} -m pip install -e '.[test]' (from {ROOT})"
+            f"PyInstaller and switchboard-local's dependencies are not installed for {sys.executable}. "
+            f"Make the build's environment once, in {ROOT}: python3 -m venv .venv && .venv/bin/pip install -e "
+            f"'.[binary]'; then build with .venv/bin/python packaging/build_binary.py"
         )
     subprocess.run(
         [sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
@@ -35,6 +38,16 @@ def build(dist: Path, work: Path) -> Path:
         cwd=ROOT, check=True,
     )  # fmt: skip
     return dist / NAME
+
+
+def _installed(name: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it: redis-server and chromium
-# (Debian's packages, when missing) and a .venv with the test extras. Extra arguments go
-# to pytest. pytest exits 5 when no test ran: that fails too.
+# Installs what the test suite needs and runs it: redis-server, chromium, postgresql
+# and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
+# Code's CLI in .venv/claude-code. Extra arguments go to pytest. pytest exits 5 when
+# no test ran: that fails too.
 #
 # Repeat runs are quick: the package and its extras are installed again only
 # when pyproject.toml changed since the last install (a stamp in .venv holds
-# its hash) or the installed package cannot be imported.
+# its hash) or the installed package cannot be imported; Claude Code only
+# when its `claude` does not answer --version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,11 +39,12 @@ apt_update() {
 # chromium (the dashboard's browser tests; never playwright's download) and
 # postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
 # and the server in a temporary folder, as nobody when run as root; a missing
-# server fails those tests, it never skips them).
+# server fails those tests, it never skips them); npm (Claude Code's CLI, below).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -61,6 +64,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'
     printf '%s\n' "$wanted" >"$stamp"
+fi
+
+# Claude Code's CLI (npm's @anthropic-ai/claude-code, its latest release), project-local:
+# tests/cli/test_claude_code.py registers the `claude mcp add` lines that the README and
+# doctor print with it and asks it whether each server connects. A missing one fails
+# those tests, it never skips them.
+claude=.venv/claude-code/node_modules/.bin/claude
+if ! "$claude" --version >/dev/null 2>&1; then
+    npm install --prefix .venv/claude-code --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code
 fi
 
 exec .venv/bin/python -m pytest "$@"

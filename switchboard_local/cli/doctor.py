@@ -28,6 +28,7 @@ from ..core.errors import SwitchboardError
 from ..core.health import FAIL, OK, WARN, Check, Context
 from ..core.store import DB_ENV, Location, default_path, describe, location
 from .common import Out, common, json_text, printable
+from .service import current_command
 
 SERVER_NAME = "switchboard"  # the name the README registers the MCP server under
 CLAUDE_VERSION_TIMEOUT = 5.0  # seconds `claude --version` may take (it starts Node)
@@ -184,11 +185,22 @@ def _words(server: dict[str, Any]) -> list[str]:
 
 
 def _add_command(ctx: Context, replace: str | None = None) -> str:
-    """`claude mcp add` for this database (its path when it is not the default)."""
+    """`claude mcp add` for this database (its path when it is not the default).
+
+    The server's name comes before -e, which takes every value up to the next
+    option (Claude Code refuses the name as a malformed NAME=value). The
+    program is switchboard-local found on PATH, else the one running now
+    (pipx's ~/.local/bin before `pipx ensurepath`): a bare name Claude Code
+    could not find would register a server that never starts.
+    """
     # A URL's password is hidden: the command is printed (type it in with the password).
     env = ["-e", f"{DB_ENV}={describe(ctx.path)}"] if ctx.origin != "default" and ctx.path is not None else []
-    program = shutil.which("switchboard-local", path=ctx.env.get("PATH", os.defpath)) or "switchboard-local"
-    add = shlex.join(["claude", "mcp", "add", *env, SERVER_NAME, "--", program, "mcp"])
+    found = shutil.which("switchboard-local", path=ctx.env.get("PATH", os.defpath))
+    try:
+        program = [found] if found else current_command()
+    except SwitchboardError:  # no program to name (sys.executable empty): the bare name, as the README gives it
+        program = ["switchboard-local"]
+    add = shlex.join(["claude", "mcp", "add", SERVER_NAME, *env, "--", *program, "mcp"])
     return f"{shlex.join(['claude', 'mcp', 'remove', replace])} && {add}" if replace else add
 
 

@@ -9,12 +9,15 @@ password) goes in no unit: systemd's unit runs serve without --db, and
 reads, keeping its other lines; launchd has no such file, so a URL is
 refused there. `uninstall` stops the service and removes only a unit
 `install` wrote (the environment file stays, and it says so). `status`
-shows the file and the manager's view.
+shows the file and the manager's view. `install` writes its files themselves,
+never through a symbolic link, and names (service_checks.py) the variables the
+service will not have and the folders others could write to.
 
 Exit statuses: 0 done; `status` exits 0 whenever it can report, a missing
 user service manager included (a container, or root without a login session:
 said plainly). 1 when a unit file not written by `install` is in the way
-(conflict), the unit file cannot be written or removed (unit_file), or the
+(conflict), the unit file cannot be written or removed or a symbolic link
+stands where install writes (unit_file), or the
 service manager failed or is absent (service_manager: `install` has then
 written the unit but not started it; `uninstall` removes nothing while a
 manager it cannot reach may still run the service). 2 usage; 3 the database
@@ -37,9 +40,10 @@ import click
 from ..core import sources
 from ..core.errors import Conflict, InvalidArgument, SwitchboardError
 from ..core.store import DB_ENV, Location, default_path, describe, is_url, local_path, location
+from . import service_checks as checks
 from . import service_units as units
 from .common import EXIT_REFUSED, Out, common, json_text, printable
-from .service_managers import Launchd, ManagerFailed, Step, Systemd, config_home, first_line, pick, run
+from .service_managers import Launchd, ManagerFailed, Step, Systemd, first_line, pick, run
 
 MANAGERS = ("systemd", "launchd")
 # What a service argument may not say: the unit gives --db itself, and --json or --help would stop serve.
@@ -136,13 +140,9 @@ def _env_file(out: Out, chosen: Systemd, url: str) -> EnvFile:
     except SwitchboardError as exc:
         out.fail(exc)
     try:
-        existing: str | None = path.read_text("utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        existing = None
+        existing = _read_own(out, path, holds="the database's URL (it may hold a password)")
     except UnicodeDecodeError:
         _fail(out, f"{path} is not UTF-8 text: mend it or move it away, then install again", code="unit_file")
-    except OSError as exc:
-        _fail(out, f"cannot read {path}: {exc.strerror or exc}", code="unit_file")
     text = units.with_environment_line(existing, DB_ENV, line)
     state = "new" if existing is None else "unchanged" if existing == text else "changed"
     return EnvFile(path, text, state, describe(url))
@@ -156,6 +156,36 @@ def _existing(out: Out, path: Path) -> str | None:
         return None
     except OSError as exc:
         _fail(out, f"cannot read {path}: {exc.strerror or exc}", code="unit_file")
+
+
+def _read_own(out: Out, path: Path, *, holds: str, errors: str = "strict") -> str | None:
+    """The text of a file install writes, or None where there is none; a symbolic link there is refused.
+
+    Install writes (and chmods) the file itself, never what a link points to:
+    a link in its place would carry what the file holds (a URL's password, the
+    command the service runs) wherever the link's target is, readable there.
+    """
+    if path.is_symlink():
+        _fail(out, f"{path} is a symbolic link (to {os.readlink(path)}): install writes {holds} into no file but "
+                   "its own; move the link away (or put the file itself there), then install again",
+              code="unit_file")  # fmt: skip
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link put there since: refused by the OS
+        with os.fdopen(fd, encoding="utf-8", errors=errors) as file:
+            return file.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        _fail(out, f"cannot read {path}: {exc.strerror or exc}", code="unit_file")
+
+
+def _make_owner_only(path: Path) -> None:
+    """chmod 600 on the file itself (a link put in its place since it was read is not followed)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def _make_folders(folder: Path, say: Callable[[str], None]) -> None:
@@ -226,24 +256,6 @@ def _not_ours(path: Path) -> Conflict:
                     "(move it away yourself to go on)")  # fmt: skip
 
 
-def _environment_note(found: list[sources.Source], chosen: Systemd | Launchd) -> str | None:
-    """Which enabled sources read a secret from the environment, which the service does not inherit (names only)."""
-    readers = []
-    for source in found:
-        if not source.enabled:
-            continue
-        names = [ref["env"] for ref in source.secrets if isinstance(ref.get("env"), str)]
-        if isinstance(source.config.get("redis_url_env"), str):
-            names.append(source.config["redis_url_env"])
-        readers += [f"{source.name} reads ${name}" for name in names]
-    if not readers:
-        return None
-    where = (f"put NAME=value lines in {config_home() / units.ENV_FILE} (chmod 600), which the unit reads"
-             if isinstance(chosen, Systemd) else
-             "launchd passes none: give those sources a --secret-file or a stored secret")  # fmt: skip
-    return f"note: the service does not get this shell's environment ({', '.join(readers)}): {where}"
-
-
 # ---------------------------------------------------------------- commands
 
 manager_option = click.option("--manager", "manager_name", type=click.Choice(MANAGERS), default=None,
@@ -289,21 +301,29 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
     except SwitchboardError as exc:
         out.fail(exc)
     path = chosen.path()
-    existing = _existing(out, path)
+    existing = _read_own(out, path, holds="the command the service runs", errors="replace")
     if existing is not None and not units.written_by_install(existing):
         out.fail(_not_ours(path))
     state = "new" if existing is None else "unchanged" if existing == text else "changed"
     # The same unit on a new URL: the service must start again to read it.
     start = "changed" if state == "unchanged" and env is not None and env.state != "unchanged" else state
     value = {"manager": chosen.name, "path": str(path), "state": state, "command": argv, "dry_run": dry_run,
-             "logs": chosen.logs, **({"env_file": str(env.path)} if env is not None else {})}  # fmt: skip
+             "logs": chosen.logs, **({"env_file": str(env.path)} if env is not None else {}),
+             "warnings": checks.open_folders(chosen)}  # fmt: skip
     report = Report(out, value)
 
     if dry_run:
-        _dry_install(report, chosen, path, text, state, start, env)
+        try:
+            found, unread = checks.sources_as_they_are(database), None
+        except SwitchboardError as exc:  # a dry run changes nothing, an older file's upgrade included
+            found, unread = [], exc.message
+        unset = checks.unset(found, database, checks.given(chosen, env.text if env is not None else None))
+        _dry_install(report, chosen, path, text, state, start, env, unset, unread)
         return
     out.db = database
     found = out.run(sources.list_sources)  # an unusable database stops us here (exit 3), before any unit exists
+    unset = checks.unset(found, database, checks.given(chosen, env.text if env is not None else None))
+    report.value["unset_env"] = [u.to_dict() for u in unset]
     if os.geteuid() == 0 and os.environ.get("SUDO_USER"):
         report.say(
             f"note: this installs for root, not for {os.environ['SUDO_USER']} (run it without sudo for your own)"
@@ -316,6 +336,9 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
         _put_unit(report, chosen, path, text, state)
     except OSError as exc:  # a read-only home, a file where a folder should be
         report.fail(f"cannot write {exc.filename or path}: {exc.strerror or exc}", code="unit_file")
+    note = checks.unset_note(unset, chosen)  # said before the manager is asked: a failed start is when it matters
+    if note:
+        report.say(note)
     why = chosen.unreachable()
     if why is not None:
         report.fail(f"{why}; the unit is written but not started: run `switchboard-local service install` again "
@@ -325,9 +348,6 @@ def service_install(db: Path | None, as_json: bool | None, manager_name: str | N
             report.do(step)
     except ManagerFailed as exc:
         report.fail(str(exc))
-    note = _environment_note(found, chosen)
-    if note:
-        report.say(note)
     report.say(f"logs: {chosen.logs}")
     report.finish()
 
@@ -336,13 +356,12 @@ def _put_env(report: Report, env: EnvFile) -> None:
     """SWITCHBOARD_DB in the environment file, owner-only; the URL itself is never printed."""
     if env.state == "unchanged":
         report.say(_env_told(env, done=True))
-        if env.path.stat().st_mode & 0o077:
-            os.chmod(env.path, 0o600)
+        if env.path.lstat().st_mode & 0o077:
+            _make_owner_only(env.path)
             report.say(f"made {env.path} owner-only")
         return
-    target = Path(os.path.realpath(env.path))  # a symlink (a dotfiles repository) stays one
-    _make_folders(target.parent, report.say)
-    _write_owner_only(target, env.text)
+    _make_folders(env.path.parent, report.say)
+    _write_owner_only(env.path, env.text)  # the file itself: a link there was refused when it was read
     report.say(_env_told(env, done=True))
 
 
@@ -359,8 +378,8 @@ def _env_told(env: EnvFile, *, done: bool) -> str:
 def _put_unit(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str) -> None:
     if state == "unchanged":
         report.say(f"{path} is installed already, unchanged")
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
+        if path.lstat().st_mode & 0o077:
+            _make_owner_only(path)
             report.say(f"made {path} owner-only")
     else:
         _make_folders(path.parent, report.say)
@@ -372,10 +391,11 @@ def _put_unit(report: Report, chosen: Systemd | Launchd, path: Path, text: str, 
 
 
 def _dry_install(report: Report, chosen: Systemd | Launchd, path: Path, text: str, state: str, start: str,
-                 env: EnvFile | None) -> None:  # fmt: skip
+                 env: EnvFile | None, unset: list[checks.Unset], unread: str | None) -> None:  # fmt: skip
     commands = [step.argv for step in chosen.start(start)]
     if report.out.json:
-        click.echo(json_text({**report.value, "unit": text, "commands": commands}, indent=2))
+        click.echo(json_text({**report.value, "unit": text, "commands": commands,
+                              "unset_env": [u.to_dict() for u in unset], "sources_unread": unread}, indent=2))  # fmt: skip
         return
     if env is not None:
         click.echo(printable(_env_told(env, done=False)))
@@ -386,6 +406,12 @@ def _dry_install(report: Report, chosen: Systemd | Launchd, path: Path, text: st
         click.echo(printable(text.rstrip("\n")))
     for argv in commands:
         click.echo(printable(f"would run: {shlex.join(argv)}"))
+    note = checks.unset_note(unset, chosen)
+    if note:
+        click.echo(printable(note))
+    if unread is not None:
+        click.echo(printable(f"note: cannot read the sources ({unread}): the variables they read from the "
+                             "environment are not named here"))  # fmt: skip
 
 
 @service_group.command("uninstall")

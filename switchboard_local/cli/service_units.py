@@ -195,6 +195,14 @@ def with_environment_line(text: str | None, name: str, line: str) -> str:
     return "\n".join(kept) + "\n"
 
 
+_ASSIGNS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def assigned_names(text: str) -> set[str]:
+    """The names an environment file assigns (comment lines, starting '#' or ';', assign none)."""
+    return {found.group(1) for line in text.splitlines() if (found := _ASSIGNS.match(line))}
+
+
 # ---------------------------------------------------------------- launchd
 
 

@@ -590,7 +590,8 @@ def test_an_unregistered_server_warns_with_the_claude_mcp_add_command(run_doctor
     code, checks = run_doctor()
     assert code == 0 and checks["mcp server"]["status"] == "warn"
     fix = shlex.split(checks["mcp server"]["fix"])
-    assert fix[:6] == ["claude", "mcp", "add", "-e", f"SWITCHBOARD_DB={db_path}", "switchboard"]
+    # The name before -e, which would take it as one more NAME=value (tests/cli/test_claude_code.py runs it).
+    assert fix[:6] == ["claude", "mcp", "add", "switchboard", "-e", f"SWITCHBOARD_DB={db_path}"]
     assert fix[-1] == "mcp"
 
 

@@ -208,9 +208,126 @@ def test_the_unit_holds_no_environment_value(box: Box) -> None:
     assert [line for line in text.splitlines() if line.startswith("Environment")] == [
         "EnvironmentFile=-%E/switchboard-local/service.env"
     ]
-    assert "gh reads $GH_SECRET, orders reads $REDIS_URL" in result.out
+    assert "gh reads $GH_SECRET (set in this shell), orders reads $REDIS_URL (set in this shell)" in result.out
     assert str(box.config / "switchboard-local" / "service.env") in result.out
     assert secret not in result.out + result.err
+
+
+def add_env_readers(box: Box) -> None:
+    """A webhook source whose secret and an adapter whose Redis URL are read from serve's environment."""
+    added = invoke(box.db, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_SECRET")
+    assert added.code == 0, added.err
+    adapter = invoke(box.db, "adapter", "add", "orders", "--redis-url-env", "REDIS_URL", "--mode", "stream",
+                     "--key", "k")  # fmt: skip
+    assert adapter.code == 0, adapter.err
+
+
+def test_a_dry_run_names_the_variables_the_service_will_not_have(box: Box) -> None:
+    add_env_readers(box)
+    shell = {"GH_SECRET": "hunter2-only-here", "REDIS_URL": None, "SWITCHBOARD_LOG_LEVEL": "debug"}
+    result = box.cli("install", "--dry-run", **shell)
+    assert result.code == 0, result.err
+    assert ("gh reads $GH_SECRET (set in this shell), orders reads $REDIS_URL (not set in this shell either), "
+            "serve reads $SWITCHBOARD_LOG_LEVEL (set in this shell)") in result.out  # fmt: skip
+    assert f"{box.env_file} sets none of these" in result.out
+    assert "hunter2-only-here" not in result.out + result.err
+    assert not box.config.exists() and box.calls() == []
+    answer = json.loads(box.cli("install", "--dry-run", "--json", **shell).out)
+    assert answer["unset_env"] == [
+        {"name": "GH_SECRET", "read_by": "gh", "set_in_this_shell": True},
+        {"name": "REDIS_URL", "read_by": "orders", "set_in_this_shell": False},
+        {"name": "SWITCHBOARD_LOG_LEVEL", "read_by": "serve", "set_in_this_shell": True},
+    ]  # fmt: skip
+
+
+def test_a_variable_the_environment_file_sets_is_not_named(box: Box) -> None:
+    add_env_readers(box)
+    box.env_file.parent.mkdir(parents=True)
+    box.env_file.write_text("# for the service\nGH_SECRET=abc\n")
+    answer = json.loads(box.cli("install", "--dry-run", "--json", GH_SECRET="abc", REDIS_URL="redis://x").out)
+    assert [u["name"] for u in answer["unset_env"]] == ["REDIS_URL"]
+    box.env_file.write_text("GH_SECRET=abc\nREDIS_URL=redis://127.0.0.1/0\n")
+    result = box.cli("install", "--dry-run", GH_SECRET="abc", REDIS_URL="redis://x")
+    assert result.code == 0 and "sets none of these" not in result.out, result.out
+
+
+def test_install_names_the_variables_even_when_the_service_manager_fails(box: Box) -> None:
+    add_env_readers(box)
+    result = box.cli("install", FAKE_FAIL="enable", GH_SECRET="abc", REDIS_URL=None)
+    assert result.code == 1
+    assert "gh reads $GH_SECRET (set in this shell), orders reads $REDIS_URL (not set in this shell either)" in (
+        result.out
+    )
+
+
+def test_a_dry_run_on_a_url_names_the_libpq_variables_of_this_shell(box: Box) -> None:
+    result = box.cli("install", "--dry-run", db=A_URL, PGPASSFILE="/somewhere/pgpass")
+    assert result.code == 0, result.err
+    assert "libpq reads $PGPASSFILE (set in this shell)" in result.out
+    assert "note: cannot read the sources (postgresql://sb:***@db.example:5432/queue" in result.out  # no server there
+    assert "s3cret" not in result.out + result.err
+
+
+def test_install_refuses_a_symlinked_unit_and_changes_nothing(box: Box, tmp_path: Path) -> None:
+    assert box.cli("install").code == 0
+    kept = tmp_path / "dotfiles" / UNIT  # a unit kept elsewhere, linked into place
+    kept.parent.mkdir()
+    box.unit.rename(kept)
+    kept.chmod(0o644)
+    box.unit.symlink_to(kept)
+    text = kept.read_text()
+    box.calls()
+    for args in (["install"], ["install", "--dry-run"]):
+        result = box.cli(*args)
+        assert result.code == 1, (args, result.out)
+        assert result.err.startswith(f"switchboard-local: unit_file: {box.unit} is a symbolic link (to {kept})")
+    assert mode(kept) == 0o644 and kept.read_text() == text and box.unit.is_symlink()
+    assert box.calls() == []
+
+
+def test_install_refuses_a_symlinked_environment_file_on_a_dry_run_too(box: Box, tmp_path: Path) -> None:
+    target = tmp_path / "dotfiles" / "service.env"
+    target.parent.mkdir()
+    target.write_text("GH_SECRET=abc\n")
+    box.env_file.parent.mkdir(parents=True)
+    box.env_file.symlink_to(target)
+    result = box.cli("install", "--dry-run", db=A_URL)
+    assert result.code == 1
+    assert result.err.startswith(f"switchboard-local: unit_file: {box.env_file} is a symbolic link (to {target})")
+    assert "s3cret" not in result.out + result.err
+
+
+@pytest.mark.postgres
+def test_install_writes_no_url_through_a_symlinked_environment_file(box: Box, url: str, tmp_path: Path) -> None:
+    target = tmp_path / "dotfiles" / "service.env"  # where the link points: not the owner-only file install makes
+    target.parent.mkdir()
+    target.write_text("GH_SECRET=abc\n")
+    target.chmod(0o644)
+    box.env_file.parent.mkdir(parents=True)
+    box.env_file.symlink_to(target)
+    result = box.cli("install", db=url)
+    assert result.code == 1
+    assert result.err.startswith(f"switchboard-local: unit_file: {box.env_file} is a symbolic link (to {target})")
+    assert "move the link away" in result.err
+    assert target.read_text() == "GH_SECRET=abc\n" and mode(target) == 0o644  # neither the URL nor a chmod
+    assert PASSWORD not in result.out + result.err
+    assert not box.unit.exists() and box.calls() == []
+
+
+def test_install_warns_of_a_config_folder_others_can_write_and_leaves_it(box: Box) -> None:
+    box.config.mkdir(mode=0o775)
+    box.config.chmod(0o775)
+    for args in (["install", "--dry-run"], ["install"]):
+        result = box.cli(*args)
+        assert result.code == 0, result.err
+        assert (f"switchboard-local: warning: {box.config} is writable by its group (mode 0775): another account "
+                "could put its own unit or environment file there") in result.err  # fmt: skip
+        assert f"fix: chmod go-w {box.config}" in result.err
+    assert mode(box.config) == 0o775
+    answer = json.loads(box.cli("install", "--json").out)
+    assert [w.split(" is writable")[0] for w in answer["warnings"]] == [str(box.config)]
+    box.config.chmod(0o755)
+    assert "warning" not in box.cli("install").err
 
 
 def test_sandbox_turns_on_the_filesystem_options_with_the_database_folder_writable(box: Box) -> None:

@@ -1,10 +1,10 @@
 """The single-file binary (packaging/build_binary.py) is the whole program: it runs
 with no Python environment around it.
 
-The binary is built once per session, with the interpreter running the tests
-(a missing PyInstaller fails the build, and so every test here), in the
-background from the end of collection on (the ``binary`` fixture,
-tests/processes/conftest.py and support/binary.py); then each
+The binary is built once per session, by the README's own build commands in a
+copy of the checkout with no .venv (a build they cannot make fails every test
+here), in the background from the end of collection on (the ``binary``
+fixture, tests/processes/conftest.py and support/binary.py); then each
 test runs it with a bare environment (PATH=/usr/bin:/bin, no VIRTUAL_ENV or
 PYTHONPATH, a HOME of its own) from a folder outside the checkout, so that
 nothing can come from the checkout or the virtualenv. `-m "not binary"`
