@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from . import leadership
 from .clock import rfc3339
-from .errors import Busy, StoreFault
+from .errors import Busy, InvalidArgument, StoreFault
 from .sources import Source, list_sources, masked_url
 from .store import FileState, Location, Store, describe
 from .webhook_config import needs_secret
@@ -311,6 +311,9 @@ async def _server(ctx: Context, url: str) -> list[Check]:
     found = [Check("database", OK, f"{describe(url)} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
     try:
         state = await Store.inspect(url)
+    except InvalidArgument as exc:  # a URL that does not read cleanly: its message says what is wrong
+        return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
+                              "correct the URL (--db or $SWITCHBOARD_DB)")]  # fmt: skip
     except StoreFault as exc:
         return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
                               "check that the server runs and the URL (--db or $SWITCHBOARD_DB) names it")]  # fmt: skip
