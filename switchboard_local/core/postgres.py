@@ -2,9 +2,10 @@
 its transactions and reads, its change feed, and how the driver's errors
 become the core's.
 
-``PostgresStore`` implements ``store.Store`` with psycopg 3: a
-``psycopg_pool.ConnectionPool`` of *synchronous* connections, driven from the
-event loop through a thread pool of the same size. Why sync connections and
+``PostgresStore`` implements ``store.Store`` with psycopg 3: a pool of
+*synchronous* connections (core/pg_pool.py, which fails at once while the
+server cannot be reached), driven from the event loop through a thread pool
+of the same size. Why sync connections and
 threads rather than psycopg's async API: the Transaction protocol is
 synchronous (a verb's body is a plain callable that runs its statements one
 after another, and may run more than once), so a body has to run on a thread
@@ -59,9 +60,9 @@ import psycopg
 import psycopg.errors as pgerrors
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import pg_url
+from .pg_pool import Pool
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
 from .store import (
@@ -79,9 +80,9 @@ from .store import (
 from .tally import Tally
 
 T = TypeVar("T")
-Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
 CONNECT_SECONDS = 10  # connect_timeout of every connection
+POOL_WAIT_SECONDS = 10  # how long a call waits for a pooled connection while all are in use
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
 READERS = 4  # pooled read-only connections for read_one and read_all
 PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loop waits for it
@@ -397,9 +398,6 @@ def translate(exc: BaseException, where: str, hidden: Sequence[str] = ()) -> Swi
     libpq is handed a URL's keywords (core/pg_url.py), never the URL, so it has no URL
     to quote; still, none of ``hidden`` (the password, the query's values) is shown
     should the driver's text hold it."""
-    if isinstance(exc, PoolTimeout):
-        return Unavailable(f"{where}: no connection to the database within the timeout "
-                           f"({_scrubbed(_first_line(exc), hidden)})")  # fmt: skip
     if not isinstance(exc, psycopg.Error):
         return None
     message = _scrubbed(_first_line(exc), hidden)
@@ -437,7 +435,7 @@ def driver_errors(where: str, hidden: Sequence[str] = ()) -> Iterator[None]:
     """Driver errors leave the store as the core's errors, never as psycopg's (nor with ``hidden``: secrets)."""
     try:
         yield
-    except (psycopg.Error, PoolTimeout) as exc:
+    except psycopg.Error as exc:
         translated = translate(exc, where, hidden)
         if translated is None:
             raise
@@ -622,8 +620,8 @@ class PostgresStore:
         self,
         url: str,
         target: Target,
-        pool: ConnectionPool[psycopg.Connection[PgRow]],
-        readers: ConnectionPool[psycopg.Connection[PgRow]],
+        pool: Pool,
+        readers: Pool,
         threads: ThreadPoolExecutor,
         clock: Clock,
         rng: random.Random,
@@ -674,19 +672,10 @@ class PostgresStore:
         where = target.where
         url = "postgresql://" + url.split("://", 1)[1]  # one form from here on
 
-        def pool(size: int, *, read_only: bool, name: str) -> Pool:
-            made: Pool = ConnectionPool(
-                target.conninfo,
-                min_size=0,  # connections are made as calls need them (a one-shot command makes few)
-                max_size=size,
-                kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
-                configure=lambda conn: _configure(conn, read_only=read_only, **settings),
-                open=False,
-                timeout=CONNECT_SECONDS,
-                name=f"switchboard {name}",
-            )
-            made.open(wait=False)
-            return made
+        def pool(size: int, *, read_only: bool) -> Pool:
+            # Connections are made as calls need them (a one-shot command makes few).
+            return Pool(lambda: _connect(target, read_only=read_only, **settings), size, wait=POOL_WAIT_SECONDS,
+                        where=where)  # fmt: skip
 
         def prepare() -> tuple[Pool, Pool, psycopg.Connection[PgRow]]:
             conn = _connect(target, read_only=read_only, **settings)
@@ -703,7 +692,7 @@ class PostgresStore:
                     conn.close()
                     raise
                 # Reads run read-only: a statement that would write is refused there, as on SQLite.
-                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads"), conn
+                return pool(WRITERS, read_only=read_only), pool(READERS, read_only=True), conn
 
         writers, readers, peek_conn = await asyncio.to_thread(prepare)
         threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
@@ -870,20 +859,12 @@ class PostgresStore:
         ms = max(1, round(timeout * 1000))
 
         def probe() -> None:
-            with self._target.errors():
-                try:
-                    conn = self._pool.getconn(timeout=timeout)
-                except PoolTimeout:
-                    raise Unavailable(f"{self.where}: no connection within {timeout:g} s") from None
-                try:
-                    with conn.transaction():
-                        conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
-                        conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
-                        conn.execute("SET TRANSACTION READ WRITE")
-                        conn.execute("SELECT pg_current_xact_id()")
-                        raise psycopg.Rollback()
-                finally:
-                    self._pool.putconn(conn)
+            with self._target.errors(), self._pool.connection(timeout) as conn, conn.transaction():
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+                conn.execute("SET TRANSACTION READ WRITE")
+                conn.execute("SELECT pg_current_xact_id()")
+                raise psycopg.Rollback()
 
         if self.read_only:
             raise Unavailable(f"{self.where} was opened read-only; nothing can be written")
