@@ -48,9 +48,12 @@ class Traffic:
         for thread in self.threads:
             thread.start()
 
-    def _keep(self, path: str, call, body: bytes | None = None) -> None:
+    def _keep(self, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> None:
         try:
-            answer: Answer | str = call()
+            if body is not None:
+                answer: Answer | str = self.receiver.post("anyone", body, {"Content-Type": "application/json"})
+            else:
+                answer = self.receiver.request("GET", path, headers=headers or {})
         except OSError as exc:  # no answer within the client's 10 s, or the connection cut
             answer = f"no answer: {exc!r}"
         with self.lock:
@@ -60,15 +63,14 @@ class Traffic:
         n = 0
         while not self.stop.is_set():
             body = json.dumps({"sender": sender, "n": n}).encode()
-            self._keep("/hooks/anyone", lambda: self.receiver.post("anyone", body, {"Content-Type": "application/json"}),
-                       body)  # fmt: skip
+            self._keep("/hooks/anyone", body)
             n += 1
 
     def _browse(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"}
         while not self.stop.is_set():
             for path in DASHBOARD:
-                self._keep(path, lambda: self.receiver.request("GET", path, headers=headers))
+                self._keep(path, headers=headers)
 
     def seen(self, since: int = 0) -> list[tuple[str, Answer | str, bytes | None]]:
         with self.lock:
@@ -112,7 +114,8 @@ def test_a_postgresql_outage_is_answered_503_with_retry_after_on_every_route_and
             traffic.finish()
     answers = traffic.seen()
     assert not traffic.wrong(), traffic.wrong()[:5]
-    unsaid = [path for path, a, _ in answers if isinstance(a, Answer) and a.status == 503 and "retry-after" not in a.headers]
+    unsaid = [path for path, a, _ in answers
+              if isinstance(a, Answer) and a.status == 503 and "retry-after" not in a.headers]  # fmt: skip
     assert not unsaid, unsaid[:5]
     acknowledged = {a.json()["event_id"]: body for path, a, body in answers
                     if path.startswith("/hooks/") and isinstance(a, Answer) and a.status == 202}  # fmt: skip
