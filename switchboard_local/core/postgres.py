@@ -466,11 +466,12 @@ def _schema_version() -> int:
 
 
 def _identity(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
-    """(ours, version, empty) of the database ``conn`` is on: read only."""
+    """(ours, version, empty) of the database ``conn`` is on: read only, from one scan of the
+    catalog, so that a schema another opener commits meanwhile is seen whole or not at all."""
     row = conn.execute(
-        "SELECT to_regclass('schema_migrations') IS NOT NULL, "
-        "(SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f'))"
+        "SELECT count(*) FILTER (WHERE c.relname = 'schema_migrations' AND c.relkind IN ('r', 'p')) > 0, count(*) "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')"
     ).fetchone()
     assert row is not None
     has_table, relations = bool(row[0]), int(row[1])
