@@ -24,6 +24,17 @@ from .errors import InvalidArgument
 SCHEMES = ("postgresql://", "postgres://")
 # Query parameters whose value is a secret, shown as *** like the password.
 SECRET_PARAMS = frozenset({"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"})
+# libpq's connection keywords (psycopg's pq.Conninfo.get_defaults() lists them): after a secret
+# parameter, only these are shown (anything else may be the secret's tail, after an '&').
+KEYWORDS = frozenset({
+    "application_name", "channel_binding", "client_encoding", "connect_timeout", "dbname",
+    "fallback_application_name", "gssdelegation", "gssencmode", "gsslib", "host", "hostaddr", "keepalives",
+    "keepalives_count", "keepalives_idle", "keepalives_interval", "krbsrvname", "load_balance_hosts",
+    "max_protocol_version", "min_protocol_version", "options", "passfile", "port", "replication", "require_auth",
+    "requirepeer", "service", "ssl_max_protocol_version", "ssl_min_protocol_version", "sslcert", "sslcertmode",
+    "sslcompression", "sslcrl", "sslcrldir", "sslkey", "sslkeylogfile", "sslmode", "sslnegotiation", "sslrootcert",
+    "sslsni", "target_session_attrs", "tcp_user_timeout", "user",
+})  # fmt: skip
 HINT = "percent-encode '@', '/', '?', '#' and '%' in a user name or password (%40, %2F, %3F, %23, %25)"
 
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -148,14 +159,23 @@ def redacted(url: str) -> str:
 
 
 def _shown_query(query: str) -> str:
-    """The query up to its first secret parameter, that one as ``name=***``, and nothing of
-    what follows it (a password's tail after an '&' reads as more parameters)."""
-    items = query.split("&") if query else []
-    for index, item in enumerate(items):
-        name = item.partition("=")[0]
-        if unquote(name).lower() in SECRET_PARAMS:
-            return "&".join([*items[:index], f"{name}=***", *(["***"] if index + 1 < len(items) else [])])
-    return query
+    """The query with each secret parameter's value as ``***``; after the first secret, a
+    parameter is shown only when it is libpq's (``key=value`` with a key in KEYWORDS), since
+    a password's tail after an '&' reads as more parameters."""
+    shown: list[str] = []
+    hiding = False
+    for item in query.split("&") if query else []:
+        name, equals, _ = item.partition("=")
+        key = unquote(name).lower()
+        if key in SECRET_PARAMS:
+            shown.append(f"{name}=***")
+            hiding = True
+        elif hiding and not (equals and key in KEYWORDS):
+            if shown[-1] != "***":
+                shown.append("***")
+        else:
+            shown.append(item)
+    return "&".join(shown)
 
 
 def _malformed(url: str) -> str:

@@ -72,3 +72,19 @@ def test_no_message_or_display_of_a_url_holds_a_piece_of_its_password(password: 
     shown.append(pg_url.redacted(url))
     for text in shown:
         assert not [p for p in pieces if p in text], text
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://sb:s3cret@db.example:5432/queue", "postgresql://sb:***@db.example:5432/queue"),
+        ("postgresql://db/q?sslmode=require&password=s3cret&sslpassword=k3y&connect_timeout=5",
+         "postgresql://db/q?sslmode=require&password=***&sslpassword=***&connect_timeout=5"),
+        ("postgresql://db/q?password=s3cret&more=Zq9w", "postgresql://db/q?password=***&***"),
+        ("postgresql://alice:Zq9w@ss@db/q", "postgresql://***@db (a malformed URL)"),
+        ("postgresql://db/q?password=Zq@9w", "postgresql://(a malformed URL)"),
+    ],
+)  # fmt: skip
+def test_a_url_is_shown_with_its_secrets_hidden(url: str, shown: str) -> None:
+    assert pg_url.redacted(url) == shown
+
