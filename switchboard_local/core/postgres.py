@@ -62,9 +62,9 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from . import pg_url
-from .pg_pool import Pool
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
+from .pg_pool import Pool
 from .store import (
     APP_NAME,
     FileState,
