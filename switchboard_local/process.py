@@ -20,8 +20,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -30,15 +32,18 @@ from typing import Any
 
 from .core import agents, leadership, retention
 from .core.errors import NotFound, StoreFault
-from .core.store import Store
+from .core.store import Store, Transaction
 from .core.text import SafeFormatter
 
 log = logging.getLogger("switchboard_local.serve")
 
 PRUNE_EVERY_SECONDS = 3600
 # A test hook, read once at start: "pause-after-commit" holds a consumer's
-# un-acked window open (commit done, ack not sent) so a test can kill -9 there.
+# un-acked window open (commit done, ack not sent) so a test can kill -9 there;
+# "stop-in-write-transaction": the process stops itself (SIGSTOP) inside a write
+# transaction when it first leads, as one stopped by Ctrl-Z or a debugger would.
 FAULT_ENV = "SWITCHBOARD_FAULT"
+STOP_IN_WRITE = "stop-in-write-transaction"
 # The level of switchboard-local's own log (DEBUG shows each batch a consumer
 # stores and the fence it stored it under); INFO by default.
 LOG_LEVEL_ENV = "SWITCHBOARD_LOG_LEVEL"
@@ -130,6 +135,7 @@ class Ingest:
         self.upkeep = upkeep
         self.take_over = take_over
         self.leading: leadership.Lease | None = None
+        self._stop_in_write = os.environ.get(FAULT_ENV) == STOP_IN_WRITE
 
     async def run(self, stop: asyncio.Event) -> None:
         said_standby = False
@@ -159,6 +165,9 @@ class Ingest:
     async def _lead(self, lease: leadership.Lease, stop: asyncio.Event) -> None:
         log.info("ingest: leading (pid %d, fence %d)", self.me.pid, lease.fence)
         self.leading = lease
+        if self._stop_in_write:
+            self._stop_in_write = False
+            await self.store.write(_stop_here)
         renewed = time.monotonic()
         try:
             async with contextlib.AsyncExitStack() as running:
@@ -203,6 +212,14 @@ async def ingesting(
     finally:
         stop.set()
         await task
+
+
+def _stop_here(tx: Transaction) -> None:
+    """The STOP_IN_WRITE fault: stop this process holding the write lock (a SIGCONT lets it go on)."""
+    log.warning("fault %s: stopping pid %d inside a write transaction", STOP_IN_WRITE, os.getpid())
+    # To this thread: a stop sent to the process may reach another thread first, and this one
+    # would commit (and let go of the lock) before the whole process stops.
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

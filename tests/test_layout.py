@@ -17,9 +17,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
 EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
 DRIVERS = ("sqlite3", "aiosqlite", "psycopg", "psycopg_pool")
-# Only the stores touch a database driver: SQLite's three modules, PostgreSQL's one.
+# Only the stores touch a database driver: SQLite's three modules, PostgreSQL's two.
 DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints",
-                  "switchboard_local.core.postgres")  # fmt: skip
+                  "switchboard_local.core.postgres", "switchboard_local.core.pg_pool")  # fmt: skip
 # Who may name the PostgreSQL store: Store.open picks it (nobody else needs psycopg installed to import).
 POSTGRES_IMPORTERS = ("switchboard_local.core.store",)
 # Libraries that belong to one edge each; the core uses none of them.

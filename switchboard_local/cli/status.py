@@ -1,20 +1,23 @@
 """`status`: who leads ingest on this database, who stands by, and how each consumer does.
 
-A consumer's lag is asked of its Redis now (the probe `doctor` uses: PING,
-then XINFO GROUPS or LLEN, one second each, never a write); its health is
-what the leader last recorded.
-"""
+A process that keeps the database's write lock (stopped inside a write
+transaction, or holding it past LOCK_WAIT_SECONDS) is named: while it does,
+nothing is written, whoever leads (core/write_lock.py). A consumer's lag is
+asked of its Redis now (the probe `doctor` uses: PING, then XINFO GROUPS or
+LLEN, one second each, never a write); its health is what the leader last
+recorded."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import process
-from ..core import leadership, sources
+from ..core import leadership, sources, write_lock
 from ..core.clock import rfc3339
 from ..core.health import PROBE_TIMEOUT, RedisProber, adapter_lag
 from ..core.store import Store
@@ -30,16 +33,24 @@ async def _lag(source: sources.Source, prober: RedisProber) -> dict[str, Any]:
     return await adapter_lag(source, prober, PROBE_TIMEOUT)
 
 
+LOCK_WAIT_SECONDS = 1.0  # how long a process may hold the write lock before `status` names it
+
+
 async def _status(store: Store) -> dict[str, Any]:
     leader = await leadership.current(store)
     members = await leadership.members(store)
+    holding = await write_lock.holders(store, LOCK_WAIT_SECONDS)
     consumers = [s for s in await sources.list_sources(store, family="queue") if s.enabled]
-    standbys = [m for m in members if leader is None or (m.pid, m.host) != (leader.pid, leader.host)]
+    keeping = {h.pid for h in holding}  # a process keeping the lock stands by for nothing
+    standbys = [m for m in members if (leader is None or (m.pid, m.host) != (leader.pid, leader.host))
+                and not (m.pid in keeping and m.host == socket.gethostname())]  # fmt: skip
     prober = process.doctor_probes().redis
     lags = await asyncio.gather(*(_lag(s, prober) for s in consumers))
     return {
         "leader": None if leader is None else leader.to_dict(),
         "standbys": [m.to_dict() for m in standbys],
+        # Who keeps the database's write lock (stopped, or past LOCK_WAIT_SECONDS): nothing is written meanwhile.
+        "write_lock_holders": [h.to_dict() for h in holding],
         "consumers": [
             {
                 "name": s.name,
@@ -57,13 +68,17 @@ async def _status(store: Store) -> dict[str, Any]:
 
 def _text(view: dict[str, Any]) -> str:
     leader = view["leader"]
-    if leader is None:
+    if leader is None and view["write_lock_holders"]:
+        lines = ["ingest: nobody leads: no standby can take over while the write lock is kept (below)"]
+    elif leader is None:
         lines = ["ingest: nobody leads: no Redis source is consumed and nothing is pruned "
                  "(start `switchboard-local serve`, or an `mcp` with --ingest auto)"]  # fmt: skip
     else:
         receiver = f", receiver {leader['http']}" if leader["http"] else ", no webhook receiver"
         lines = [f"ingest: led by {leader['kind']} pid {leader['pid']} on {leader['host']} since {leader['since']}"
                  f"{receiver} (fence {leader['fence']})"]  # fmt: skip
+    for holder in view["write_lock_holders"]:
+        lines.append(_holding(holder))
     standbys = view["standbys"]
     lines.append("standbys: " + (", ".join(f"{m['kind']} pid {m['pid']}" for m in standbys) or "none"))
     rows = [[c["name"], "consuming" if c["running"] else "not consumed", _waiting(c), c["last_poll_at"] or "-",
@@ -73,6 +88,16 @@ def _text(view: dict[str, Any]) -> str:
     else:
         lines.append("no enabled adapters")
     return "\n".join(lines)
+
+
+def _holding(holder: dict[str, Any]) -> str:
+    """What a process keeping the write lock means, and what lets it go."""
+    who = f"{holder['kind'] or 'a process'} pid {holder['pid']}"
+    if holder["state"] == "stopped":
+        return (f"write lock: held by {who}, which is stopped: nothing can be written and no standby can take "
+                f"over until it continues (kill -CONT {holder['pid']}) or ends; webhooks are answered 503")  # fmt: skip
+    return (f"write lock: held by {who} ({holder['state']}) for over {LOCK_WAIT_SECONDS:g} s: writes wait for it, "
+            "webhooks are answered 503 after a few seconds")  # fmt: skip
 
 
 def _waiting(consumer: dict[str, Any]) -> str:
@@ -88,7 +113,8 @@ def _waiting(consumer: dict[str, Any]) -> str:
 @click.command("status")
 @common
 def status_command(db: Path | None, as_json: bool | None) -> None:
-    """Who leads ingest (the Redis consumers, the pruner, a receiver), the standbys, and each consumer's health."""
+    """Who leads ingest (the Redis consumers, the pruner, a receiver), the standbys, a process keeping the
+    write lock, and each consumer's health."""
     out = Out(db, as_json)
     view = out.run(_status)
     out.emit(view, _text(view))

@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import os
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -45,7 +44,7 @@ from typing import Any
 from .errors import Conflict, InvalidArgument
 from .queries import Q
 from .settings import PER_INSTALL, SETTINGS
-from .store import Row, Store, Transaction, expanded
+from .store import Row, Store, Transaction, expanded, redacted
 
 PAGE_ROWS = 500  # rows per page read from the source
 PAGE_BYTES = 16 * 1024 * 1024  # a page of events or todos stops at this many bytes of bodies (one row at least)
@@ -156,21 +155,10 @@ def is_url(location: str | os.PathLike[str]) -> bool:
     return "://" in str(location)
 
 
-_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&#]*")
-
-
 def describe(location: str | os.PathLike[str]) -> str:
-    """A database as it may be printed: a URL without its password (in its user part or its query)."""
+    """A database as it may be printed: a URL without its password (store.redacted), or a path."""
     text = str(location)
-    if not is_url(text):
-        return text
-    scheme, _, rest = text.partition("://")
-    authority, slash, tail = rest.partition("/")
-    credentials, at, host = authority.rpartition("@")
-    if at:
-        user = credentials.partition(":")[0]
-        authority = f"{user}{':***' if ':' in credentials else ''}@{host}"
-    return _PASSWORD_PARAMETER.sub(r"\1***", f"{scheme}://{authority}{slash}{tail}")
+    return redacted(text) if is_url(text) else text
 
 
 def _same_file(source: Store, target: str | os.PathLike[str]) -> bool:

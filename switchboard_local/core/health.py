@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import leadership
+from . import leadership, write_lock
 from .clock import rfc3339
-from .errors import Busy, StoreFault
+from .errors import Busy, InvalidArgument, StoreFault
 from .sources import Source, list_sources, masked_url
 from .store import FileState, Location, Store, describe
 from .webhook_config import needs_secret
@@ -313,6 +313,9 @@ async def _server(ctx: Context, url: str) -> list[Check]:
     found = [Check("database", OK, f"{describe(url)} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
     try:
         state = await Store.inspect(url)
+    except InvalidArgument as exc:  # a URL that does not read cleanly: its message says what is wrong
+        return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
+                              "correct the URL (--db or $SWITCHBOARD_DB)")]  # fmt: skip
     except StoreFault as exc:
         return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
                               "check that the server runs and the URL (--db or $SWITCHBOARD_DB) names it")]  # fmt: skip
@@ -564,12 +567,36 @@ async def ingest(ctx: Context) -> list[Check]:
     return [Check("ingest", OK, f"{who}{receiver}")]
 
 
+# ---------------------------------------------------------------- the write lock
+
+LOCK_WAIT_SECONDS = 2.0  # how long a process may hold the write lock before `doctor` names it
+
+
+async def lock(ctx: Context) -> list[Check]:
+    """Whether a process keeps the database's write lock: stopped inside a write transaction, or not
+    letting go (SQLite; then nothing is written, whoever leads)."""
+    if ctx.store is None or isinstance(ctx.path, str):
+        return []
+    holding = await write_lock.holders(ctx.store, LOCK_WAIT_SECONDS)
+    if not holding:
+        return [Check("write lock", OK, "no process keeps it")]
+    holder = holding[0]
+    if holder.stopped:
+        return [Check("write lock", FAIL, f"held by {holder.name()}, which is stopped: nothing can be written, no "
+                      "standby can take over and every webhook is answered 503 until it continues or ends",
+                      f"kill -CONT {holder.pid}  (or end it: kill {holder.pid})")]  # fmt: skip
+    return [Check("write lock", WARN, f"held by {holder.name()} ({holder.state}) for over {LOCK_WAIT_SECONDS:g} s: "
+                  "writes wait for it, and webhooks are answered 503 after a few seconds",
+                  f"ps -o pid,stat,etime,args -p {holder.pid}")]  # fmt: skip
+
+
 # ---------------------------------------------------------------- the list
 
 CHECKS: tuple[CheckGroup, ...] = (
     database,  # first: it opens the file (ctx.store, ctx.sources) for the checks after it
     secrets,
     adapters,
+    lock,  # before ingest: a stopped process keeping the lock is why nobody leads
     ingest,
     # One more check is one entry here: an async function of the Context answering its lines.
 )

@@ -2,9 +2,10 @@
 its transactions and reads, its change feed, and how the driver's errors
 become the core's.
 
-``PostgresStore`` implements ``store.Store`` with psycopg 3: a
-``psycopg_pool.ConnectionPool`` of *synchronous* connections, driven from the
-event loop through a thread pool of the same size. Why sync connections and
+``PostgresStore`` implements ``store.Store`` with psycopg 3: a pool of
+*synchronous* connections (core/pg_pool.py, which fails at once while the
+server cannot be reached), driven from the event loop through a thread pool
+of the same size. Why sync connections and
 threads rather than psycopg's async API: the Transaction protocol is
 synchronous (a verb's body is a plain callable that runs its statements one
 after another, and may run more than once), so a body has to run on a thread
@@ -36,7 +37,9 @@ loop uses itself (a point read costs less than a thread hop), and
 ``data_version`` on one that LISTENs. ``synchronous="NORMAL"`` (SQLite's name)
 is ``synchronous_commit=off``: a commit may be lost by a server crash.
 ``$SWITCHBOARD_BUSY_TIMEOUT`` is the ``lock_timeout``. A URL's password never
-leaves in a message: ``store.redacted`` hides it (``where``).
+leaves in a message: the URL is read by core/pg_url.py and libpq is handed its
+keywords (``Target``), never the URL, which libpq quotes in its errors; the
+URL is shown with its password hidden (``where``).
 """
 
 from __future__ import annotations
@@ -56,10 +59,12 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors as pgerrors
 from psycopg import pq
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg.conninfo import make_conninfo
 
+from . import pg_url
 from .clock import Clock, SystemClock
 from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
+from .pg_pool import Pool
 from .store import (
     APP_NAME,
     FileState,
@@ -75,9 +80,9 @@ from .store import (
 from .tally import Tally
 
 T = TypeVar("T")
-Pool = ConnectionPool[psycopg.Connection["PgRow"]]
 
 CONNECT_SECONDS = 10  # connect_timeout of every connection
+POOL_WAIT_SECONDS = 10  # how long a call waits for a pooled connection while all are in use
 WRITERS = 8  # pooled connections for writes (each write holds one for its transaction)
 READERS = 4  # pooled read-only connections for read_one and read_all
 PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loop waits for it
@@ -387,13 +392,15 @@ _BUSY = (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)  # lock_timeout, sta
 _UNUSABLE = (pgerrors.DataCorrupted, pgerrors.IndexCorrupted)
 
 
-def translate(exc: BaseException, where: str) -> SwitchboardError | None:
-    """The core's error for a driver error, or None for a bug (bad SQL, a misused API)."""
-    if isinstance(exc, PoolTimeout):
-        return Unavailable(f"{where}: no connection to the database within the timeout ({_first_line(exc)})")
+def translate(exc: BaseException, where: str, hidden: Sequence[str] = ()) -> SwitchboardError | None:
+    """The core's error for a driver error, or None for a bug (bad SQL, a misused API).
+
+    libpq is handed a URL's keywords (core/pg_url.py), never the URL, so it has no URL
+    to quote; still, none of ``hidden`` (the password, the query's values) is shown
+    should the driver's text hold it."""
     if not isinstance(exc, psycopg.Error):
         return None
-    message = _first_line(exc)
+    message = _scrubbed(_first_line(exc), hidden)
     if isinstance(exc, psycopg.IntegrityError):
         return Conflict(f"the database refused the change: {message}")
     if isinstance(exc, _BUSY) or isinstance(exc, _RETRY):
@@ -413,13 +420,23 @@ def translate(exc: BaseException, where: str) -> SwitchboardError | None:
     return None
 
 
+def _scrubbed(text: str, hidden: Sequence[str]) -> str:
+    """``text`` without any of ``hidden``: a long one wherever it is, a short one where it is quoted."""
+    for value in sorted(hidden, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+        else:
+            text = text.replace(f'"{value}"', '"***"').replace(f"'{value}'", "'***'")
+    return text
+
+
 @contextlib.contextmanager
-def driver_errors(where: str) -> Iterator[None]:
-    """Driver errors leave the store as the core's errors, never as psycopg's."""
+def driver_errors(where: str, hidden: Sequence[str] = ()) -> Iterator[None]:
+    """Driver errors leave the store as the core's errors, never as psycopg's (nor with ``hidden``: secrets)."""
     try:
         yield
-    except (psycopg.Error, PoolTimeout) as exc:
-        translated = translate(exc, where)
+    except psycopg.Error as exc:
+        translated = translate(exc, where, hidden)
         if translated is None:
             raise
         raise translated from exc
@@ -452,11 +469,12 @@ def _schema_version() -> int:
 
 
 def _identity(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
-    """(ours, version, empty) of the database ``conn`` is on: read only."""
+    """(ours, version, empty) of the database ``conn`` is on: read only, from one scan of the
+    catalog, so that a schema another opener commits meanwhile is seen whole or not at all."""
     row = conn.execute(
-        "SELECT to_regclass('schema_migrations') IS NOT NULL, "
-        "(SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f'))"
+        "SELECT count(*) FILTER (WHERE c.relname = 'schema_migrations' AND c.relkind IN ('r', 'p')) > 0, count(*) "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')"
     ).fetchone()
     assert row is not None
     has_table, relations = bool(row[0]), int(row[1])
@@ -512,13 +530,52 @@ def _migrate(conn: psycopg.Connection[Any], where: str) -> None:
             conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (target,))
 
 
-def _connect(url: str, *, read_only: bool = False, **settings: str) -> psycopg.Connection[PgRow]:
-    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_SECONDS, row_factory=row_factory)
-    try:
-        _configure(conn, read_only=read_only, **settings)
-    except BaseException:
-        conn.close()
-        raise
+class Target:
+    """Where a store connects: libpq's keywords read from its URL (core/pg_url.py), never the URL itself,
+    which libpq would quote in its errors; ``where``, the URL as it may be shown."""
+
+    def __init__(self, url: str) -> None:
+        if not is_url(url):
+            raise InvalidArgument("a PostgreSQL database is named by a postgresql:// URL")
+        self.where = redacted(url)
+        known = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
+        try:
+            params, given = pg_url.read(url, known)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{self.where}: {exc.message}") from None
+        # What a driver's error must not show: the secrets, and every value the query gave.
+        self.hidden = tuple({params.get("password", ""), *given.values()} - {""})
+        self._keys = sorted(k for k in params if k not in pg_url.SECRET_PARAMS)
+        try:
+            self.conninfo = make_conninfo("", **params)
+        except psycopg.ProgrammingError:
+            raise self.refused() from None
+
+    def refused(self) -> InvalidArgument:
+        """libpq refused a value: its words would quote it (a password's tail, as like as not), so none is shown."""
+        return InvalidArgument(f"{self.where}: libpq refused a value among the URL's parameters "
+                               f"({', '.join(self._keys) or 'none'}; the values are not shown)")  # fmt: skip
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """``driver_errors`` for this target."""
+        with driver_errors(self.where, self.hidden):
+            yield
+
+
+def _connect(target: Target, *, read_only: bool = False, **settings: str) -> psycopg.Connection[PgRow]:
+    """A new connection, configured; only the core's errors leave."""
+    with target.errors():
+        try:
+            conn = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS,
+                                   row_factory=row_factory)  # fmt: skip
+        except psycopg.ProgrammingError:  # a value libpq refuses, which it would quote
+            raise target.refused() from None
+        try:
+            _configure(conn, read_only=read_only, **settings)
+        except BaseException:
+            conn.close()
+            raise
     return conn
 
 
@@ -533,10 +590,10 @@ def _configure(conn: psycopg.Connection[Any], *, read_only: bool, **settings: st
 
 def inspect_url(url: str) -> FileState:
     """``Store.inspect`` for a database URL: its identity, read with nothing changed."""
-    where = redacted(url)
+    target = Target(url)
     current = _schema_version()
-    with driver_errors(where):
-        conn = _connect(url, read_only=True)
+    with target.errors():
+        conn = _connect(target, read_only=True)
         try:
             ours, version, empty = _identity(conn)
         finally:
@@ -566,8 +623,9 @@ class PostgresStore:
     def __init__(
         self,
         url: str,
-        pool: ConnectionPool[psycopg.Connection[PgRow]],
-        readers: ConnectionPool[psycopg.Connection[PgRow]],
+        target: Target,
+        pool: Pool,
+        readers: Pool,
         threads: ThreadPoolExecutor,
         clock: Clock,
         rng: random.Random,
@@ -576,8 +634,9 @@ class PostgresStore:
         settings: dict[str, str],
     ) -> None:
         self.url = url
-        self.where = redacted(url)
+        self.where = target.where
         self.path = local_path(url)
+        self._target = target
         self.clock = clock
         self.rng = rng
         self.cache: dict[Any, Any] = {}
@@ -612,32 +671,19 @@ class PostgresStore:
     ) -> PostgresStore:
         if synchronous not in SYNCHRONOUS_COMMIT:
             raise InvalidArgument(f"synchronous must be one of {', '.join(SYNCHRONOUS_COMMIT)}")
-        if not is_url(url):
-            raise InvalidArgument("a PostgreSQL database is named by a postgresql:// URL")
+        target = Target(url)  # refused here, naming what is wrong, unless the URL reads cleanly
         settings = {"lock_timeout": f"{busy_timeout_ms()}ms", "synchronous_commit": SYNCHRONOUS_COMMIT[synchronous]}
-        where = redacted(url)
-        url = "postgresql://" + url.split("://", 1)[1]  # libpq knows both schemes; one form from here on
+        where = target.where
+        url = "postgresql://" + url.split("://", 1)[1]  # one form from here on
 
-        def pool(size: int, *, read_only: bool, name: str) -> Pool:
-            made: Pool = ConnectionPool(
-                url,
-                min_size=0,  # connections are made as calls need them (a one-shot command makes few)
-                max_size=size,
-                kwargs={"autocommit": True, "connect_timeout": CONNECT_SECONDS, "row_factory": row_factory},
-                configure=lambda conn: _configure(conn, read_only=read_only, **settings),
-                open=False,
-                timeout=CONNECT_SECONDS,
-                name=f"switchboard {name}",
-            )
-            made.open(wait=False)
-            return made
+        def pool(size: int, *, read_only: bool) -> Pool:
+            # Connections are made as calls need them (a one-shot command makes few).
+            return Pool(lambda: _connect(target, read_only=read_only, **settings), size, wait=POOL_WAIT_SECONDS,
+                        where=where)  # fmt: skip
 
         def prepare() -> tuple[Pool, Pool, psycopg.Connection[PgRow]]:
-            with driver_errors(where):
-                try:
-                    conn = _connect(url, read_only=read_only, **settings)
-                except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
-                    raise InvalidArgument(f"{where} is not a database URL libpq accepts: {_first_line(exc)}") from None
+            conn = _connect(target, read_only=read_only, **settings)
+            with target.errors():
                 try:
                     if read_only:
                         ours, version, _ = _identity(conn)
@@ -650,12 +696,12 @@ class PostgresStore:
                     conn.close()
                     raise
                 # Reads run read-only: a statement that would write is refused there, as on SQLite.
-                return pool(WRITERS, read_only=read_only, name="writes"), pool(READERS, read_only=True, name="reads"), conn
+                return pool(WRITERS, read_only=read_only), pool(READERS, read_only=True), conn
 
         writers, readers, peek_conn = await asyncio.to_thread(prepare)
         threads = ThreadPoolExecutor(max_workers=WRITERS + READERS, thread_name_prefix="switchboard-pg")
-        store = cls(url, writers, readers, threads, clock or SystemClock(), rng or random.Random(), read_only=read_only,
-                    settings=settings)  # fmt: skip
+        store = cls(url, target, writers, readers, threads, clock or SystemClock(), rng or random.Random(),
+                    read_only=read_only, settings=settings)  # fmt: skip
         store._peek_conn = peek_conn
         return store
 
@@ -721,7 +767,7 @@ class PostgresStore:
     def _write(self, body: Callable[[Transaction], T], single: bool = False) -> T:
         careful = False
         attempt = 0
-        with driver_errors(self.where), self._pool.connection() as conn:
+        with self._target.errors(), self._pool.connection() as conn:
             while True:
                 started = time.perf_counter()
                 tx = PgTransaction(conn, self._statements, self.cache, careful=careful, in_transaction=not single)
@@ -763,7 +809,7 @@ class PostgresStore:
         return await self._in_thread(lambda: self._snapshot(body))
 
     def _snapshot(self, body: Callable[[Transaction], T]) -> T:
-        with driver_errors(self.where), self._readers.connection() as conn:
+        with self._target.errors(), self._readers.connection() as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
             try:
@@ -782,7 +828,7 @@ class PostgresStore:
         return await self._in_thread(lambda: self._read(sql, params))
 
     def _read(self, sql: str, params: Params) -> list[PgRow]:
-        with driver_errors(self.where), self._readers.connection() as conn:
+        with self._target.errors(), self._readers.connection() as conn:
             return PgTransaction(conn, self._statements, self.cache).all(sql, params)
 
     async def peek(self, body: Callable[[Transaction], T]) -> T:
@@ -799,13 +845,13 @@ class PostgresStore:
         conn = self._peek_conn
         if conn is None or conn.closed:
             settings = {**self._settings, "statement_timeout": f"{PEEK_TIMEOUT_MS}ms"}
-            conn = await self._in_thread(lambda: _connect(self.url, read_only=True, **settings))
+            conn = await self._in_thread(lambda: _connect(self._target, read_only=True, **settings))
             if self._peek_conn is not None and not self._peek_conn.closed:  # another task made one meanwhile
                 conn.close()
                 conn = self._peek_conn
             self._peek_conn = conn
         try:
-            with driver_errors(self.where):
+            with self._target.errors():
                 return body(PgTransaction(conn, self._statements, self.cache))
         except StoreFault:
             if conn.broken:
@@ -817,20 +863,12 @@ class PostgresStore:
         ms = max(1, round(timeout * 1000))
 
         def probe() -> None:
-            with driver_errors(self.where):
-                try:
-                    conn = self._pool.getconn(timeout=timeout)
-                except PoolTimeout:
-                    raise Unavailable(f"{self.where}: no connection within {timeout:g} s") from None
-                try:
-                    with conn.transaction():
-                        conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
-                        conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
-                        conn.execute("SET TRANSACTION READ WRITE")
-                        conn.execute("SELECT pg_current_xact_id()")
-                        raise psycopg.Rollback()
-                finally:
-                    self._pool.putconn(conn)
+            with self._target.errors(), self._pool.connection(timeout) as conn, conn.transaction():
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ms}ms",))
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+                conn.execute("SET TRANSACTION READ WRITE")
+                conn.execute("SELECT pg_current_xact_id()")
+                raise psycopg.Rollback()
 
         if self.read_only:
             raise Unavailable(f"{self.where} was opened read-only; nothing can be written")
@@ -849,16 +887,15 @@ class PostgresStore:
         if self._closed:
             raise RuntimeError("the store is closed")
         if self._listener is None:
-            self._listener = _Listener(self.url, self.where)
+            self._listener = _Listener(self._target)
         return await self._in_thread(self._listener.poll), self.commits
 
 
 class _Listener:
     """A connection of its own that LISTENs on ``switchboard`` and counts what it hears."""
 
-    def __init__(self, url: str, where: str) -> None:
-        self._url = url
-        self._where = where
+    def __init__(self, target: Target) -> None:
+        self._target = target
         self._count = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
@@ -868,12 +905,12 @@ class _Listener:
 
     def poll(self) -> int:
         """Hear what was sent since the last poll (one round trip); the count."""
-        with self._lock, driver_errors(self._where):
+        with self._lock, self._target.errors():
             if self._conn is not None and self._conn.closed:
                 self._conn = None
                 self._count += 1  # what was missed while away
             if self._conn is None:
-                conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_SECONDS)
+                conn = psycopg.connect(self._target.conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS)
                 try:
                     conn.add_notify_handler(self._heard)
                     conn.execute(f"LISTEN {LISTEN_CHANNEL}")

@@ -371,17 +371,19 @@ def _migrate(path: Path, busy_ms: int) -> None:
     """Bring the file to SCHEMA_VERSION, or refuse it and leave it untouched.
 
     Whether the file is ours is decided by reading alone, before anything is
-    written (WAL included). The version is checked again inside BEGIN
-    IMMEDIATE, so several processes opening a new file at once create the
-    schema exactly once.
+    written (WAL included), from one snapshot: a new file another process is
+    giving the schema is empty or whole, never read half from before and half
+    from after its commit. The identity is read again inside BEGIN IMMEDIATE,
+    so several processes opening a new file at once create the schema exactly
+    once, each of the others finding it there.
     """
     conn = sqlite3.connect(_file_name(path), isolation_level=None, timeout=busy_ms / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        version, app_id = _identity(conn)
+        version, app_id, tables = _identity(conn)
         if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
             return
-        _refuse_foreign(conn, path, version, app_id)
+        _refuse_foreign(path, version, app_id, tables)
         _refuse_newer(path, version)
         for pragma in _pragmas("FULL", busy_ms):
             conn.execute(pragma)
@@ -390,9 +392,12 @@ def _migrate(path: Path, busy_ms: int) -> None:
         conn.execute("PRAGMA foreign_keys = OFF")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version, app_id = _identity(conn)
-            _refuse_foreign(conn, path, version, app_id)
+            version, app_id, tables = _identity(conn)  # as the write lock's holder sees it: it may be done by now
+            _refuse_foreign(path, version, app_id, tables)
             _refuse_newer(path, version)
+            if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
+                conn.execute("ROLLBACK")
+                return
             if version == 0:
                 for statement in _statements(schema_sql()):
                     conn.execute(statement)
@@ -414,16 +419,26 @@ def _migrate(path: Path, busy_ms: int) -> None:
         conn.close()
 
 
-def _identity(conn: sqlite3.Connection) -> tuple[int, int]:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    return version, app_id
+def _identity(conn: sqlite3.Connection) -> tuple[int, int, set[str]]:
+    """(user version, application id, tables) of the file, read from one snapshot: in one read
+    transaction, unless ``conn`` is in a transaction already."""
+    begun = not conn.in_transaction
+    if begun:
+        conn.execute("BEGIN")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = _tables(conn)
+    finally:
+        if begun and conn.in_transaction:
+            conn.execute("COMMIT")  # it only read
+    return version, app_id, tables
 
 
-def _refuse_foreign(conn: sqlite3.Connection, path: Path, version: int, app_id: int) -> None:
+def _refuse_foreign(path: Path, version: int, app_id: int, tables: set[str]) -> None:
     """Ours: our application id; or a new empty file; or version 1 with exactly
     version 1's tables (that version wrote no application id)."""
-    if app_id == APPLICATION_ID or _ours(version, app_id, _tables(conn)):
+    if app_id == APPLICATION_ID or _ours(version, app_id, tables):
         return
     raise StoreUnusable(
         f"{path} is an SQLite database but not a switchboard-local one "
@@ -829,8 +844,8 @@ def _connect_read_only(path: Path, busy_ms: int) -> sqlite3.Connection:
     """A read-only store's connection: our file at the current version, or refused."""
     conn = _connect_existing(path, busy_ms)
     try:
-        version, app_id = _identity(conn)
-        _refuse_foreign(conn, path, version, app_id)
+        version, app_id, tables = _identity(conn)
+        _refuse_foreign(path, version, app_id, tables)
         _refuse_newer(path, version)
         if version != SCHEMA_VERSION:
             raise StoreUnusable(f"{path} has schema version {version}; it is upgraded when opened for writing")
@@ -847,8 +862,7 @@ def inspect_file(path: Path) -> FileState:
     try:
         with driver_errors(path):
             try:
-                version, app_id = _identity(conn)
-                tables = _tables(conn)
+                version, app_id, tables = _identity(conn)
             except sqlite3.DatabaseError as exc:
                 if _primary(exc) == "SQLITE_NOTADB":
                     return FileState(database=False, current=SCHEMA_VERSION, error=str(exc))

@@ -67,39 +67,27 @@ def local_path(where: Location) -> Path:
     if not is_url(where):
         return Path(where)
     import re
-    from urllib.parse import unquote, urlsplit
 
     import platformdirs
 
-    parts = urlsplit(str(where))
-    user = unquote(parts.username or "")
-    host = unquote(parts.hostname or "local")
-    try:
-        port = parts.port or 5432
-    except ValueError:
-        port = 5432
-    database = unquote(parts.path.lstrip("/")) or user or "postgres"
+    from .pg_url import parse
+
+    parse(str(where))  # refused, naming what is wrong, unless it reads cleanly
+    params = parse(str(where).partition("?")[0])  # named by its user, host, port and path alone
+    user = params.get("user", "")
+    host = params.get("host", "local").lower()
+    port = str(int(params["port"])) if params.get("port", "").isdigit() else "5432"
+    database = params.get("dbname") or user or "postgres"
     name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
     return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
 
 
 def redacted(url: str) -> str:
-    """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``."""
-    import re
-    from urllib.parse import urlsplit, urlunsplit
+    """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``;
+    a malformed one shows no part of what may be a password (core/pg_url.py)."""
+    from .pg_url import redacted as hidden
 
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url.split("://", 1)[0] + "://(a malformed URL)"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = re.sub(r"(?i)(^|&)(password)=[^&]*", r"\1\2=***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return hidden(url)
 
 
 def default_path() -> Location:

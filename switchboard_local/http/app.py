@@ -3,13 +3,15 @@
     POST /hooks/{name}   verify on the raw bytes, store the event and its todos,
                          and only then answer (202); 401 bad signature, 404
                          unknown or disabled source, 413 too large, 503 store
-                         failure or no readable secret (the provider retries;
-                         nothing was stored)
+                         failure, a store busy past STORE_WAIT_SECONDS, or no
+                         readable secret (the provider retries)
     GET  /healthz        200 when a delivery could be stored, else 503 and why
 
 Before the app sees a request, the connection is held to `Limits`: a request
 head over 64 KiB gets 431, a head or body that stops arriving gets 408, a
 connection beyond the connection limit gets 503; each closes the connection.
+Every 503, of every route, carries Retry-After; a fault of the store that a
+route does not answer itself is a 503, never a 500.
 
 A stop signal stops accepting, lets requests in flight finish their
 transaction (a body still arriving gets STOP_GRACE_SECONDS, then 503), and
@@ -25,6 +27,7 @@ import logging
 import re
 import signal
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -33,10 +36,12 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..core import routing, sources, webhook_config
@@ -56,6 +61,11 @@ log = logging.getLogger("switchboard_local.serve")
 
 LINGER_SECONDS = 2.0  # after a refusal, how long a client still sending is read (and ignored)
 STOP_GRACE_SECONDS = 5.0  # at a stop signal, how much longer a body still arriving may take
+# How long a delivery waits for the store (its source's lookup and its commit, together) before
+# it is answered 503: well inside a sender's own timeout (GitHub's is 10 s), whatever holds the
+# store up (another process's write lock, a database server that does not answer).
+STORE_WAIT_SECONDS = 4.0
+RETRY_AFTER_SECONDS = 5  # sent with every 503: the store, or the server, may take this long to recover
 
 
 # The receiver's own paths: whatever another edge adds beside them (the
@@ -93,9 +103,41 @@ def create_app(
 
     return Starlette(
         routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"]), *routes],
-        middleware=list(middleware),
+        # Outermost: every 503 of every route (the dashboard's and its guard's too) says when to retry.
+        middleware=[Middleware(RetryAfter), *middleware],
+        exception_handlers={SwitchboardError: _core_error},
         lifespan=lifespan,
     )
+
+
+async def _core_error(request: Request, exc: Exception) -> Response:
+    """A core error that a route left unanswered, by ``STATUS``: a fault of the store is a 503
+    (never a 500 and a traceback), its words kept for the log."""
+    status = status_of(exc)
+    if status != 503:
+        return _problem(status, str(exc))
+    log.error("request path=%s outcome=store-failed error=%s", shown(request.url.path), shown(str(exc)))
+    return _problem(status, "the store cannot be used right now; retry later")
+
+
+class RetryAfter:
+    """ASGI middleware: a 503 without a Retry-After header gets one (RETRY_AFTER_SECONDS)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("retry-after", str(RETRY_AFTER_SECONDS))
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 async def health(store: Store) -> JSONResponse:
@@ -173,13 +215,18 @@ def _problem(status: int, message: str) -> JSONResponse:
 async def receive(store: Store, request: Request, intake: routing.Intake) -> Response:
     name = request.path_params["name"]
     who = shown(name)
+    # One budget for the store's two calls (the body's arrival has its own deadline in Limits).
+    started = time.monotonic()
     try:
-        source = await sources.for_delivery(store, name, family="webhook")
+        async with asyncio.timeout(STORE_WAIT_SECONDS):
+            source = await sources.for_delivery(store, name, family="webhook")
     except NotFound:
         source = None
-    except StoreFault as exc:
-        log.error("delivery source=%s outcome=store-failed error=%s", who, shown(str(exc)))
-        return _problem(status_of(exc), "the store cannot be read; retry later")
+    except (StoreFault, TimeoutError) as exc:
+        why = f"no answer within {STORE_WAIT_SECONDS:g} s" if isinstance(exc, TimeoutError) else str(exc)
+        log.error("delivery source=%s outcome=store-failed error=%s", who, shown(why))
+        return _problem(503, "the store cannot be read; retry later")
+    waited = time.monotonic() - started
     if source is None or not source.enabled:
         log.info("delivery source=%s outcome=unknown-source", who)
         return _problem(404, f"no enabled webhook source named {name!r}")
@@ -235,9 +282,17 @@ async def receive(store: Store, request: Request, intake: routing.Intake) -> Res
         replay_window=webhook_config.replay_window(source),
     )
     try:
-        result = await intake.accept(source, event)
+        # The delivery stays in its batch past the deadline (Intake shields it): a store that frees
+        # up may still commit it, and the sender's retry is then answered as a duplicate.
+        result = await asyncio.wait_for(intake.accept(source, event), max(0.0, STORE_WAIT_SECONDS - waited))
     except StoreFault as exc:
         result = exc
+    except TimeoutError:
+        log.error("delivery source=%s type=%s outcome=store-busy error=not committed within %g s", who, kind,
+                  STORE_WAIT_SECONDS)  # fmt: skip
+        store.tally.delivery(name, "failed")
+        return _problem(503, f"the store is busy: the event was not committed within {STORE_WAIT_SECONDS:g} s; "
+                        "retry later")  # fmt: skip
     if isinstance(result, Exception):  # nothing was stored: the provider should retry
         log.error("delivery source=%s type=%s outcome=store-failed error=%s: %s", who, kind,
                   type(result).__name__, shown(str(result)))  # fmt: skip
@@ -273,9 +328,10 @@ class Limits:
 
 def _answer(status: int, message: str) -> bytes:
     body = json.dumps({"error": message}).encode()
+    retry = f"retry-after: {RETRY_AFTER_SECONDS}\r\n" if status == 503 else ""
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\n{retry}connection: close\r\n\r\n"
     )
     return head.encode() + body
 

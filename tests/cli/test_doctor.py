@@ -163,7 +163,7 @@ def test_a_healthy_setup_is_all_ok_and_exits_0(run_doctor, db_path: Path, projec
     assert {name: c["status"] for name, c in checks.items() if c["status"] != "ok"} == {}
     assert code == 0
     expected = {"database", "database folder", "database file", "permissions", "schema", "journal mode", "integrity",
-                "disk space", "source gh", "source pay", "source kept", "adapter orders", "ingest", "claude",
+                "disk space", "source gh", "source pay", "source kept", "adapter orders", "write lock", "ingest", "claude",
                 "mcp server", "mcp sdk"}  # fmt: skip
     assert set(checks) == expected
     assert checks["database"]["detail"] == f"{db_path} (from --db)"

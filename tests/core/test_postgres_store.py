@@ -329,3 +329,46 @@ async def test_a_row_locked_past_the_busy_timeout_is_busy(url, monkeypatch) -> N
             holder.rollback()
         await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "mine"}))  # free again
     assert value(url, "SELECT value FROM settings WHERE name = 'a'") == "mine"
+
+
+@pytest.fixture
+def own_server(tmp_path, monkeypatch):
+    """A PostgreSQL server of the test's own, to stop and start again (the session's serves every other test)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    server = PostgresServer(fsync=False).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_every_entry_point_answers_an_outage_as_unavailable_and_recovers(own_server, clock) -> None:
+    url = own_server.empty_database()
+    async with await Store.open(url, clock=clock) as store:
+        created, _ = await todos.create(store, NewTodo(queue="q", title="before"))
+        await store.data_version()  # its listening connection is made
+        calls = {
+            "write": lambda: store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "b"})),
+            "single write": lambda: store.write(lambda tx: tx.one(Q.get_todo, {"id": created.id}), single=True),
+            "snapshot": lambda: store.snapshot(lambda tx: tx.one(Q.get_todo, {"id": created.id})),
+            "read_one": lambda: store.read_one(Q.get_todo, {"id": created.id}),
+            "read_all": lambda: store.read_all(Q.get_todo, {"id": created.id}),
+            "peek": lambda: store.peek(lambda tx: tx.one(Q.get_todo, {"id": created.id})),
+            "data_version": store.data_version,
+            "probe_writable": store.probe_writable,
+        }
+        own_server.halt()
+        for _ in range(2):  # the first call meets its connection cut; the next has to make one
+            for name, call in calls.items():
+                try:
+                    await call()
+                except Unavailable:  # anything else (a driver's error) fails the test as it is
+                    continue
+                pytest.fail(f"{name} answered while the server was down")
+        with pytest.raises(Unavailable):
+            await Store.inspect(url)
+        with pytest.raises(Unavailable):
+            await Store.open(url)
+        own_server.resume()
+        assert (await store.peek(lambda tx: tx.one(Q.get_todo, {"id": created.id})))["title"] == "before"
+        assert (await todos.create(store, NewTodo(queue="q", title="after")))[0].id > created.id

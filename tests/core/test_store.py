@@ -411,11 +411,40 @@ async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
 @pytest.mark.sqlite_only
 async def test_foreign_sqlite_file_is_refused(db_path):
     run(db_path, "CREATE TABLE notes (body TEXT)")
-    with pytest.raises(StoreUnusable):
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnusable, match="application id 0, user version 0"):
         await Store.open(db_path)
+    assert db_path.read_bytes() == before  # a table at user version 0 is another program's: left byte for byte
     tables = [name for (name,) in rows(db_path, "SELECT name FROM sqlite_master")]
     assert tables == ["notes"]
     assert rows(db_path, "PRAGMA user_version") == [(0,)]
+
+
+@pytest.mark.sqlite_only
+async def test_a_new_file_another_process_gives_the_schema_while_we_look_at_it_is_opened(db_path, monkeypatch):
+    # Issue 33: a process opening a new file read its version, then its tables; another
+    # process's schema committed in between made the file look foreign. Here another
+    # process (a real one) creates the schema right after this one reads the application id.
+    sqlite3.connect(db_path).execute("PRAGMA journal_mode = WAL").fetchall()  # new, empty (as its creator leaves it)
+    connect = sqlite3.connect
+    others: list[subprocess.CompletedProcess[str]] = []
+
+    class Looking(sqlite3.Connection):
+        def execute(self, sql, *args):  # type: ignore[no-untyped-def, override]
+            answer = super().execute(sql, *args)
+            if sql == "PRAGMA application_id" and not others:
+                others.append(subprocess.run([sys.executable, "-m", "switchboard_local", "stats", "--db", str(db_path)],
+                                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=60))  # fmt: skip
+            return answer
+
+    def looking(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return connect(*args, **kwargs) if others or "factory" in kwargs else connect(*args, factory=Looking, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", looking)
+    async with await Store.open(db_path) as store:
+        assert await todos.list_todos(store) == []
+    assert [(o.returncode, o.stderr) for o in others] == [(0, "")]
+    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
 
 
 @pytest.mark.sqlite_only

@@ -265,6 +265,7 @@ async def test_a_connection_beyond_max_connections_is_answered_503_before_its_he
             for conn in held:
                 conn.close()
     assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert f"\r\nretry-after: {web.RETRY_AFTER_SECONDS}\r\n".encode() in answer, answer  # as every 503 says
 
 
 # ---------------------------------------------------------------- `serve` as a process

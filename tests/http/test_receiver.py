@@ -31,6 +31,7 @@ import pytest
 from switchboard_local.cli.common import EXIT_CANNOT_LISTEN
 from switchboard_local.core import rules, sources, webhook_config
 from switchboard_local.core.text import SafeFormatter
+from switchboard_local.http import app as web
 
 from support.cli import invoke
 from support.receiver import Answer, Receiver, add_source, serve_process, serving
@@ -172,7 +173,8 @@ async def test_a_disabled_source_gets_404_until_it_is_enabled_again(store, recei
 async def test_a_failed_commit_gets_503_stores_nothing_and_the_retry_is_stored_once(store, receiver, db_path):
     await add_source(store, "gh", "github", SECRET)
     refuse_inserts(db_path, "boom", "events", "injected")
-    assert push(receiver, "gh", {"action": "opened"}).status == 503
+    refused = push(receiver, "gh", {"action": "opened"})
+    assert (refused.status, refused.headers["retry-after"]) == (503, str(web.RETRY_AFTER_SECONDS))
     assert counts(db_path) == (0, 0)
 
     drop_trigger(db_path, "boom", "events")

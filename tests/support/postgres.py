@@ -120,6 +120,9 @@ class PostgresServer:
             )  # fmt: skip
         if done.returncode != 0:
             raise NoPostgres(f"initdb failed: {log.read_text(errors='replace')[-2000:]}")
+        return self._launch()
+
+    def _launch(self) -> PostgresServer:
         # setpriv clears the parent-death signal as it changes user: it sets it again after.
         prefix = [*self._prefix, "--pdeathsig", "INT"] if self._prefix else []
         self.process = subprocess.Popen(
@@ -127,7 +130,7 @@ class PostgresServer:
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.root}",
              "-c", f"fsync={'on' if self.fsync else 'off'}", "-c", "max_connections=300", "-c", "log_min_messages=warning"],  # fmt: skip
             stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "server.log", "wb"),  # noqa: SIM115 (the server's, closed with it)
+            stderr=open(self.root / "server.log", "ab"),  # noqa: SIM115 (the server's, closed with it)
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 (nothing but a prctl, before exec)
         )
@@ -149,6 +152,20 @@ class PostgresServer:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    def halt(self) -> None:
+        """Stop the server as an outage would (a fast shutdown: every connection is cut), keeping
+        its data and port: ``resume`` starts it again."""
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        assert self.process is not None
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(30)
+
+    def resume(self) -> None:
+        """Start a halted server again, on the same data and port; back once it takes connections."""
+        self._launch()
 
     def template_url(self) -> str:
         return self.url(TEMPLATE)
