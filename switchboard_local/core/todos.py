@@ -283,7 +283,9 @@ async def claim_next_waiting(
 
 
 @overload
-async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int) -> Claimed: ...
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int
+) -> ClaimedBatch: ...
 
 
 async def claim_next_waiting(
@@ -987,7 +989,7 @@ class ItemOutcome:
         return {"id": self.todo_id, "ok": False, "error": {"code": self.error.code, "message": self.error.message}}
 
 
-class Claimed(list[Todo]):
+class ClaimedBatch(list[Todo]):
     """A batch claim's todos, in claim order; ``over_budget`` counts the todos next
     in line that its size bound (``NextClaim.budget``) left pending, unclaimed."""
 
@@ -1003,7 +1005,7 @@ class Outcomes(list[ItemOutcome]):
 
     def __init__(self, outcomes: Sequence[ItemOutcome] = (), next: Sequence[Todo] = ()) -> None:
         super().__init__(outcomes)
-        self.next = next if isinstance(next, Claimed) else Claimed(next)
+        self.next = next if isinstance(next, ClaimedBatch) else ClaimedBatch(next)
 
     @property
     def refused(self) -> list[ItemOutcome]:
@@ -1016,7 +1018,7 @@ def require_max(max: object) -> int:
     return max  # type: ignore[return-value]
 
 
-async def claim_next_many(store: Store, claim: NextClaim, max: int) -> Claimed:
+async def claim_next_many(store: Store, claim: NextClaim, max: int) -> ClaimedBatch:
     """Claim up to ``max`` (1-100) todos in one transaction, each under its own lease token.
 
     The order and the rules are claim_next's, one claim after the other: highest
@@ -1031,7 +1033,7 @@ async def claim_next_many(store: Store, claim: NextClaim, max: int) -> Claimed:
     return claimed
 
 
-def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], Claimed]:
+def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], ClaimedBatch]:
     """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
     owner, agent, budget = claim.owner, claim.agent, claim.budget
     statement, where = _claim_statement(claim, many=True)
@@ -1039,7 +1041,7 @@ def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Tran
     if budget is not None:
         require_int("budget", budget, low=0, high=INT64_MAX)
 
-    def body(tx: Transaction) -> Claimed:
+    def body(tx: Transaction) -> ClaimedBatch:
         now = store.clock.now_ms()
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
         hashes = list(tokens)
@@ -1052,7 +1054,7 @@ def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Tran
         # last one claimed tells how many the budget left (see claim_many_any).
         position = {h: n for n, h in enumerate(hashes)}
         left = min((position[row["lease_token_hash"]] for row in rows), default=0)
-        return Claimed(claimed, over_budget=left)
+        return ClaimedBatch(claimed, over_budget=left)
 
     return body
 
