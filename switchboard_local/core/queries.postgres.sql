@@ -320,8 +320,12 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 -- Up to :max todos as claim_next_any would claim them one after the other:
 -- each pending queue's first ready todos (:max more than claim_next_any's
 -- 64), the best :max of those no other transaction holds, each under its
--- own lease (the n-th claimed takes the n-th hash of :hashes, a JSON array
--- of :max token hashes). One statement for a batch.
+-- own lease. One statement for a batch. With :budget (bytes, or NULL for
+-- none) the candidates are taken in that order while their sizes add up to
+-- no more than it (payload and result as text, and last_error six times:
+-- the most JSON may escape it to); the first always is. Each candidate takes
+-- the hash of :hashes (a JSON array of :max token hashes) at its count of
+-- candidates after it, so the last one claimed tells how many were left.
 WITH RECURSIVE pending_queues (name) AS (
     SELECT (SELECT queue FROM todos
             WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
@@ -351,11 +355,21 @@ locked AS (
     FOR UPDATE OF candidate SKIP LOCKED
 ),
 picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
+                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
     lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 FROM picked
@@ -369,7 +383,7 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
 -- name: claim_many_in_queue
 -- Up to :max todos of one queue that no other transaction holds (SKIP
 -- LOCKED), as claim_next_in_queue would claim them one after the other
--- (:hashes as for claim_many_any).
+-- (:budget and :hashes as for claim_many_any).
 WITH locked AS (
     SELECT id, priority FROM todos
     WHERE queue = :queue
@@ -382,11 +396,21 @@ WITH locked AS (
     FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
+                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
     lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 FROM picked
@@ -399,8 +423,8 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
 
 -- name: claim_many_in_queues
 -- Up to :max todos of several queues (:queues, a JSON array of names), as
--- claim_next_in_queues would claim them one after the other (:hashes as for
--- claim_many_any).
+-- claim_next_in_queues would claim them one after the other (:budget and
+-- :hashes as for claim_many_any).
 WITH locked AS (
     SELECT candidate.id, candidate.priority FROM todos AS candidate
     WHERE candidate.id IN (
@@ -421,11 +445,21 @@ WITH locked AS (
     FOR UPDATE OF candidate SKIP LOCKED
 ),
 picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n FROM locked
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
+                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.n AS integer),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
     lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 FROM picked

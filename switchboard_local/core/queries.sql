@@ -230,8 +230,12 @@ RETURNING *;
 -- name: claim_many_any
 -- Up to :max todos as claim_next_any would claim them one after the other:
 -- each pending queue's first :max ready todos, the best :max of those, each
--- under its own lease (the n-th claimed takes the n-th hash of :hashes, a
--- JSON array of :max token hashes). One statement for a batch.
+-- under its own lease. One statement for a batch. With :budget (bytes, or
+-- NULL for none) the candidates are taken in that order while their sizes
+-- add up to no more than it (payload, result, and last_error six times: the
+-- most JSON may escape it to); the first always is. Each candidate takes the
+-- hash of :hashes (a JSON array of :max token hashes) at its count of
+-- candidates after it, so the last one claimed tells how many were left.
 WITH RECURSIVE pending_queues (name) AS (
     SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
             WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
@@ -240,8 +244,14 @@ WITH RECURSIVE pending_queues (name) AS (
             WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
     FROM pending_queues WHERE pending_queues.name IS NOT NULL
 ),
-picked AS (
-    SELECT best.id, row_number() OVER (ORDER BY best.priority DESC, best.id) - 1 AS n
+ranked AS (
+    SELECT best.id,
+           row_number() OVER w AS n,
+           count(*) OVER () - row_number() OVER w AS behind,
+           sum(CASE WHEN :budget IS NULL THEN 0 ELSE
+               (SELECT length(CAST(t.payload AS BLOB)) + COALESCE(length(CAST(t.result AS BLOB)), 0)
+                       + 6 * COALESCE(length(CAST(t.last_error AS BLOB)), 0)
+                FROM todos AS t WHERE t.id = best.id) END) OVER w AS size
     FROM (SELECT head.id, head.priority
           FROM pending_queues AS q
           JOIN todos AS head ON head.id IN (
@@ -255,10 +265,14 @@ picked AS (
             AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL)
           ORDER BY head.priority DESC, head.id
           LIMIT :max) AS best
+    WINDOW w AS (ORDER BY best.priority DESC, best.id)
+),
+picked AS (
+    SELECT id, behind FROM ranked WHERE n = 1 OR :budget IS NULL OR size <= :budget
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.behind || ']'), lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id
@@ -267,20 +281,30 @@ RETURNING *;
 
 -- name: claim_many_in_queue
 -- Up to :max todos of one queue, as claim_next_in_queue would claim them one
--- after the other (:hashes as for claim_many_any).
-WITH picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n
+-- after the other (:budget and :hashes as for claim_many_any).
+WITH ranked AS (
+    SELECT best.id,
+           row_number() OVER w AS n,
+           count(*) OVER () - row_number() OVER w AS behind,
+           sum(CASE WHEN :budget IS NULL THEN 0 ELSE
+               (SELECT length(CAST(t.payload AS BLOB)) + COALESCE(length(CAST(t.result AS BLOB)), 0)
+                       + 6 * COALESCE(length(CAST(t.last_error AS BLOB)), 0)
+                FROM todos AS t WHERE t.id = best.id) END) OVER w AS size
     FROM (SELECT id, priority FROM todos INDEXED BY todos_ready_by_queue
           WHERE queue = :queue
             AND visible_at <= :now
             AND (assignee IS NULL OR assignee = :agent)
             AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
           ORDER BY priority DESC, id
-          LIMIT :max)
+          LIMIT :max) AS best
+    WINDOW w AS (ORDER BY best.priority DESC, best.id)
+),
+picked AS (
+    SELECT id, behind FROM ranked WHERE n = 1 OR :budget IS NULL OR size <= :budget
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.behind || ']'), lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id
@@ -290,9 +314,15 @@ RETURNING *;
 -- name: claim_many_in_queues
 -- Up to :max todos of several queues (:queues, a JSON array of names), as
 -- claim_next_in_queues would claim them one after the other: each queue's
--- first :max, the best :max of those (:hashes as for claim_many_any).
-WITH picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, id) - 1 AS n
+-- first :max, the best :max of those (:budget and :hashes as for claim_many_any).
+WITH ranked AS (
+    SELECT best.id,
+           row_number() OVER w AS n,
+           count(*) OVER () - row_number() OVER w AS behind,
+           sum(CASE WHEN :budget IS NULL THEN 0 ELSE
+               (SELECT length(CAST(t.payload AS BLOB)) + COALESCE(length(CAST(t.result AS BLOB)), 0)
+                       + 6 * COALESCE(length(CAST(t.last_error AS BLOB)), 0)
+                FROM todos AS t WHERE t.id = best.id) END) OVER w AS size
     FROM (SELECT head.id, head.priority
           FROM json_each(:queues) AS q
           JOIN todos AS head ON head.id IN (
@@ -304,11 +334,15 @@ WITH picked AS (
               LIMIT :max)
           WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.value AND queues.paused_at IS NOT NULL)
           ORDER BY head.priority DESC, head.id
-          LIMIT :max)
+          LIMIT :max) AS best
+    WINDOW w AS (ORDER BY best.priority DESC, best.id)
+),
+picked AS (
+    SELECT id, behind FROM ranked WHERE n = 1 OR :budget IS NULL OR size <= :budget
 )
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = json_extract(:hashes, '$[' || picked.n || ']'), lease_expires_at = :lease_expires_at,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.behind || ']'), lease_expires_at = :lease_expires_at,
     visible_at = NULL, claimed_at = :now, updated_at = :now
 FROM picked
 WHERE todos.id = picked.id

@@ -35,6 +35,7 @@ from .todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
     DERIVED_KEY_PREFIX,
+    INT64_MAX,
     LEASE_CAP_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_LIST_LIMIT,
@@ -282,7 +283,9 @@ async def claim_next_waiting(
 
 
 @overload
-async def claim_next_waiting(store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int) -> list[Todo]: ...
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int
+) -> ClaimedBatch: ...
 
 
 async def claim_next_waiting(
@@ -325,6 +328,11 @@ class NextClaim:
     queues: Sequence[str] | None = None
     lease: float | None = None
     agent: str | None = None
+    # A batch's size bound, in bytes of the claimed todos' payloads, results
+    # and error texts (an error's counted six times: JSON may escape each byte
+    # as \u00XX). The todos are taken in claim order while they fit; the first
+    # always is, however big. None: no bound.
+    budget: int | None = None
 
 
 def _claim_statement(claim: NextClaim, *, many: bool) -> tuple[str, dict[str, Any]]:
@@ -981,6 +989,15 @@ class ItemOutcome:
         return {"id": self.todo_id, "ok": False, "error": {"code": self.error.code, "message": self.error.message}}
 
 
+class ClaimedBatch(list[Todo]):
+    """A batch claim's todos, in claim order; ``over_budget`` counts the todos next
+    in line that its size bound (``NextClaim.budget``) left pending, unclaimed."""
+
+    def __init__(self, todos: Sequence[Todo] = (), over_budget: int = 0) -> None:
+        super().__init__(todos)
+        self.over_budget = over_budget
+
+
 class Outcomes(list[ItemOutcome]):
     """``complete_many``'s and ``fail_many``'s answer: one outcome per item, in the
     items' order; ``next`` holds the todos claimed in the same transaction when
@@ -988,7 +1005,7 @@ class Outcomes(list[ItemOutcome]):
 
     def __init__(self, outcomes: Sequence[ItemOutcome] = (), next: Sequence[Todo] = ()) -> None:
         super().__init__(outcomes)
-        self.next: list[Todo] = list(next)
+        self.next = next if isinstance(next, ClaimedBatch) else ClaimedBatch(next)
 
     @property
     def refused(self) -> list[ItemOutcome]:
@@ -1001,12 +1018,13 @@ def require_max(max: object) -> int:
     return max  # type: ignore[return-value]
 
 
-async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo]:
+async def claim_next_many(store: Store, claim: NextClaim, max: int) -> ClaimedBatch:
     """Claim up to ``max`` (1-100) todos in one transaction, each under its own lease token.
 
     The order and the rules are claim_next's, one claim after the other: highest
     priority, then oldest; a lapsed lease is taken over. Fewer (none: an empty
-    list) when fewer are claimable; that is not an error.
+    list) when fewer are claimable, or when ``claim.budget`` stops the batch
+    (``over_budget`` says how many it left); that is not an error.
     """
     require_max(max)
     started = time.perf_counter()
@@ -1015,21 +1033,28 @@ async def claim_next_many(store: Store, claim: NextClaim, max: int) -> list[Todo
     return claimed
 
 
-def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], list[Todo]]:
+def _claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], ClaimedBatch]:
     """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
-    owner, agent = claim.owner, claim.agent
+    owner, agent, budget = claim.owner, claim.agent, claim.budget
     statement, where = _claim_statement(claim, many=True)
     lease_ms = lease_millis(claim.lease)
+    if budget is not None:
+        require_int("budget", budget, low=0, high=INT64_MAX)
 
-    def body(tx: Transaction) -> list[Todo]:
+    def body(tx: Transaction) -> ClaimedBatch:
         now = store.clock.now_ms()
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
-        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(list(tokens)), "max": max,
-                  "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
+        hashes = list(tokens)
+        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(hashes), "max": max,
+                  "budget": budget, "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
         rows = _claiming(tx, now, lambda: tx.all(statement, params))
         claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
-        return claimed
+        # A candidate takes the hash at its count of candidates after it, so the
+        # last one claimed tells how many the budget left (see claim_many_any).
+        position = {h: n for n, h in enumerate(hashes)}
+        left = min((position[row["lease_token_hash"]] for row in rows), default=0)
+        return ClaimedBatch(claimed, over_budget=left)
 
     return body
 

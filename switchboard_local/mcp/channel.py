@@ -1,10 +1,12 @@
 """Where the MCP edge reaches below MCPServer's public surface, in one place.
 
-MCPServer (SDK 2.3) cannot advertise an experimental capability, and it
+MCPServer (SDK 2.3) cannot advertise an experimental capability, it
 prefixes every tool error with "Error executing tool NAME:", which would bury
-the stable code the model branches on. So this module, and only this one,
-touches the low-level server: it serves stdio with the ``claude/channel``
-capability and installs a ``tools/call`` handler that maps errors once. It
+the stable code the model branches on, and it sends each answer twice (as
+structured content and as indented JSON text). So this module, and only this
+one, touches the low-level server: it serves stdio with the ``claude/channel``
+capability and installs a ``tools/call`` handler that answers and maps errors
+once (answers.py says how). It
 also defines the channel notification and the doorbell that sends it through
 the session captured when the client says it is initialized, and answers the
 lines the SDK's stdio transport cannot read (which it would drop silently).
@@ -13,6 +15,7 @@ lines the SDK's stdio transport cannot read (which it would drop silently).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal
 
@@ -21,6 +24,7 @@ from mcp import types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -28,6 +32,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from ..core.errors import SwitchboardError
+from .answers import answer, refusal
 from .stdio import Lines, Overlong, stdio_wire
 from .wire import (
     INVALID_REQUEST,
@@ -81,43 +86,51 @@ async def capture_session(ctx: ServerRequestContext[Any, Any], call_next: CallNe
     return result
 
 
-def map_tool_errors(server: MCPServer[Any]) -> None:
-    """Answer every failed tool call with text that starts with a stable code.
+def answer_tool_calls(server: MCPServer[Any], tools: Mapping[str, Tool]) -> None:
+    """Answer tools/call with ``tools``: each answer's JSON once (answers.py), each failure a refusal with a code.
 
     ``not_found``, ``conflict``, ``invalid_argument`` and ``forbidden`` come
     from the core's errors (and from argument validation, and for a tool this
-    server does not offer); anything unexpected is logged on stderr and
-    answered without its details.
+    server does not offer), ``busy``, ``unavailable`` and ``store_unusable``
+    from the store's; anything unexpected is logged on stderr and answered as
+    ``internal_error`` without its details.
     """
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        tool = tools.get(params.name)
+        if tool is None:
+            return refusal("not_found", f"there is no tool named {params.name!r}")
         context = Context(request_context=ctx, mcp_server=server, input_params=params)
         try:
-            return await server.call_tool(params.name, params.arguments or {}, context)
+            return answer(params.name, await tool.run(params.arguments or {}, context))
         except MCPError:
             raise
         except ToolError as exc:
-            text = _error_text(params.name, exc)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+            return refusal(*_refused(params.name, exc))
+        except Exception:
+            logger.exception("%s: its answer could not be made", params.name)
+            return refusal(*_UNEXPECTED)
 
     server._lowlevel_server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
 
 
-def _error_text(tool: str, exc: ToolError) -> str:
+_UNEXPECTED = ("internal_error", "the tool failed unexpectedly; the server's log (stderr) has the details")
+
+
+def _refused(tool: str, exc: ToolError) -> tuple[str, str]:
+    """The code and message a failed call is answered with."""
     cause = exc.__cause__
     if isinstance(cause, SwitchboardError):
         logger.info("%s refused: %s", tool, cause)
-        return str(cause)
+        return cause.code, cause.message
     if isinstance(cause, ValidationError):
         # Field names and what is wrong with them; never the rejected values.
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in cause.errors()
         )
-        return f"invalid_argument: {problems}"
-    if cause is None and str(exc) == f"Unknown tool: {tool}":
-        return f"not_found: there is no tool named {tool!r}"
+        return "invalid_argument", problems
     logger.error("%s failed unexpectedly", tool, exc_info=cause or exc)
-    return "internal_error: the tool failed unexpectedly; the server's log (stderr) has the details"
+    return _UNEXPECTED
 
 
 class AnsweringReads:

@@ -175,6 +175,10 @@ Finished = create_model(
         list[ItemOutcome] | None,
         Field(default=None, description="only with items: one outcome per item, in their order"),
     ),
+    cut=(
+        bool | None,
+        Field(default=None, description="only with items and claim_next: as claim_next's cut, for next"),
+    ),
 )
 
 
@@ -193,6 +197,7 @@ def finished_items(outcomes: todos.Outcomes, *, claim_next: bool) -> Any:
     fields: dict[str, Any] = {"items": [ItemOutcome.of(o) for o in outcomes]}
     if claim_next:
         fields["next"] = [TodoFull.of(t) for t in outcomes.next]
+        fields["cut"] = outcomes.next.over_budget > 0
     return Finished.model_validate(fields)
 
 
@@ -202,19 +207,26 @@ class TodoPage(Out):
 
 
 class ClaimNextResult(Out):
-    """claim_next's answer: ``todo`` (null: nothing), or with max ``todos`` (empty: nothing)."""
+    """claim_next's answer: ``todo`` (null: nothing), or with max ``todos`` (empty: nothing) and ``cut``."""
 
     todo: TodoFull | None = Field(default=None, description="without max: the todo claimed for you, or null")
     todos: list[TodoFull] | None = Field(
         default=None, description="only with max: the todos claimed for you, each with its own lease_token"
     )
     empty: bool = Field(description="true when nothing claimable arrived within wait_seconds")
+    cut: bool | None = Field(
+        default=None,
+        description="only with max: true when the answer's size bound (12 MiB of payloads and error texts) stopped "
+        "the batch short of max; the todos next in line stay pending, unclaimed",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unasked(self, handler: Any) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            data.pop("todos" if "todos" not in self.model_fields_set else "todo", None)
+            for key in ("todo", "todos", "cut"):
+                if key not in self.model_fields_set:
+                    data.pop(key, None)
         return data
 
 

@@ -3,7 +3,7 @@
 ``build_server(store, agent)`` makes an MCPServer offering the agent's tools
 (every tool without an agent) that see only the agent's queues; ``run`` serves
 it on stdio for Claude Code (the process module runs it). Each tool is a thin call of one core verb; core
-errors become tool errors in mcp_channel, once. A background doorbell tells
+errors become tool errors in mcp_channel, once; listing.py shapes what tools/list shows. A background doorbell tells
 the client about new todos in scope; the queue stays the ledger, so a client
 that ignores it loses nothing.
 """
@@ -17,15 +17,17 @@ from contextlib import asynccontextmanager
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 
 from .. import __version__
 from ..core import watch
 from ..core.agents import Agent
 from ..core.store import Store
-from .channel import capture_session, map_tool_errors
+from .channel import answer_tool_calls, capture_session
+from .listing import admitting_refusal, lean_input
 from .models import doorbell_content, doorbell_meta
-from .tools import TOOLS, Scope, Session
+from .tools import TOOLS, Scope, Session, ToolSpec
 
 logger = logging.getLogger("switchboard_local.mcp")
 
@@ -84,6 +86,7 @@ def build_server(
             finally:
                 tasks.cancel_scope.cancel()
 
+    tools = {spec.name: _tool(spec) for spec in TOOLS if scope.may_use(spec.name)}
     server: MCPServer[Session] = MCPServer(
         "switchboard",
         version=__version__,
@@ -91,19 +94,24 @@ def build_server(
         lifespan=lifespan,
         middleware=[capture_session],
         log_level="WARNING",
+        tools=list(tools.values()),
     )
-    for tool in TOOLS:
-        if scope.may_use(tool.name):
-            server.add_tool(
-                tool.fn,
-                name=tool.name,
-                description=_one_paragraph(tool.fn.__doc__ or ""),
-                annotations=ToolAnnotations(
-                    read_only_hint=tool.read_only, destructive_hint=False, open_world_hint=False
-                ),
-            )
-    map_tool_errors(server)
+    answer_tool_calls(server, tools)
     return server
+
+
+def _tool(spec: ToolSpec) -> Tool:
+    """One tool as tools/list shows it: a one-paragraph description, a lean input schema (listing.py)."""
+    tool = Tool.from_function(
+        spec.fn,
+        name=spec.name,
+        description=_one_paragraph(spec.fn.__doc__ or ""),
+        annotations=ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=False, open_world_hint=False),
+    )
+    tool.parameters = lean_input(tool.parameters)
+    assert tool.fn_metadata.output_schema is not None, f"{spec.name} returns no model"
+    tool.fn_metadata.output_schema = admitting_refusal(tool.fn_metadata.output_schema)
+    return tool
 
 
 def _one_paragraph(doc: str) -> str:

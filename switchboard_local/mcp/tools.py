@@ -113,22 +113,42 @@ def _cursor(cursor: str | None) -> int | None:
     return int(cursor)
 
 
-Id = Annotated[int, Field(ge=1, le=INT64_MAX)]  # an SQLite integer
+# Every parameter says what it is (the model reads these in tools/list), and
+# numbers and booleans are strict: "3" or true for a number, 1 for a boolean,
+# is refused as invalid_argument rather than read as what it might mean.
+TodoId = Annotated[int, Field(strict=True, ge=1, le=INT64_MAX, description="the todo's id")]
+EventId = Annotated[int, Field(strict=True, ge=1, le=INT64_MAX, description="the event's id (a todo's event_id)")]
 LeaseToken = Annotated[str, Field(min_length=1, description="the lease_token your claim returned")]
-LeaseSeconds = Annotated[float, Field(ge=1, le=LEASE_CAP_SECONDS, description="seconds (default 300)")]
-Limit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
+LeaseSeconds = Annotated[
+    float, Field(strict=True, ge=1, le=LEASE_CAP_SECONDS, description="lease in seconds (default 300)")
+]
+Limit = Annotated[int, Field(strict=True, ge=1, le=MAX_PAGE, description="rows per page")]
 Cursor = Annotated[str, Field(description="next_cursor of the previous page")]
-BatchMax = Annotated[int, Field(ge=1, le=MAX_BATCH, description="claim up to this many (1-100); todos comes back")]
+QueueFilter = Annotated[str, Field(description="only this queue")]
+BatchMax = Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH, description="claim up to this many at once, as todos")]
+WaitSeconds = Annotated[
+    float, Field(strict=True, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for work")
+]
+
+# A batch's answer is one line on stdout, and stays within MCP's line cap
+# (MAX_LINE, 16 MiB): the claimed todos' payloads and error texts get this
+# much (the core's budget), and the rest of up to 100 todos (titles, names,
+# times: each capped, under 24 KiB a todo) fits in what is left.
+BATCH_BUDGET = 12 * 1024 * 1024
 
 
 # ---------------------------------------------------------------- reading
 
 
 async def list_todos(
-    ctx: Context, queue: str | None = None, state: State | None = None, limit: Limit = 50, cursor: Cursor | None = None
+    ctx: Context,
+    queue: QueueFilter | None = None,
+    state: Annotated[State | None, Field(description="only todos in this state")] = None,
+    limit: Limit = 50,
+    cursor: Cursor | None = None,
 ) -> TodoPage:
-    """List todos in your queues, newest first, as compact rows without payloads (payload_size tells how big each
-    is). Filter by queue and state; page with cursor. Use get_todo for one todo in full, claim_next to take work."""
+    """List todos in your queues, newest first, as rows without payloads (payload_size says how big each is).
+    get_todo shows one in full; claim_next takes work."""
     s = _session(ctx)
     if queue is not None and not s.scope.has_queue(queue):
         return TodoPage(todos=[], next_cursor=None)  # a queue outside the scope looks empty, like an unknown one
@@ -140,18 +160,17 @@ async def list_todos(
     return TodoPage(todos=[TodoRow.of(t) for t in page], next_cursor=str(page[-1].id) if more else None)
 
 
-async def get_todo(ctx: Context, id: Id) -> TodoFull:
-    """Show one todo in full: payload, result, last error and its attempt history (who claimed it, when, and how each
-    attempt ended). It does not claim the todo and never shows a lease token."""
+async def get_todo(ctx: Context, id: TodoId) -> TodoFull:
+    """Show one todo in full: payload, result, last error and its attempt history (who claimed it, when, how each
+    attempt ended). It does not claim it and never shows a lease token."""
     s = _session(ctx)
     return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues))
 
 
 async def queue_stats(ctx: Context) -> QueueStatsResult:
-    """Counts per queue in your scope: ready (claimable now), delayed (claimable later: a delay or a retry's
-    backoff), pending (the two), claimed, done, dead (dead letters: failed for good, waiting for an operator),
-    cancelled, the age in seconds of the oldest ready todo, and paused (an operator paused it: nothing can be
-    claimed from it until it is resumed)."""
+    """Counts per queue in your scope: ready (claimable now), delayed (later: a delay or a retry's backoff),
+    pending (both), claimed, done, dead (dead letters, for an operator), cancelled, the oldest ready todo's age in
+    seconds, and paused (nothing is claimed from it until an operator resumes it)."""
     s = _session(ctx)
     return QueueStatsResult(queues=[QueueStatsRow.of(q) for q in await todos.stats(s.store, queues=s.scope.queues)])
 
@@ -159,10 +178,10 @@ async def queue_stats(ctx: Context) -> QueueStatsResult:
 # ---------------------------------------------------------------- claiming
 
 
-async def claim(ctx: Context, id: Id, lease_seconds: LeaseSeconds | None = None) -> TodoFull:
-    """Claim one todo by id, e.g. the todo_id of a channel message. Returns it in full with its payload and a
-    lease_token that heartbeat, complete, fail and release require. A todo someone else holds, a finished one or one
-    waiting out a delay or a retry's backoff is refused with conflict; one assigned to another agent with forbidden."""
+async def claim(ctx: Context, id: TodoId, lease_seconds: LeaseSeconds | None = None) -> TodoFull:
+    """Claim one todo by id, e.g. a channel message's todo_id: returns it in full with its payload and the
+    lease_token that heartbeat, complete, fail and release require. conflict: someone else holds it, it is finished,
+    or it waits out a delay or backoff; forbidden: it is assigned to another agent."""
     s = _session(ctx)
     claimed = await todos.claim(
         s.store, id, owner=s.owner, lease=lease_seconds, agent=s.scope.agent, queues=s.scope.queues
@@ -172,28 +191,30 @@ async def claim(ctx: Context, id: Id, lease_seconds: LeaseSeconds | None = None)
 
 async def claim_next(
     ctx: Context,
-    queue: str | None = None,
-    wait_seconds: Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+    queue: Annotated[str | None, Field(description="claim only from this queue (default: all yours)")] = None,
+    wait_seconds: WaitSeconds = 0,
     lease_seconds: LeaseSeconds | None = None,
     max: BatchMax | None = None,
 ) -> ClaimNextResult:
-    """Claim the next todo: the highest priority, then the oldest, that is claimable in queue (default: all your
-    queues). Returns it in full with its payload and a lease_token. With wait_seconds (up to 20) it waits for work
-    to arrive; when nothing does it returns {"todo": null, "empty": true}, which is not an error. With max (1-100)
-    it claims up to that many in one go, each with its own lease_token, returned as todos (a list); a wait ends
-    as soon as one is claimable."""
+    """Claim the next claimable todo in your queues, the highest priority then the oldest: it comes back in full
+    with its payload and lease_token, or {"todo": null, "empty": true} when none is (not an error); wait_seconds
+    makes it wait for work to arrive. With max, each
+    comes with its own lease_token in todos; cut true: the answer's size bound (12 MiB of payloads) stopped the
+    batch short of max, and the rest wait unclaimed."""
     s = _session(ctx)
     if queue is not None and not s.scope.has_queue(queue):
         await anyio.sleep(wait_seconds)  # answered like a queue that exists but stays empty
-        return ClaimNextResult(todo=None, empty=True) if max is None else ClaimNextResult(todos=[], empty=True)
+        return (
+            ClaimNextResult(todo=None, empty=True) if max is None else ClaimNextResult(todos=[], empty=True, cut=False)
+        )
     queues = [queue] if queue is not None else s.scope.queues
     polled = None if queues is None else frozenset(queues)
     s.polling.append(polled)
     try:
-        claim = NextClaim(s.owner, queues, lease_seconds, s.scope.agent)
+        claim = NextClaim(s.owner, queues, lease_seconds, s.scope.agent, budget=BATCH_BUDGET)
         if max is not None:
             found = await todos.claim_next_waiting(s.store, claim, wait=wait_seconds, changes=s.changes, max=max)
-            return ClaimNextResult(todos=[TodoFull.of(t) for t in found], empty=not found)
+            return ClaimNextResult(todos=[TodoFull.of(t) for t in found], empty=not found, cut=found.over_budget > 0)
         todo = await todos.claim_next_waiting(s.store, claim, wait=wait_seconds, changes=s.changes)
         return ClaimNextResult(todo=None if todo is None else TodoFull.of(todo), empty=todo is None)
     finally:
@@ -204,64 +225,70 @@ async def claim_next(
 
 
 async def heartbeat(
-    ctx: Context, id: Id, lease_token: LeaseToken, lease_seconds: LeaseSeconds | None = None
+    ctx: Context,
+    id: TodoId,
+    lease_token: LeaseToken,
+    lease_seconds: Annotated[LeaseSeconds | None, Field(description="the new lease from now (default 300 s)")] = None,
 ) -> TodoRow:
-    """Keep working on a claimed todo: resets its lease to now + lease_seconds (default 300; one attempt can never
-    run past 12 hours). Call it before lease_expires_at. conflict means the lease already lapsed and the todo may be
-    someone else's now: stop working on it."""
+    """Keep working on a claimed todo: its lease ends lease_seconds (default 300) from now; one attempt never runs
+    past 12 hours. Call it before lease_expires_at. conflict: the lease lapsed and the todo may be someone else's
+    now: stop working on it."""
     s = _session(ctx)
     return TodoRow.of(await todos.heartbeat(s.store, _lease(s, id, lease_token), lease_seconds=lease_seconds))
 
 
 ClaimNext = Annotated[
-    bool, Field(description="also claim your next todo in the same commit; it comes back as next, with its lease_token")
+    bool, Field(strict=True, description="also claim your next todo in the same commit, returned as next (null: none)")
 ]
-NextQueue = Annotated[str | None, Field(description="with claim_next: the queue to claim from (default: all yours)")]
+NextQueue = Annotated[str | None, Field(description="with claim_next: claim from this queue (default: all yours)")]
+NextLease = Annotated[LeaseSeconds | None, Field(description="with claim_next: the next todo's lease")]
 NextMax = Annotated[
-    int, Field(ge=1, le=MAX_BATCH, description="with items and claim_next: claim up to this many next (default: "
-                                               "as many as the items)")  # fmt: skip
+    int,
+    Field(
+        strict=True,
+        ge=1,
+        le=MAX_BATCH,
+        description="with items and claim_next: claim up to this many next (default: as many as items)",
+    ),
 ]
+Result = Annotated[Any, Field(description="JSON kept on the todo: what you did, links, numbers")]
+Error = Annotated[str | None, Field(description="why this attempt failed (kept as last_error)")]
 
 
+# One todo of a batch complete (no docstring: it would be its description in tools/list).
 class CompleteItem(BaseModel):
-    """One todo of a batch complete."""
-
     model_config = ConfigDict(extra="forbid")
-    id: Id
+    id: TodoId
     lease_token: LeaseToken
-    result: Any = None
+    result: Result = None
 
 
 class FailItem(BaseModel):
-    """One todo of a batch fail."""
-
     model_config = ConfigDict(extra="forbid")
-    id: Id
+    id: TodoId
     lease_token: LeaseToken
-    error: str | None = None
+    error: Error = None
 
 
 Items = Field(min_length=1, max_length=MAX_BATCH,
-              description="instead of id and lease_token: many todos (up to 100) in one commit, each answered on its "
-                          "own in items (a refused one changes nothing; the others go through)")  # fmt: skip
+              description="instead of id and lease_token: many todos in one commit, each answered on its own (a "
+                          "refused one changes nothing, the others go through)")  # fmt: skip
 
 
 async def complete(
     ctx: Context,
-    id: Id | None = None,
+    id: TodoId | None = None,
     lease_token: LeaseToken | None = None,
-    result: Any = None,
+    result: Result = None,
     claim_next: ClaimNext = False,
     queue: NextQueue = None,
-    lease_seconds: LeaseSeconds | None = None,
+    lease_seconds: NextLease = None,
     items: Annotated[list[CompleteItem] | None, Items] = None,
     max: NextMax | None = None,
 ) -> Finished:
-    """Finish a claimed todo: it becomes done, with an optional JSON result (what you did, links, numbers) kept on
-    the todo. conflict means your lease lapsed and the todo was taken over; your result was not recorded. With
-    claim_next the next todo is claimed in the same commit and returned as next (null when nothing is claimable).
-    For many at once pass items ([{id, lease_token, result}]) instead of id and lease_token: the answer's items
-    say, per todo, ok with the todo or the error; with claim_next, next is a list of up to max todos."""
+    """Finish a claimed todo: it becomes done, keeping result. conflict: your lease lapsed and the todo was taken
+    over; nothing was recorded. With items, the answer's items say per todo ok with the todo, or its error; with
+    claim_next too, next is a list (cut as for claim_next)."""
     s = _session(ctx)
     if items is not None:
         _only_items(id, lease_token, "result" if result is not None else None)
@@ -276,20 +303,17 @@ async def complete(
 
 async def fail(
     ctx: Context,
-    id: Id | None = None,
+    id: TodoId | None = None,
     lease_token: LeaseToken | None = None,
-    error: str | None = None,
+    error: Error = None,
     claim_next: ClaimNext = False,
     queue: NextQueue = None,
-    lease_seconds: LeaseSeconds | None = None,
+    lease_seconds: NextLease = None,
     items: Annotated[list[FailItem] | None, Items] = None,
     max: NextMax | None = None,
 ) -> Finished:
-    """Give up on this attempt at a claimed todo, saying why in error. It is pending again, claimable after a
-    backoff (visible_at says when), until its attempts run out; then it is failed, a dead letter (dead_letter true)
-    for an operator to look at.
-    With claim_next the next todo is claimed in the same commit and returned as next (null when none is).
-    For many at once pass items ([{id, lease_token, error}]) instead of id and lease_token, answered as by complete."""
+    """Give up on this attempt at a claimed todo. It is pending again after a backoff (visible_at) until its
+    attempts run out; then it is failed, a dead letter (dead_letter true) for an operator. The rest as complete."""
     s = _session(ctx)
     if items is not None:
         _only_items(id, lease_token, "error" if error is not None else None)
@@ -332,7 +356,7 @@ def _next_claim(s: Session, claim_next: bool, queue: str | None, lease_seconds: 
     if queue is not None and not s.scope.has_queue(queue):
         return False  # answered like a queue that exists but is empty
     queues = [queue] if queue is not None else s.scope.queues
-    return NextClaim(s.owner, queues, lease_seconds, s.scope.agent)
+    return NextClaim(s.owner, queues, lease_seconds, s.scope.agent, budget=BATCH_BUDGET)
 
 
 async def _finish(
@@ -366,12 +390,14 @@ async def _finish_many(
 
 async def release(
     ctx: Context,
-    id: Id,
+    id: TodoId,
     lease_token: LeaseToken,
-    delay_seconds: Annotated[float, Field(ge=0, le=MAX_DELAY_SECONDS)] = 0,
+    delay_seconds: Annotated[
+        float, Field(strict=True, ge=0, le=MAX_DELAY_SECONDS, description="claimable again after this long")
+    ] = 0,
 ) -> TodoRow:
-    """Hand a claimed todo back untouched, e.g. when it is not yours to do: it is pending again (after
-    delay_seconds) and the attempt does not count."""
+    """Hand a claimed todo back untouched, e.g. when it is not yours to do: it is pending again and the attempt does
+    not count."""
     s = _session(ctx)
     return TodoRow.of(await todos.release(s.store, _lease(s, id, lease_token), delay=delay_seconds))
 
@@ -381,19 +407,19 @@ async def release(
 
 async def create_for(
     ctx: Context,
-    title: str,
-    queue: str | None = None,
-    assignee: str | None = None,
-    payload: Any = None,
-    kind: str | None = None,
-    priority: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] = 0,
-    idempotency_key: str | None = None,
+    title: Annotated[str, Field(description="what to do, in one line")],
+    queue: Annotated[str | None, Field(description="the queue to put it on")] = None,
+    assignee: Annotated[str | None, Field(description="the agent that alone may claim it (queue: its first)")] = None,
+    payload: Annotated[Any, Field(description="JSON the work needs")] = None,
+    kind: Annotated[str | None, Field(description="a label for the kind of work")] = None,
+    priority: Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX, description="higher is claimed first")] = 0,
+    idempotency_key: Annotated[
+        str | None, Field(description="while its todo is live, the same key gives it back")
+    ] = None,
 ) -> CreatedTodo:
-    """Hand work to another queue or agent: creates a pending todo with a one-line title and an optional JSON
-    payload. Give queue, or assignee (an agent name: only that agent may claim it; the queue defaults to the
-    agent's first). Higher priority is claimed first. With an idempotency_key, asking again while that todo is
-    live returns it with created false instead of a duplicate (todo is null when it is on a queue you cannot
-    read). Your profile may limit the queues you can create todos in (forbidden otherwise)."""
+    """Hand work to another queue or agent: creates a pending todo (give queue, or assignee). Your profile may limit
+    the queues you can create in (forbidden otherwise). A live todo already holding the idempotency_key comes back
+    with created false instead of a duplicate (todo null when it is on a queue you cannot read)."""
     s = _session(ctx)
     allowed = ", ".join(s.scope.creates_in or ())
     if queue is None:
@@ -432,11 +458,14 @@ async def create_for(
 
 
 async def list_events(
-    ctx: Context, cursor: Cursor | None = None, limit: Limit = 50, source: str | None = None, type: str | None = None
+    ctx: Context,
+    cursor: Cursor | None = None,
+    limit: Limit = 50,
+    source: Annotated[str | None, Field(description="only events from this source")] = None,
+    type: Annotated[str | None, Field(description="only events of this type")] = None,
 ) -> EventPage:
     """List stored events (the deliveries todos came from: webhooks, queue messages), oldest first, as summaries
-    without bodies; only events that a todo in your queues came from. Filter by source and type; pass next_cursor
-    as cursor for the next page."""
+    without bodies; only those a todo in your queues came from."""
     s = _session(ctx)
     found = await events.list_events(
         s.store, source=source, type=type, after_id=_cursor(cursor), limit=limit + 1, queues=s.scope.queues
@@ -446,19 +475,18 @@ async def list_events(
     return EventPage(events=[EventSummary.of(e) for e in page], next_cursor=str(page[-1].id) if more else None)
 
 
-async def get_event(ctx: Context, id: Id) -> EventFull:
-    """Show one stored event: where it came from, whether it was verified, its headers (secrets redacted) and its
-    body (text when it is UTF-8, else base64, as body_encoding says; null with body_omitted when it is larger than
-    the payload cap). A todo's event_id names its event."""
+async def get_event(ctx: Context, id: EventId) -> EventFull:
+    """Show one stored event: its source, whether it was verified, its headers (secrets redacted) and body (text if
+    UTF-8, else base64, per body_encoding; null with body_omitted when over the payload cap)."""
     s = _session(ctx)
     event = await events.get_event(s.store, id, queues=s.scope.queues)
     cap = (await settings.get(s.store, settings.MAX_PAYLOAD.name)).value
     return EventFull.of(event, max_body=cap)
 
 
-async def replay_event(ctx: Context, id: Id) -> Replayed:
-    """Run a stored event through the routing rules again, as if it had just arrived: creates the todos the rules
-    give now (a todo still live under the same key is found, not duplicated). Returns their ids."""
+async def replay_event(ctx: Context, id: EventId) -> Replayed:
+    """Run a stored event through the routing rules again, as if it had just arrived; returns the ids of the todos
+    they give (one still live under the same key is found, not duplicated)."""
     s = _session(ctx)
     # Outside the scope the event is not found; inside it, only the scope's queues get todos.
     return Replayed(event_id=id, todo_ids=await routing.replay(s.store, id, queues=s.scope.queues))

@@ -191,6 +191,47 @@ async def test_the_long_poll_with_max_answers_a_list_as_soon_as_one_is_claimable
             await todos.claim_next_waiting(store, NextClaim("w"), wait=0, changes=changes, max=0)
 
 
+@pytest.mark.parametrize("queues", [None, ["q"], ["q", "other"]], ids=["any queue", "one queue", "several queues"])
+async def test_a_batch_claim_with_a_budget_takes_todos_in_order_while_their_sizes_fit(store, queues):
+    """A payload's size is its JSON's bytes ('"xx…"': two more than the string);
+    what does not fit is left pending, unclaimed, and counted in over_budget."""
+    made = [await new(store, f"t{i}", payload="x" * 98) for i in range(5)]  # 100 bytes each
+    claimed = await todos.claim_next_many(store, NextClaim("w", queues, budget=300), 5)
+    assert [t.id for t in claimed] == [t.id for t in made[:3]]
+    assert claimed.over_budget == 2
+    assert [(await todos.get(store, t.id)).state for t in made] == ["claimed"] * 3 + ["pending"] * 2
+    rest = await todos.claim_next_many(store, NextClaim("w", queues, budget=300), 5)
+    assert ([t.id for t in rest], rest.over_budget) == ([t.id for t in made[3:]], 0)
+
+
+async def test_a_batch_claim_always_takes_its_first_todo_however_big(store):
+    big = await new(store, "big", payload="x" * 1000)
+    small = await new(store, "small")
+    claimed = await todos.claim_next_many(store, NextClaim("w", budget=10), 5)
+    assert ([t.id for t in claimed], claimed.over_budget) == ([big.id], 1)
+    assert (await todos.get(store, small.id)).state == "pending"
+
+
+async def test_a_batch_claim_counts_an_error_text_six_times_as_json_may_escape_each_byte(store, clock):
+    failed = []
+    for i in range(2):
+        todo = await new(store, f"t{i}")  # payload null: 4 bytes
+        claimed = await todos.claim(store, todo.id, owner="w")
+        failed.append((await todos.fail(store, Lease.of(claimed), error="\x01" * 100)).todo)
+    clock.advance(3600)  # past the retries' backoff
+    one = await todos.claim_next_many(store, NextClaim("w", budget=4 + 600 + 4 + 599), 5)
+    assert ([t.id for t in one], one.over_budget) == ([failed[0].id], 1)
+    two = await todos.claim_next_many(store, NextClaim("w", budget=2 * (4 + 600)), 5)
+    assert [t.id for t in two] == [failed[1].id]
+
+
+async def test_a_batch_claim_without_a_budget_takes_up_to_max_whatever_the_sizes(store):
+    for i in range(3):
+        await new(store, f"t{i}", payload="x" * 100_000)
+    claimed = await todos.claim_next_many(store, NextClaim("w"), 5)
+    assert (len(claimed), claimed.over_budget) == (3, 0)
+
+
 async def test_a_batch_claim_is_one_commit(store):
     for i in range(10):
         await new(store, f"t{i}")
@@ -437,6 +478,15 @@ async def test_the_fused_claim_still_claims_when_an_item_is_refused(store):
     outcomes = await todos.complete_many(store, [Completion(Lease(99, "x"))], then=NextClaim("w"), max=5)
     assert isinstance(outcomes[0].error, NotFound)
     assert len(outcomes.next) == 1
+
+
+async def test_the_fused_claim_keeps_to_the_budget_of_its_next_claim(store):
+    first = await new(store, "first")
+    rest = [await new(store, f"t{i}", payload="x" * 98) for i in range(3)]
+    claimed = await todos.claim(store, first.id, owner="w")
+    outcomes = await todos.complete_many(store, [Completion(Lease.of(claimed))], then=NextClaim("w", budget=250), max=3)
+    assert ([t.id for t in outcomes.next], outcomes.next.over_budget) == ([rest[0].id, rest[1].id], 1)
+    assert (await todos.get(store, rest[2].id)).state == "pending"
 
 
 async def test_max_goes_with_then_and_within_its_bounds(store):

@@ -32,13 +32,13 @@ async def test_claim_next_with_max_answers_todos_each_with_its_own_lease_token(s
         got = await call(client, "claim_next", max=3)
         rest = await call(client, "claim_next", max=3)
         none = await call(client, "claim_next", max=3)
-    assert set(got) == {"todos", "empty"} and got["empty"] is False
+    assert set(got) == {"todos", "empty", "cut"} and got["empty"] is False and got["cut"] is False
     expected = [t.id for t in sorted(made, key=lambda t: (-t.priority, t.id))]
     assert [t["id"] for t in got["todos"] + rest["todos"]] == expected  # claim order kept
     tokens = [t["lease_token"] for t in got["todos"] + rest["todos"]]
     assert all(tokens) and len(set(tokens)) == 5
     assert all("payload" in t for t in got["todos"])
-    assert none == {"todos": [], "empty": True}
+    assert none == {"todos": [], "empty": True, "cut": False}
 
 
 async def test_claim_next_without_max_keeps_its_shape(store) -> None:
@@ -61,7 +61,7 @@ async def test_claim_next_max_out_of_bounds_is_invalid_argument_naming_max(store
 async def test_claim_next_with_max_outside_the_scope_is_empty(store) -> None:
     await new(store, queue="theirs")
     async with connect(store, await agents.add(store, "a", queues=["mine"])) as client:
-        assert await call(client, "claim_next", queue="theirs", max=5) == {"todos": [], "empty": True}
+        assert await call(client, "claim_next", queue="theirs", max=5) == {"todos": [], "empty": True, "cut": False}
 
 
 async def test_complete_with_items_answers_each_item_and_a_stale_token_refuses_only_its_own(store) -> None:

@@ -136,6 +136,7 @@ class RawServer:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )  # fmt: skip
         self.answers: list[dict[str, Any]] = []
+        self.line_sizes: list[int] = []  # bytes of each answer's line, newline aside, as answers
         self.stderr: list[str] = []
         self._changed = threading.Condition()
         self._threads = [
@@ -152,6 +153,7 @@ class RawServer:
                 self._changed.notify_all()
 
     def _on_answer(self, line: bytes) -> None:
+        self.line_sizes.append(len(line.rstrip(b"\n")))
         try:
             self.answers.append(json.loads(line))
         except ValueError:
@@ -176,6 +178,11 @@ class RawServer:
             found = self._changed.wait_for(lambda: self._answers_to(request_id), timeout)
         assert found, f"no answer with id {request_id!r} within {timeout} s; answers: {self.answers}"
         return found[0]
+
+    def line_size(self, request_id: str | int) -> int:
+        """Bytes of the line that answered ``request_id`` (once it has come)."""
+        with self._changed:
+            return next(size for a, size in zip(self.answers, self.line_sizes) if a.get("id") == request_id)
 
     def answers_to(self, request_id: str | int | None) -> list[dict[str, Any]]:
         """Every answer so far with this id (None: the answers with id null)."""
