@@ -270,6 +270,12 @@ class Limits:
     body_timeout: float = 30.0  # from the end of the head to the end of the body; 408
     max_connections: int = 256  # open at once; a request on one more: 503
 
+    @property
+    def max_streams(self) -> int:
+        """How many of the connections the dashboard's live streams may hold (an eighth):
+        a stream keeps its connection open, so the rest are kept for webhook deliveries."""
+        return self.max_connections // 8
+
 
 def _answer(status: int, message: str) -> bytes:
     body = json.dumps({"error": message}).encode()
