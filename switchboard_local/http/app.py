@@ -50,6 +50,7 @@ from ..core.errors import (
 )
 from ..core.events import NewEvent
 from ..core.store import Store, busy_timeout_ms
+from ..core.text import digits
 from . import verifiers as webhooks
 
 log = logging.getLogger("switchboard_local.serve")
@@ -186,7 +187,7 @@ async def receive(store: Store, request: Request, intake: routing.Intake) -> Res
 
     cap = source.config.get("max_body", webhook_config.DEFAULT_MAX_BODY)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
+    if declared is not None and (digits(declared) or 0) > cap:
         log.info("delivery source=%s outcome=too-large bytes=%s", who, shown(declared))
         store.tally.delivery(name, "too_large")
         return _problem(413, f"body larger than {cap} bytes")
