@@ -1,4 +1,4 @@
-"""The per-install access token: what the dashboard asks of a browser before an action.
+"""The per-install access token: what the dashboard asks of every request, reads included.
 
 One random token per database, in an owner-only file beside it
 (``switchboard.db.dashboard-token``), created the first time a process

@@ -51,7 +51,6 @@ RETRY_MS = 3000
 PING_SECONDS = 15  # a comment line keeps idle connections (and proxies) open
 WAKE_SECONDS = 1.0  # a stream looks at least this often whether the server is stopping
 LIFETIME_SECONDS = 600.0  # then a stream ends (the browser reconnects): none holds its connection forever
-SEND_TIMEOUT_SECONDS = 30.0  # a client that stops reading loses its stream
 
 
 class Subscriber:
@@ -205,6 +204,6 @@ def routes(ctx: Context) -> list[BaseRoute]:
             finally:
                 hub.unsubscribe(subscriber)
 
-        return BudgetedStream(events(), budget, ping=PING_SECONDS, send_timeout=SEND_TIMEOUT_SECONDS)
+        return BudgetedStream(events(), budget, ping=PING_SECONDS)
 
     return [Route("/api/stream", answers_errors(stream), methods=["GET"])]
