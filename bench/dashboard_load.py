@@ -49,14 +49,15 @@ async def _read_answer(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(int(length.group(1)) if length else 0)
 
 
-async def _page(port: int, ready: asyncio.Event, counts: list[int], index: int, opened: list[int]) -> None:
-    """One open page: the stream, and a second keep-alive connection for its re-fetches."""
-    host = f"127.0.0.1:{port}"
+async def _page(port: int, token: str, ready: asyncio.Event, counts: list[int], index: int, opened: list[int]) -> None:
+    """One open page: the stream, and a second keep-alive connection for its re-fetches (each with the token)."""
+    head = f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
     stream_r, stream_w = await asyncio.open_connection("127.0.0.1", port)
     fetch_r, fetch_w = await asyncio.open_connection("127.0.0.1", port)
-    stream_w.write(f"GET /api/stream?topics=queues,todos,events HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode())
+    stream = f"GET /api/stream?topics=queues,todos,events HTTP/1.1\r\n{head}Accept: text/event-stream\r\n\r\n"
+    stream_w.write(stream.encode())
     await stream_r.readuntil(b"\r\n\r\n")
-    fetch = f"GET /api/queues HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    fetch = f"GET /api/queues HTTP/1.1\r\n{head}\r\n".encode()
     while True:
         line = await stream_r.readline()
         if not line:
@@ -71,14 +72,15 @@ async def _page(port: int, ready: asyncio.Event, counts: list[int], index: int, 
             counts[index] += 1
 
 
-async def _pages(port: int, n: int) -> None:
+async def _pages(port: int, token_file: str, n: int) -> None:
+    token = Path(token_file).read_text().strip()
     counts = [0] * n
     opened = [0]
     ready = asyncio.Event()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    tasks = [asyncio.create_task(_page(port, ready, counts, i, opened)) for i in range(n)]
+    tasks = [asyncio.create_task(_page(port, token, ready, counts, i, opened)) for i in range(n)]
     await ready.wait()
     print("ready", flush=True)
     await stop.wait()
@@ -87,9 +89,11 @@ async def _pages(port: int, n: int) -> None:
     print(json.dumps({"refetches": counts}), flush=True)
 
 
-def open_pages(port: int, n: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, __file__, "--as-pages", str(n), "--port", str(port)],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+def open_pages(port: int, db: Path, n: int) -> subprocess.Popen[str]:
+    """``n`` pages in another process, holding the dashboard's token (the file beside ``db``, made by `serve`)."""
+    token_file = db.with_name(db.name + ".dashboard-token")
+    args = ["--as-pages", str(n), "--port", str(port), "--token-file", str(token_file)]
+    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         proc.kill()
@@ -114,7 +118,7 @@ def run(deliveries: int, senders: int, pages: int, tmp: Path, n: int) -> dict[st
     server = web.start_server(db, port)
     viewers = None
     try:
-        viewers = open_pages(port, pages) if pages else None
+        viewers = open_pages(port, db, pages) if pages else None
         requests = [
             web.signed_request(port, f"delivery-{i}", json.dumps({"ref": "refs/heads/main", "n": i}).encode())
             for i in range(deliveries)
@@ -149,9 +153,10 @@ def main() -> None:
     parser.add_argument("--pages", default="0,4")
     parser.add_argument("--as-pages", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--token-file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.as_pages is not None:
-        asyncio.run(_pages(args.port, args.as_pages))
+        asyncio.run(_pages(args.port, args.token_file, args.as_pages))
         return
     os.environ.setdefault("BENCH_SECRET", "bench-secret")
     counts = [int(p) for p in args.pages.split(",")]

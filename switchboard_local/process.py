@@ -267,11 +267,15 @@ class Service:
             host, port = sock.getsockname()[:2]
             address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
-                app = receiver_app(store, sock, stopping=lambda: self._server is not None and self._server.should_exit)
-                self._server = web.server(app, self.limits or web.Limits())
+                limits = self.limits or web.Limits()
+                app = receiver_app(store, sock, limits, stopping=self._server_exiting)
+                self._server = web.server(app, limits)
                 self._server.should_exit = self._stopping
                 await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
                 return bool(self._server.started)
+
+    def _server_exiting(self) -> bool:
+        return self._server is not None and bool(self._server.should_exit)
 
     def stop(self) -> None:
         self._stopping = True
@@ -302,7 +306,9 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
         yield None
         return
     servers: list[Any] = []
-    receiver = web.server(receiver_app(store, sock, stopping=lambda: servers[0].should_exit), web.Limits(), signals=False)
+    limits = web.Limits()
+    app = receiver_app(store, sock, limits, stopping=lambda: servers[0].should_exit)
+    receiver = web.server(app, limits, signals=False)
     servers.append(receiver)
     task = asyncio.create_task(receiver.serve(sockets=[sock]), name="receiver")
     try:
@@ -316,12 +322,14 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
         sock.close()
 
 
-def receiver_app(store: Store, sock: socket.socket, *, stopping: Callable[[], bool]) -> Any:
+def receiver_app(store: Store, sock: socket.socket, limits: Any, *, stopping: Callable[[], bool]) -> Any:
     """The receiver's app with the dashboard beside it, at ``/`` on the address ``sock`` is bound to.
 
-    ``stopping`` says the server is shutting down (the dashboard's live
-    streams end then). The dashboard's token is read, or made at this first
-    start (core/access_token.py).
+    ``limits``: the server's (http/app.py's ``Limits``); the dashboard's live
+    streams get ``limits.max_streams`` of its connections, the rest stay the
+    receiver's. ``stopping`` says the server is shutting down (the streams end
+    then). The dashboard's token is read, or made at this first start
+    (core/access_token.py).
     """
     from .core import access_token
     from .dashboard.app import Dashboard
@@ -336,6 +344,7 @@ def receiver_app(store: Store, sock: socket.socket, *, stopping: Callable[[], bo
         exempt=web.RECEIVER_PATHS,
         prober=doctor_probes().redis,
         stopping=stopping,
+        max_streams=limits.max_streams,
     )
     return web.create_app(store, routes=board.routes(), middleware=board.middleware())
 

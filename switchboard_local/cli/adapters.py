@@ -12,7 +12,7 @@ from .. import process
 from ..core import leadership, redis_config, sources
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
-from .common import Out, common, operator, table, warn, when
+from .common import IntRange, Out, common, operator, table, warn, when
 
 
 def register(main: click.Group) -> None:
@@ -72,8 +72,8 @@ def adapter() -> None:
 @click.option("--group", default=None, help="stream: consumer group (default switchboard).")
 @click.option("--consumer", default=None, help="stream: consumer name (default: this host's name).")
 @click.option("--queue", default=None, help="Queue for messages no rule matches (default: the adapter name).")
-@click.option("--batch", type=click.IntRange(1, 10_000), default=None, help="Messages per transaction (default 64).")
-@click.option("--claim-idle", type=click.IntRange(1, redis_config.MAX_CLAIM_IDLE), default=None, help="stream: take over others' entries idle this many seconds (default 60, at most a year).")
+@click.option("--batch", type=IntRange(1, 10_000), default=None, help="Messages per transaction (default 64).")
+@click.option("--claim-idle", type=IntRange(1, redis_config.MAX_CLAIM_IDLE), default=None, help="stream: take over others' entries idle this many seconds (default 60, at most a year).")
 @common
 def adapter_add(db: Path | None, as_json: bool | None, name: str, **options: Any) -> None:
     """Add a Redis adapter NAME (its events have source NAME and type KEY)."""

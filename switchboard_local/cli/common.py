@@ -35,7 +35,7 @@ from ..core.errors import (
     Unavailable,
 )
 from ..core.store import DB_ENV, Location, Store, is_url
-from ..core.text import NON_C0_CONTROLS, escape_controls
+from ..core.text import NON_C0_CONTROLS, decimal, digits, escape_controls
 from ..core.todo_model import INT64_MAX, dump_json
 
 T = TypeVar("T")
@@ -103,8 +103,38 @@ def warn(message: str) -> None:
 
 # ---------------------------------------------------------------- parameters
 
+
+class _AsciiNumber:
+    """click's numbers are read by int() and float(), which take other scripts' digits
+    ('٣' is 3), spaces, underscores, nan and inf: these take ASCII digits alone, with
+    a leading minus (core/text.py), then click checks the range."""
+
+    whole = True
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            bare = value.removeprefix("-")
+            if (digits(bare) if self.whole else decimal(bare)) is None:
+                kind = "a whole number" if self.whole else "a number"
+                self.fail(f"{value!r} is not {kind} in ASCII digits", param, ctx)  # type: ignore[attr-defined]
+        return super().convert(value, param, ctx)  # type: ignore[misc]
+
+
+class Int(_AsciiNumber, click.types.IntParamType):
+    pass
+
+
+class IntRange(_AsciiNumber, click.IntRange):
+    pass
+
+
+class FloatRange(_AsciiNumber, click.FloatRange):
+    whole = False
+
+
+INT = Int()
 # An id: what SQLite's INTEGER PRIMARY KEY can hold.
-ID = click.IntRange(1, INT64_MAX)
+ID = IntRange(1, INT64_MAX)
 
 
 class Duration(click.ParamType):

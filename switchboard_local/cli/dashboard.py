@@ -4,7 +4,7 @@ The dashboard is served by the process that runs the webhook receiver: `serve`,
 or an `mcp` that leads ingest with ``http.listen`` set. The address is the
 leader's receiver when one listens, else ``http.listen``, else `serve`'s
 default. Opening the URL hands the browser the token (as a cookie; it leaves
-the address bar at once); the token is what actions ask for.
+the address bar at once); every page, read and action asks for it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def _address(store: Store) -> dict[str, Any]:
 @click.option("--open", "open_browser", is_flag=True, help="Open the URL in a web browser too.")
 @common
 def dashboard_command(db: Path | None, as_json: bool | None, open_browser: bool) -> None:
-    """Print the dashboard's URL with this install's token (keep it private: it lets its holder act)."""
+    """Print the dashboard's URL with this install's token (keep it private: it lets its holder read and act)."""
     out = Out(db, as_json)
     where = out.run(_where)
     try:

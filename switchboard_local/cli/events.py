@@ -17,7 +17,7 @@ from ..core.store import Store
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
 from . import live
-from .common import EXIT_CANNOT_LISTEN, ID, Duration, Out, common, table, when
+from .common import EXIT_CANNOT_LISTEN, ID, Duration, FloatRange, IntRange, Out, common, table, when
 
 
 class SinceValue(click.ParamType):
@@ -67,7 +67,7 @@ def events_group() -> None:
 @click.option("--type", "type_", default=None, help="Only this event type (exactly).")
 @click.option("--since", type=SinceValue(), default=None,
               help="Events after this id, or received since this time or age (10m, 2h, 1d: that long ago).")  # fmt: skip
-@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
+@click.option("--limit", type=IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
               help=f"Show at most this many (1-{MAX_LIST_LIMIT}).")  # fmt: skip
 @common
 def events_list(db: Path | None, as_json: bool | None, source: str | None, type_: str | None, since: Any, limit: int) -> None:
@@ -161,16 +161,16 @@ def events_replay(db: Path | None, as_json: bool | None, event_id: int) -> None:
 
 
 @click.command("prune")
-@click.option("--older-than", "older_than", type=click.FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
+@click.option("--older-than", "older_than", type=FloatRange(0, 36500), default=retention.DEFAULT_OLDER_THAN_DAYS,
               show_default=True, help="Days: finished todos and events older than this are deleted.")  # fmt: skip
 @click.option(
     "--max-events",
-    type=click.IntRange(0, INT64_MAX),
+    type=IntRange(0, INT64_MAX),
     default=retention.DEFAULT_MAX_EVENTS,
     show_default=True,
     help="Keep at most this many of the newest events (and those live todos point to).",
 )
-@click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
+@click.option("--dedup-horizon", type=FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept: a redelivery within them is a duplicate.")  # fmt: skip
 @common
 def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_events: int, dedup_horizon: float) -> None:
@@ -190,23 +190,23 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
 
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address (loopback unless told otherwise).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="0: any free port (logged).")
+@click.option("--port", type=IntRange(0, 65535), default=8787, show_default=True, help="0: any free port (logged).")
 @click.option(
     "--prune-older-than",
-    type=click.FloatRange(0, 36500),
+    type=FloatRange(0, 36500),
     default=retention.DEFAULT_OLDER_THAN_DAYS,
     show_default=True,
     help="Days: the hourly prune deletes finished todos and events older than this.",
 )
-@click.option("--prune-max-events", type=click.IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True,
+@click.option("--prune-max-events", type=IntRange(min=0), default=retention.DEFAULT_MAX_EVENTS, show_default=True,
               help="The hourly prune keeps at most this many of the newest events (see prune).")  # fmt: skip
-@click.option("--dedup-horizon", type=click.FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
+@click.option("--dedup-horizon", type=FloatRange(0, 36500), default=retention.DEFAULT_DEDUP_HORIZON_DAYS,
               show_default=True, help="Days a pruned event's delivery key is kept (see prune).")  # fmt: skip
-@click.option("--max-connections", type=click.IntRange(1, 100_000), default=256, show_default=True,
+@click.option("--max-connections", type=IntRange(1, 100_000), default=256, show_default=True,
               help="Connections open at once; one more gets 503.")  # fmt: skip
-@click.option("--head-timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+@click.option("--head-timeout", type=FloatRange(0.1, 3600), default=10.0, show_default=True,
               help="Seconds for a request's line and headers to arrive (else 408).")  # fmt: skip
-@click.option("--body-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+@click.option("--body-timeout", type=FloatRange(0.1, 3600), default=30.0, show_default=True,
               help="Seconds for a request's body to arrive once its headers have (else 408).")  # fmt: skip
 @click.option("--take-over", is_flag=True,
               help="Take the ingest side over from the process that leads it (an `mcp`) instead of standing by.")  # fmt: skip

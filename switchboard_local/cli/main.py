@@ -33,7 +33,7 @@ from ..core.todo_model import (
 )
 from ..core.todos import Lease, NextClaim
 from . import batch, live
-from .common import ID, Commands, JsonValue, Out, common, listed_whole, operator, table, when
+from .common import ID, INT, Commands, FloatRange, IntRange, JsonValue, Out, common, listed_whole, operator, table, when
 from .events import SinceValue
 
 # ---------------------------------------------------------------- text for people
@@ -102,15 +102,15 @@ def todo() -> None:
 @click.option("--kind", default=None, help="A free-form kind label.")
 @click.option("--key", "idempotency_key", default=None, help="Idempotency key: one live todo per (queue, key).")
 @click.option("--assignee", default=None, help="Only this owner may claim it.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@click.option("--priority", type=INT, default=0, show_default=True, help="Higher is claimed first.")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, MAX_ATTEMPTS_CAP),
+    type=IntRange(1, MAX_ATTEMPTS_CAP),
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help=f"Attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
 )
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
+@click.option("--delay", type=FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
 @common
 def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: Any) -> None:
     """Create a todo (or return the live one holding the same key)."""
@@ -130,7 +130,7 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
 @click.option("--ready", "timing", flag_value="ready", default=None, help="Only todos claimable now.")
 @click.option("--delayed", "timing", flag_value="delayed", help="Only todos claimable later (a delay, or a retry's backoff).")
 @click.option("--dead", "timing", flag_value="dead", help="Only dead letters.")
-@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
+@click.option("--limit", type=IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
               help=f"Show at most this many (1-{MAX_LIST_LIMIT}).")  # fmt: skip
 @common
 def todo_list(
@@ -196,10 +196,10 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
                 help="This todo (default: the next claimable one).")  # fmt: skip
 @click.option("--queue", "queues", multiple=True, help="Claim from this queue (repeatable; default: all).")
 @click.option("--owner", default=None, help="Who claims (default: your user name).")
-@click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
-@click.option("--wait", type=click.FloatRange(0, MAX_WAIT_SECONDS), default=0.0, show_default=True,
+@click.option("--lease", type=FloatRange(1, LEASE_CAP_SECONDS), default=None, help="Lease seconds (default 300).")
+@click.option("--wait", type=FloatRange(0, MAX_WAIT_SECONDS), default=0.0, show_default=True,
               help="Seconds to wait for a todo to become claimable (a long poll; not with ID).")  # fmt: skip
-@click.option("--max", "most", type=click.IntRange(1, todos.MAX_BATCH), default=None,
+@click.option("--max", "most", type=IntRange(1, todos.MAX_BATCH), default=None,
               help=f"Claim up to this many (1-{todos.MAX_BATCH}) in one transaction, each with its own lease token; "
                    "the answer is a list (not with ID).")  # fmt: skip
 @common
@@ -283,7 +283,7 @@ def _batch(source: str | None, todo_id: int | None, lease_token: str | None, val
 @todo.command("heartbeat")
 @click.argument("todo_id", metavar="ID", type=ID, help="The claimed todo's id.")
 @token_option
-@click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
+@click.option("--lease", type=FloatRange(1, LEASE_CAP_SECONDS), default=None, help="New lease from now (default 300 s).")
 @common
 def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_token: str, lease: float | None) -> None:
     """Reset the lease to now + LEASE (capped at 12 h per attempt)."""
@@ -295,11 +295,11 @@ def todo_heartbeat(db: Path | None, as_json: bool | None, todo_id: int, lease_to
 def _next_options(fn: Any) -> Any:
     """--claim-next and where to claim from: finish and take the next todo in one commit;
     --batch to finish many (and --max: how many to claim next)."""
-    fn = click.option("--max", "most", type=click.IntRange(1, todos.MAX_BATCH), default=None,
+    fn = click.option("--max", "most", type=IntRange(1, todos.MAX_BATCH), default=None,
                       help="With --batch --claim-next: claim up to this many next (default: as many as the lines).")(fn)  # fmt: skip
     fn = click.option("--batch", "batch_source", default=None, metavar="@FILE|@-",
                       help="Many todos in one transaction: JSON lines of id, token and the verb's field.")(fn)  # fmt: skip
-    fn = click.option("--lease", type=click.FloatRange(1, LEASE_CAP_SECONDS), default=None,
+    fn = click.option("--lease", type=FloatRange(1, LEASE_CAP_SECONDS), default=None,
                       help="With --claim-next: lease seconds for the next todo (default 300).")(fn)  # fmt: skip
     fn = click.option("--owner", default=None, help="With --claim-next: who claims (default: your user name).")(fn)
     fn = click.option("--queue", "queues", multiple=True, help="With --claim-next: claim from this queue (repeatable).")(fn)
@@ -409,7 +409,7 @@ def todo_fail(
 @click.argument("todo_id", metavar="ID", type=ID, help="The claimed todo's id.")
 @click.option("--token", "lease_token", default=None, help="The lease token from the claim.")
 @click.option("--force", is_flag=True, help="Without the token (an operator's release): the holder's token is void.")
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
+@click.option("--delay", type=FloatRange(min=0), default=0.0, help="Seconds before it can be claimed again.")
 @common
 def todo_release(
     db: Path | None, as_json: bool | None, todo_id: int, lease_token: str | None, force: bool, delay: float
@@ -540,7 +540,7 @@ def todo_redrive(
 @click.option("--queue", required=True, help="The queue whose finished todos go.")
 @click.option("--state", type=click.Choice(todos.PURGEABLE), required=True,
               help="done, failed (dead letters) or cancelled.")  # fmt: skip
-@click.option("--older-than", type=click.FloatRange(0, 36500), default=None, help="Only those last touched DAYS ago or more.")
+@click.option("--older-than", type=FloatRange(0, 36500), default=None, help="Only those last touched DAYS ago or more.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("--yes", is_flag=True, help="Do it without asking (required when stdin is not a terminal).")
 @common

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.parsers.expat import ExpatError
 
+from ..core.text import digits
 from . import service_units as units
 
 COMMAND_TIMEOUT = 60  # seconds for one systemctl or launchctl call (a start waits for the program to run)
@@ -184,7 +185,7 @@ class Launchd:
                 key, value = line.strip().split(" = ", 1)
                 fields.setdefault(key, value)
         pid = fields.get("pid", "")
-        return {"active": fields.get("state", "loaded"), "enabled": None, "pid": int(pid) if pid.isdigit() else None}
+        return {"active": fields.get("state", "loaded"), "enabled": None, "pid": digits(pid)}
 
     def runs(self, text: str) -> str | None:
         found = _plist(text).get("ProgramArguments")

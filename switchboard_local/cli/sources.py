@@ -13,7 +13,7 @@ from ..core import routing, rules, sources, webhook_config
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
 from ..core.todo_model import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_CAP
-from .common import ID, Duration, JsonValue, Out, common, operator, table, warn, when
+from .common import ID, INT, Duration, IntRange, JsonValue, Out, common, operator, table, warn, when
 
 
 def _secret_options(fn: Any) -> Any:
@@ -107,8 +107,8 @@ def source() -> None:
 @click.option("--kind", required=True, type=click.Choice(webhook_config.KINDS), help="Signature scheme.")
 @_secret_options
 @click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
-@click.option("--tolerance", type=click.IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
-@click.option("--max-body", type=click.IntRange(min=1), default=None, help="Body cap, bytes (default 5 MiB).")
+@click.option("--tolerance", type=IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
+@click.option("--max-body", type=IntRange(min=1), default=None, help="Body cap, bytes (default 5 MiB).")
 @click.option("--replay-window", type=Duration(), default=None,
               help="The same verified type and body again within it is a duplicate (default 24h for github, gitea, "
                    "gitlab, hmac and token; 0 turns it off).")  # fmt: skip
@@ -252,10 +252,10 @@ def _rules_text(found: list[rules.Rule]) -> str:
 @click.option("--drop", is_flag=True, help="Make no todo and stop routing.")
 @click.option("--title", default=None, help="Title template: {dotted.path} from the payload; {@source} {@type} {@id}.")
 @click.option("--assignee", default=None, help="Only this owner may claim the todo.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher is claimed first.")
+@click.option("--priority", type=INT, default=0, show_default=True, help="Higher is claimed first.")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, MAX_ATTEMPTS_CAP),
+    type=IntRange(1, MAX_ATTEMPTS_CAP),
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help=f"The todo's attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
@@ -291,7 +291,7 @@ def rule_remove(db: Path | None, as_json: bool | None, rule_id: int) -> None:
 
 @rule.command("move")
 @click.argument("rule_id", metavar="ID", type=ID, help="The rule's id (rule list shows it).")
-@click.option("--to", "to", type=int, required=True, help="The 1-based position it takes.")
+@click.option("--to", "to", type=INT, required=True, help="The 1-based position it takes.")
 @common
 def rule_move(db: Path | None, as_json: bool | None, rule_id: int, to: int) -> None:
     """Move a rule to another position."""

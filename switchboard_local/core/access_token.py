@@ -1,4 +1,4 @@
-"""The per-install access token: what the dashboard asks of a browser before an action.
+"""The per-install access token: what the dashboard asks of every request, reads included.
 
 One random token per database, in an owner-only file beside it
 (``switchboard.db.dashboard-token``), created the first time a process
@@ -9,11 +9,13 @@ file can act, exactly as whoever can write the database can.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import os
 import re
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from .errors import Unavailable
@@ -32,7 +34,9 @@ def token_path(db: Location) -> Path:
 def read_or_create(db: Location) -> str:
     """The token of the database ``db`` (a file's path, a URL, or a store's ``path``): read, or made now (mode 0600).
 
-    Two processes starting at once agree: the file is created exclusively, and
+    Processes starting at once agree, and none reads a half-written file: the
+    token is written whole to a temporary owner-only file, then hard-linked
+    into place, which fails if a token is there already (never replaced);
     the loser reads the winner's. A file with a group or other bit set is made
     owner-only again; one that holds no token is refused (``Unavailable``),
     not silently replaced.
@@ -42,15 +46,41 @@ def read_or_create(db: Location) -> str:
         # A PostgreSQL store's path is a local name in the user data dir (core/postgres.py),
         # whose folder may not exist yet; an SQLite file's folder does.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        if path.exists():
+            return _read(path)
+        token = secrets.token_urlsafe(32)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(token + "\n")
+            _link(temporary, path)
+        finally:
+            os.unlink(temporary)
     except FileExistsError:
         return _read(path)
     except OSError as exc:
         raise Unavailable(f"cannot create the dashboard token file {path}: {exc.strerror or exc}") from None
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(token + "\n")
     return token
+
+
+# What os.link raises where the file system has no hard links (FAT, some network mounts).
+_NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK)
+
+
+def _link(temporary: str, path: Path) -> None:
+    """``temporary`` at ``path`` too, unless something is there already (FileExistsError)."""
+    try:
+        os.link(temporary, path, follow_symlinks=False)
+        return
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+    # Created exclusively, then written: a process starting at that very moment may find it still empty.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(Path(temporary).read_text("ascii"))
 
 
 def _read(path: Path) -> str:

@@ -24,7 +24,8 @@ from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
 from .sources import Source, list_sources
 from .store import Store
-from .todo_model import MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
+from .text import digits
+from .todo_model import INT64_MAX, MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
 from .todos import stats
 
 HOUR_MS = 3_600_000
@@ -50,9 +51,10 @@ def parse_cursor(value: str | None) -> int | None:
     """A cursor as a client sends it back (the id a page answered), or None."""
     if value is None or value == "":
         return None
-    if not value.isdigit() or len(value) > 19:
+    cursor = digits(value)
+    if cursor is None or cursor > INT64_MAX:
         raise InvalidArgument(f"cursor must be the next_cursor a page answered, got {value[:40]!r}")
-    return int(value)
+    return cursor
 
 
 def _limit(limit: int) -> int:

@@ -9,7 +9,6 @@ module passes in as ``driver_check``, so the core never imports redis-py.
 
 from __future__ import annotations
 
-import math
 import re
 import socket
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import InvalidArgument
 from .sources import require_queue
-from .text import first_control
+from .text import decimal, digits, first_control
 
 MODES = ("stream", "list", "pubsub")
 DEFAULT_GROUP = "switchboard"
@@ -104,7 +103,7 @@ def check_url(url: str) -> None:
         if port == 0:
             raise InvalidArgument("--redis-url: the port must be a number between 1 and 65535")
         db = parts.path.removeprefix("/")
-        if db and not (db.isascii() and db.isdigit()):
+        if db and digits(db) is None:
             raise InvalidArgument("--redis-url: the path must be a database number (redis://host:6379/0)")
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         _check_query(key, value)
@@ -112,16 +111,13 @@ def check_url(url: str) -> None:
 
 def _check_query(key: str, value: str) -> None:
     if key in _QUERY_INTS:
-        if not (value.isascii() and value.isdigit()):
+        number = digits(value)
+        if number is None:
             raise InvalidArgument(f"--redis-url: {key}= must be a whole number")
-        if key in ("max_connections", "socket_read_size") and int(value) < 1:
+        if key in ("max_connections", "socket_read_size") and number < 1:
             raise InvalidArgument(f"--redis-url: {key}= must be at least 1")
     elif key in _QUERY_FLOATS:
-        try:
-            ok = math.isfinite(float(value)) and float(value) > 0
-        except ValueError:
-            ok = False
-        if not ok:
+        if not (decimal(value) or 0) > 0:
             raise InvalidArgument(f"--redis-url: {key}= must be a number of seconds")
 
 

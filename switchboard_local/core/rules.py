@@ -53,10 +53,9 @@ class Condition:
                 op, value = "in", raw.split("|")
             else:
                 op, value = "eq", raw
-        try:
-            parse_path(path)
-        except InvalidArgument:
-            raise InvalidArgument(f"--where {text!r}: {path!r} is not a dotted path") from None
+        why = path_fault(path)
+        if why is not None:
+            raise InvalidArgument(f"--where {text!r}: {path!r} {why}")
         return cls(path, op, value)
 
     def holds(self, payload: Any) -> bool:
@@ -149,6 +148,23 @@ def parse_path(path: str) -> tuple[tuple[str, int | None], ...]:
     return tuple((key, int(key) if INDEX.fullmatch(key) else None) for key in path.split("."))
 
 
+def path_fault(path: str) -> str | None:
+    """What is wrong with a rule's ``path`` as it is added (None: nothing).
+
+    A segment that reads as a number in other digits ('²', '١', fullwidth
+    '１') would be an object key, never a list index: refused, so that no
+    rule silently never matches. (Rules stored before are looked up as they were.)
+    """
+    try:
+        segments = parse_path(path)
+    except InvalidArgument:
+        return "is not a dotted path"
+    for key, _ in segments:
+        if key.isnumeric() and not key.isascii():  # (the only ASCII numerics are 0-9)
+            return f"has {key!r}, a number not in ASCII digits: a list index is written with 0-9"
+    return None
+
+
 def lookup(payload: Any, path: str) -> tuple[bool, Any]:
     value = payload
     for key, index in parse_path(path):
@@ -177,10 +193,9 @@ def check_template(template: str) -> None:
             if name not in SPECIALS:
                 raise InvalidArgument(f"--title: {{{name}}} is not one of {', '.join(SPECIALS)}")
         else:
-            try:
-                parse_path(name)
-            except InvalidArgument:
-                raise InvalidArgument(f"--title: {{{name}}} is not a dotted path") from None
+            why = path_fault(name)
+            if why is not None:
+                raise InvalidArgument(f"--title: {{{name}}} {why}")
 
 
 def render(template: str, payload: Any, specials: dict[str, str]) -> str:

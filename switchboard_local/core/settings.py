@@ -18,6 +18,7 @@ from . import audit
 from .errors import InvalidArgument
 from .queries import Q
 from .store import Store, Transaction
+from .text import digits
 
 CACHE_SECONDS = 1.0
 
@@ -74,9 +75,10 @@ class AddressSetting:
     def parse(self, text: str) -> str:
         host, sep, port = text.strip().rpartition(":")
         bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        if not sep or not bare or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in bare):
+        number = digits(port)
+        if not sep or not bare or number is None or not 0 < number < 65536 or any(c.isspace() for c in bare):
             raise InvalidArgument(f"{self.name} must be HOST:PORT (e.g. 127.0.0.1:8787), got {text!r}")
-        return f"{host}:{int(port)}"
+        return f"{host}:{number}"
 
     def show(self, value: str | None) -> str:
         return "not set" if value is None else value

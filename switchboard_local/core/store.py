@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .clock import Clock
 from .errors import InvalidArgument, Unavailable
+from .text import decimal
 
 if TYPE_CHECKING:
     from .group_commit import Monotonic
@@ -106,11 +107,8 @@ def busy_timeout_ms() -> int:
     raw = os.environ.get(BUSY_TIMEOUT_ENV)
     if not raw:
         return BUSY_TIMEOUT_MS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
+    seconds = decimal(raw.strip())
+    if seconds is None or not 0 <= seconds <= 3600:
         raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
     return round(seconds * 1000)
 

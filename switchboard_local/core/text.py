@@ -8,6 +8,12 @@ str.splitlines) and the bidirectional embeddings, overrides and isolates
 (which reorder what a terminal shows, as in "trojan source"). The bidi marks
 (U+200E, U+200F, U+061C) are not: right-to-left titles use them, and they
 only set the direction of the neutral characters beside them.
+
+A number in text from outside (a path, a header, a setting, an argument) is
+read by ``digits`` or ``decimal``: ASCII digits alone. Python's own readers
+take more: ``str.isdigit()`` passes '²', which ``int()`` then refuses (a
+500), and ``int()`` and ``float()`` read other scripts' digits ('١' is 1),
+spaces, underscores, ``nan`` and ``inf``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,22 @@ NON_C0_CONTROLS = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _CONTROLS = re.compile(f"[\x00-\x1f{NON_C0_CONTROLS}]")
 # What a multi-line text for people may keep: the newline itself.
 _CONTROLS_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{NON_C0_CONTROLS}]")
+
+
+# At most 4,000 digits: int() refuses 4,300 and more (a ValueError, not a number).
+_DIGITS = re.compile(r"[0-9]{1,4000}")
+# At most 300 characters: float() of more digits may be inf.
+_DECIMAL = re.compile(r"(?=.{1,300}\Z)([0-9]+(\.[0-9]*)?|\.[0-9]+)", re.DOTALL)
+
+
+def digits(text: str) -> int | None:
+    """``text`` as a whole number when it is ASCII digits (0-9) and nothing else; else None."""
+    return int(text) if _DIGITS.fullmatch(text) else None
+
+
+def decimal(text: str) -> float | None:
+    """``text`` as a number when it is ASCII digits with one decimal point at most (``2``, ``2.5``, ``.5``)."""
+    return float(text) if _DECIMAL.fullmatch(text) else None
 
 
 def has_controls(text: str) -> bool:

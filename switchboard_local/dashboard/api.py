@@ -29,7 +29,8 @@ from ..core import browse
 from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from ..core.events import Event
 from ..core.health import PROBE_TIMEOUT
-from ..core.todo_model import Todo
+from ..core.text import digits
+from ..core.todo_model import INT64_MAX, Todo
 from .context import Context
 
 # The one table from the core's errors to this edge's statuses.
@@ -78,17 +79,18 @@ def _int_param(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name)
     if value is None or value == "":
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an integer, got {value[:40]!r}") from None
+    number = digits(value)
+    if number is None:
+        raise InvalidArgument(f"{name} must be a whole number in ASCII digits, got {value[:40]!r}")
+    return number
 
 
 def _id(request: Request, noun: str) -> int:
     value = request.path_params["id"]
-    if not value.isdigit() or len(value) > 19:
+    number = digits(value)
+    if number is None or not 0 < number <= INT64_MAX:
         raise NotFound(f"{noun} {value[:40]!r} does not exist")
-    return int(value)
+    return number
 
 
 def _text(request: Request, name: str) -> str | None:

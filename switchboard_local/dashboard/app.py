@@ -1,6 +1,6 @@
 """The dashboard as the process module composes it: its routes and its guard.
 
-    board = Dashboard(store, host, port, token, prober=..., stopping=...)
+    board = Dashboard(store, host, port, token, prober=..., stopping=..., max_streams=limits.max_streams)
     web.create_app(store, routes=board.routes(), middleware=board.middleware(exempt=web.RECEIVER_PATHS))
 
 Served at ``/`` on the receiver's address (`serve`, or the ingest leader's
@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute
 from ..core.health import RedisProber
 from ..core.store import Store
 from . import actions, api, metrics, pages, stream
-from .context import Context, _never
+from .context import DEFAULT_MAX_STREAMS, Context, _never
 from .guard import Guard, Policy
 
 
@@ -33,9 +33,10 @@ class Dashboard:
         exempt: Sequence[str] = (),
         prober: RedisProber | None = None,
         stopping: Callable[[], bool] = _never,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.policy = Policy(host=host, port=port, token=token, exempt=tuple(exempt))
-        self.context = Context(store, self.policy, prober=prober, stopping=stopping)
+        self.context = Context(store, self.policy, prober=prober, stopping=stopping, max_streams=max_streams)
 
     def routes(self) -> list[BaseRoute]:
         ctx = self.context

@@ -12,6 +12,8 @@ from ..core.sources import Source
 from ..core.store import Store
 from .guard import Policy
 
+DEFAULT_MAX_STREAMS = 32
+
 
 def _never() -> bool:
     return False
@@ -30,12 +32,14 @@ def _actor() -> str:
 class Context:
     """``prober`` asks an adapter's Redis for its backlog (handed in by the process module:
     this edge imports no broker library); ``stopping`` says the server is shutting down,
-    so that open streams end and let it stop."""
+    so that open streams end and let it stop; ``max_streams``: how many live streams may be
+    open at once (each holds a connection: the process module sets it below the connection limit)."""
 
     store: Store
     policy: Policy
     prober: RedisProber | None = None
     stopping: Callable[[], bool] = _never
+    max_streams: int = DEFAULT_MAX_STREAMS
     extra: dict[str, Any] = field(default_factory=dict)
     actor: str = field(default_factory=_actor)
 

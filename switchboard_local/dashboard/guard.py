@@ -7,8 +7,9 @@ dashboard route runs, this ASGI middleware:
   ``127.0.0.1`` or ``[::1]`` (with the bound port): a DNS-rebound name
   resolves to 127.0.0.1 but keeps its own Host (403);
 - asks for the per-install token (a cookie set from ``/?token=…``, or
-  ``Authorization: Bearer``) on every action, and on every request when the
-  server is bound beyond loopback (401);
+  ``Authorization: Bearer``) on every request, reads included: on loopback
+  every local account can connect, and the pages show the owner-only
+  database's payloads (401, and the connection is closed);
 - holds an action (any method but GET and HEAD) to the CSRF token
   (``X-CSRF-Token``, from ``GET /api/session``) and to the same origin:
   ``Sec-Fetch-Site`` and ``Origin``, where the browser sends them (403);
@@ -22,11 +23,9 @@ verified by its signature, not by this guard.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -52,13 +51,22 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
-def is_loopback(host: str) -> bool:
-    if host.strip("[]") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def cookie_values(headers: Headers, name: str) -> list[str]:
+    """The values of every cookie called ``name`` in the request's Cookie headers, whatever else they hold.
+
+    A browser sends a host's cookies to each of its ports, so any page on
+    another local port can set one beside ours; a parser that gives up at the
+    first pair it dislikes (``SimpleCookie`` at ``theme=dark mode``) would
+    let it hide ours. So: pairs split on ``;``, each on its first ``=``,
+    anything else skipped.
+    """
+    found = []
+    for header in headers.getlist("cookie"):
+        for pair in header.split(";"):
+            key, sep, value = pair.partition("=")
+            if sep and key.strip() == name:
+                found.append(value.strip())
+    return found
 
 
 @dataclass(frozen=True)
@@ -78,10 +86,6 @@ class Policy:
         if self.port == 80:
             hosts |= names
         object.__setattr__(self, "hosts", frozenset(hosts))
-
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
 
     @property
     def any_host(self) -> bool:
@@ -111,13 +115,7 @@ class Policy:
         auth = headers.get("authorization", "")
         if auth[:7].lower() == "bearer " and access_token.matches(self.token, auth[7:].strip()):
             return True
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header: no token in it
-            return False
-        morsel = cookie.get(self.cookie_name)
-        return morsel is not None and access_token.matches(self.token, morsel.value)
+        return any(access_token.matches(self.token, value) for value in cookie_values(headers, self.cookie_name))
 
     def same_origin(self, headers: Headers) -> str | None:
         """Why an action's request is not from the dashboard's own page (None: it is)."""
@@ -146,7 +144,9 @@ class Guard:
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             status, message, extra = refusal
-            await _send_json(send, status, {"error": {"code": _CODES[status], "message": message}}, extra)
+            # Connection: close: a refused request holds nothing of the server's, not even a kept-alive connection.
+            await _send_json(send, status, {"error": {"code": _CODES[status], "message": message}},
+                             {**extra, "connection": "close"})  # fmt: skip
             return
         token_login = self._token_login(scope)
         if token_login is not None:
@@ -168,11 +168,10 @@ class Guard:
         if not policy.host_allowed(headers.get("host")):
             return 403, "this Host is not the dashboard's address (use the URL `switchboard-local dashboard` prints)", {}
         action = scope["method"] not in SAFE_METHODS
-        if (action or not policy.loopback) and not policy.authenticated(headers):
+        if not policy.authenticated(headers):
             if not action and _query_token(scope) is not None:
                 return None  # checked by _token_login
-            why = "an action needs the dashboard token" if action else "this dashboard is bound beyond loopback: it needs the token"
-            return 401, f"{why} (open the URL `switchboard-local dashboard` prints)", {"www-authenticate": "Bearer"}
+            return 401, NO_TOKEN, {"www-authenticate": "Bearer"}
         if action:
             why_not = policy.same_origin(headers)
             if why_not is not None:
@@ -203,6 +202,10 @@ class Guard:
 
 
 _CODES = {401: "unauthorized", 403: "forbidden"}
+NO_TOKEN = (
+    "the dashboard needs its token: open the URL `switchboard-local dashboard` prints "
+    "(a script sends Authorization: Bearer TOKEN, the token file beside the database)"
+)
 
 
 def _query_token(scope: Scope) -> str | None:

@@ -13,8 +13,14 @@ second, however fast work moves.
     event: ready   data: {"topics": [...]}       the stream watches: a page may fetch now
     event: change  data: {"topics": ["queues", "todos"]}
 
-The stream ends when the server stops (``Context.stopping``), and the
-browser's EventSource reconnects by itself after ``retry``.
+The stream ends when the server stops (``Context.stopping``) and after
+``LIFETIME_SECONDS``; the browser's EventSource reconnects by itself after
+``retry`` (with its cookie: the guard asks each stream for the token).
+
+Each open stream holds one of the server's connections for as long as it
+runs, so the streams have a budget of their own (``Context.max_streams``,
+smaller than the connection limit): one more is answered 503 at once and
+closed, and the connections the budget leaves stay the webhook receiver's.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from ..core import browse
 from ..core.errors import InvalidArgument
 from ..core.store import Store
 from ..core.watch import Changes
-from .api import answers_errors
+from .api import answers_errors, problem
 from .context import Context
 
 log = logging.getLogger("switchboard_local.dashboard")
@@ -43,6 +50,7 @@ INTERVAL_SECONDS = 1.0  # the most often the hub looks, and so the most often a 
 RETRY_MS = 3000
 PING_SECONDS = 15  # a comment line keeps idle connections (and proxies) open
 WAKE_SECONDS = 1.0  # a stream looks at least this often whether the server is stopping
+LIFETIME_SECONDS = 600.0  # then a stream ends (the browser reconnects): none holds its connection forever
 
 
 class Subscriber:
@@ -128,6 +136,43 @@ class Hub:
                 await poller
 
 
+class Budget:
+    """How many streams may be open at once; each held place is one connection of the server's."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.open = 0
+
+    def take(self) -> bool:
+        if self.open >= self.most:
+            return False
+        self.open += 1
+        return True
+
+    def give_back(self) -> None:
+        self.open -= 1
+
+
+class BudgetedStream(EventSourceResponse):
+    """An event stream that holds a place of ``budget`` while it runs, or is answered 503 when none is left."""
+
+    def __init__(self, content: Any, budget: Budget, **options: Any) -> None:
+        super().__init__(content, **options)
+        self.budget = budget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.budget.take():
+            message = f"the dashboard's {self.budget.most} live streams are open; retry later"
+            busy = problem(503, "unavailable", message)
+            busy.headers.update({"retry-after": str(RETRY_MS // 1000), "connection": "close"})
+            await busy(scope, receive, send)
+            return
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.budget.give_back()
+
+
 def parse_topics(value: str | None) -> set[str]:
     if not value:
         return set(browse.TOPICS)
@@ -141,21 +186,24 @@ def parse_topics(value: str | None) -> set[str]:
 def routes(ctx: Context) -> list[BaseRoute]:
     hub = Hub(ctx.store)
     ctx.extra["hub"] = hub
+    budget = Budget(ctx.max_streams)
 
     async def stream(request: Request) -> Response:
         wanted = parse_topics(request.query_params.get("topics"))
 
         async def events() -> Any:
+            loop = asyncio.get_running_loop()
+            ends_at = loop.time() + LIFETIME_SECONDS
             subscriber = await hub.subscribe()
             try:
                 yield ServerSentEvent(event="ready", data=json.dumps({"topics": sorted(wanted)}), retry=RETRY_MS)
-                while not ctx.stopping():
-                    topics = (await subscriber.take(WAKE_SECONDS)) & wanted
+                while not ctx.stopping() and (left := ends_at - loop.time()) > 0:
+                    topics = (await subscriber.take(min(WAKE_SECONDS, left))) & wanted
                     if topics:
                         yield ServerSentEvent(event="change", data=json.dumps({"topics": sorted(topics)}))
             finally:
                 hub.unsubscribe(subscriber)
 
-        return EventSourceResponse(events(), ping=PING_SECONDS)
+        return BudgetedStream(events(), budget, ping=PING_SECONDS)
 
     return [Route("/api/stream", answers_errors(stream), methods=["GET"])]

@@ -55,6 +55,7 @@ from ..core.errors import (
 )
 from ..core.events import NewEvent
 from ..core.store import Store, busy_timeout_ms
+from ..core.text import digits
 from . import verifiers as webhooks
 
 log = logging.getLogger("switchboard_local.serve")
@@ -233,7 +234,7 @@ async def receive(store: Store, request: Request, intake: routing.Intake) -> Res
 
     cap = source.config.get("max_body", webhook_config.DEFAULT_MAX_BODY)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
+    if declared is not None and (digits(declared) or 0) > cap:
         log.info("delivery source=%s outcome=too-large bytes=%s", who, shown(declared))
         store.tally.delivery(name, "too_large")
         return _problem(413, f"body larger than {cap} bytes")
@@ -324,6 +325,12 @@ class Limits:
     head_timeout: float = 10.0  # from the connection (or the request's first byte) to the end of its head; 408
     body_timeout: float = 30.0  # from the end of the head to the end of the body; 408
     max_connections: int = 256  # open at once; a request on one more: 503
+
+    @property
+    def max_streams(self) -> int:
+        """How many of the connections the dashboard's live streams may hold (an eighth):
+        a stream keeps its connection open, so the rest are kept for webhook deliveries."""
+        return self.max_connections // 8
 
 
 def _answer(status: int, message: str) -> bytes:

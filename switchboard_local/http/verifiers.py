@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core.events import body_hash
 from ..core.sources import Source
+from ..core.text import digits
 from ..core.webhook_config import kept_headers, names_a_secret, needs_secret
 
 REDACTED = "[redacted]"
@@ -107,10 +108,9 @@ def _require(headers: Mapping[str, str], name: str) -> str:
 
 
 def _check_window(timestamp: str, now: float, tolerance: int) -> None:
-    try:
-        ts = int(timestamp)
-    except ValueError:
-        raise Unverified("the timestamp is not a whole number of seconds") from None
+    ts = digits(timestamp)
+    if ts is None:
+        raise Unverified("the timestamp is not a whole number of seconds (ASCII digits)")
     if ts < now - tolerance:
         raise Unverified(f"the timestamp is older than {tolerance} s")
     if ts > now + tolerance:

@@ -23,7 +23,10 @@ def test_http_listen_is_set_shown_and_unset(cli) -> None:
     assert as_json(cli, "config", "unset", "http.listen")["value"] is None
 
 
-@pytest.mark.parametrize("address", ["8787", "localhost", "127.0.0.1:", "127.0.0.1:70000", ":8787", "a b:1", "h:0"])
+@pytest.mark.parametrize(
+    "address",
+    ["8787", "localhost", "127.0.0.1:", "127.0.0.1:70000", ":8787", "a b:1", "h:0", "h:²", "h:٨٠٨٠", "h:８０"],
+)
 def test_a_listen_address_that_is_not_host_and_port_is_refused(cli, address: str) -> None:
     code, _, err, _ = cli("config", "set", "http.listen", address)
     assert code == 2 and "http.listen must be HOST:PORT" in err

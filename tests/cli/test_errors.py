@@ -36,6 +36,12 @@ USAGE_ERRORS = {
     "missing argument": (["todo", "show"], "missing argument 'ID'"),
     "unknown command": (["todo", "bogus"], "no such command 'bogus'"),
     "unknown option": (["--bogus", "stats"], "no such option '--bogus'"),
+    # int() and float() read other scripts' digits ('٣' is 3), nan and inf: a number is ASCII digits.
+    "--limit in other digits": (["todo", "list", "--limit", "٣"],
+                                "--limit: '٣' is not a whole number in ASCII digits"),
+    "--priority in other digits": (["todo", "create", "--queue", "q", "--title", "t", "--priority", "١"],
+                                   "--priority: '١' is not a whole number in ASCII digits"),
+    "--lease nan": (["todo", "claim", "--lease", "nan"], "--lease: 'nan' is not a number in ASCII digits"),
 }
 
 
@@ -47,6 +53,13 @@ def test_a_usage_error_is_one_invalid_argument_line_and_exit_2(db_path: Path, ca
     assert result.stderr.startswith(f"switchboard-local: invalid_argument: {sentence}")
     assert len(result.stderr.splitlines()) == 1 and ERROR_LINE.match(result.stderr.strip())
     assert "Usage:" not in result.stderr + result.stdout and result.stdout == ""
+
+
+@pytest.mark.parametrize("seconds", ["١", "٠.٥", "nan"])  # float() reads the first two as 1 and 0.5
+def test_a_busy_timeout_not_in_ascii_digits_is_refused_naming_its_variable(db_path: Path, seconds: str) -> None:
+    result = run_cli("todo", "list", db=db_path, env={"SWITCHBOARD_BUSY_TIMEOUT": seconds})
+    assert result.returncode == 2
+    assert result.stderr.startswith("switchboard-local: invalid_argument: $SWITCHBOARD_BUSY_TIMEOUT must be a number")
 
 
 @pytest.mark.parametrize("case", USAGE_ERRORS)

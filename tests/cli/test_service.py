@@ -51,7 +51,9 @@ FAKE_LAUNCHCTL = """#!/bin/sh
 printf '%s\\n' "$*" >> "$FAKE_LOG"
 if [ "$1" = print ]; then
     case "$2" in */dev.switchboard-local)
-        if [ -n "$FAKE_LOADED" ]; then printf '%s = {\\n\\tstate = running\\n\\tpid = 4242\\n}\\n' "$2"; exit 0; fi
+        if [ -n "$FAKE_LOADED" ]; then
+            printf '%s = {\\n\\tstate = running\\n\\tpid = %s\\n}\\n' "$2" "${FAKE_PID:-4242}"; exit 0
+        fi
         echo "Could not find service" >&2; exit 113;;
     esac
     echo "$2 = {"; exit 0
@@ -76,6 +78,7 @@ class Box:
         self.env: dict[str, str | None] = {
             "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.config), "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "FAKE_LOG": str(self.log), "FAKE_MANAGER": "running", "FAKE_FAIL": None, "FAKE_LOADED": None,
+            "FAKE_PID": None,
             "SUDO_USER": None, "SWITCHBOARD_DB": None, "XDG_DATA_HOME": str(tmp_path / "data-home"),
         }  # fmt: skip
 
@@ -651,6 +654,14 @@ def test_launchd_install_writes_an_owner_only_agent_and_loads_it(box: Box) -> No
     assert box.calls() == [f"enable gui/{uid}/{LABEL}", f"bootstrap gui/{uid} {box.plist}"]
     assert box.cli("install", "--manager", "launchd", FAKE_LOADED="1").code == 0
     assert box.calls() == []  # unchanged and loaded: nothing to do
+
+
+@pytest.mark.parametrize("pid", ["²", "٤٢"])  # '²' passes str.isdigit(), int() refuses it; int('٤٢') is 42
+def test_launchd_status_reads_a_pid_only_in_ascii_digits(box: Box, pid: str) -> None:
+    assert box.cli("install", "--manager", "launchd").code == 0
+    status = box.cli("status", "--manager", "launchd", "--json", FAKE_LOADED="1", FAKE_PID=pid)
+    assert status.code == 0, status.err
+    assert json.loads(status.out)["pid"] is None
 
 
 def test_launchd_status_and_uninstall(box: Box) -> None:

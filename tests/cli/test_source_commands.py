@@ -131,6 +131,9 @@ BAD_REDIS_URLS = {
     "a protocol redis does not speak": "redis://:pw-secret@localhost:6379/0?protocol=9",
     "no connections allowed": "redis://:pw-secret@localhost:6379/0?max_connections=0",
     "reads of no bytes": "redis://:pw-secret@localhost:6379/0?socket_read_size=0",
+    "a timeout in other digits": "redis://:pw-secret@localhost:6379/0?socket_timeout=%D9%A1",
+    "a timeout of nan seconds": "redis://:pw-secret@localhost:6379/0?socket_connect_timeout=nan",
+    "a database in other digits": "redis://:pw-secret@localhost:6379/0?db=%D9%A1",
     "a TLS flag that does not exist": "rediss://:pw-secret@localhost:6379/0?ssl_cert_reqs=pw-secret",
 }
 

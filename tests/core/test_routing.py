@@ -321,13 +321,20 @@ def test_a_signed_stripe_delivery_with_unstorable_fields_is_still_named(body: by
 # ---------------------------------------------------------------- hostile text and sizes (hardening §3, §11, §12)
 
 
-async def test_a_non_ascii_digit_in_a_where_path_is_a_key_and_every_delivery_keeps_its_todos(store) -> None:
+@pytest.mark.parametrize("digit", ["²", "١", "１"])  # '²' passes str.isdigit(); int() reads the others as 1
+async def test_a_path_segment_in_other_digits_than_ascii_is_refused_when_a_rule_is_added(store, digit) -> None:
     await add_source(store)
-    await rules.add(store, source="gh", where=["labels.²=bug"], queue="odd")  # '²' passes str.isdigit()
-    result = await routing.deliver(store, event(PR))
-    assert [(await todos.get(store, i)).queue for i in result.todo_ids] == ["gh"]  # no match: the default queue
-    matched = await routing.deliver(store, event({"labels": {"²": "bug"}}, delivery="d-2"))
-    assert [(await todos.get(store, i)).queue for i in matched.todo_ids] == ["odd"]
+    for where, title in ([f"labels.{digit}=bug"], None), ([], f"{{labels.{digit}}}"):
+        with pytest.raises(InvalidArgument, match="ASCII digits"):
+            await rules.add(store, source="gh", where=where, title=title, queue="odd")
+    assert await rules.list_rules(store) == []
+
+
+async def test_a_rule_stored_with_such_a_path_reads_it_as_a_key_and_every_delivery_keeps_its_todos(store) -> None:
+    # A rule added before such paths were refused still routes: the segment is a key, never an index.
+    stored = Condition(path="labels.²", op="eq", value="bug")
+    assert not stored.holds(PR) and not stored.holds({"labels": ["bug", "bug", "bug"]})
+    assert stored.holds({"labels": {"²": "bug"}})
 
 
 async def test_a_path_segment_of_thousands_of_digits_never_breaks_routing(store) -> None:

@@ -32,7 +32,7 @@ async def test_an_adapter_s_backlog_is_shown_and_exported(store, board, redis_se
     assert (shown["name"], shown["enabled"], shown["waiting"], shown["lag_error"]) == ("jobs", False, 3, None)
     assert "password" not in shown["config"].get("redis_url", "")
 
-    scraped = board.receiver.request("GET", "/metrics").body.decode()
+    scraped = board.get("/metrics").body.decode()
     families = {f.name: f for f in text_string_to_metric_families(scraped)}
     (lag,) = families["switchboard_adapter_lag_messages"].samples
     assert (lag.labels, lag.value) == ({"adapter": "jobs"}, 3)

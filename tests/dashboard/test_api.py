@@ -139,6 +139,29 @@ async def test_a_todo_shows_payload_result_error_attempts_event_and_key(store, b
 async def test_an_unknown_todo_is_404(board):
     assert board.get("/api/todos/999").status == 404
     assert board.get("/api/todos/nope").status == 404
+    assert board.get("/api/todos/9223372036854775808").status == 404  # past what an id can be
+
+
+# '²' passes str.isdigit() (then int() refuses it); int() reads '١' (Arabic-Indic) and '１' (fullwidth) as 1.
+OTHER_DIGITS = ["%C2%B2", "%D9%A1", "%EF%BC%91"]
+
+
+@pytest.mark.parametrize("digits", OTHER_DIGITS)
+async def test_an_id_in_other_digits_than_ascii_names_nothing(store, board, digits):
+    todo = await make(store)
+    ingested = await event(store, b"{}", made=[])
+    assert (todo.id, ingested.event_id) == (1, 1)
+    for path in (f"/api/todos/{digits}", f"/api/events/{digits}"):
+        answer = board.get(path)
+        assert answer.status == 404 and answer.json()["error"]["code"] == "not_found", path
+
+
+@pytest.mark.parametrize("digits", OTHER_DIGITS)
+@pytest.mark.parametrize("name", ["limit", "cursor"])
+async def test_a_number_in_other_digits_than_ascii_is_refused_naming_it(store, board, digits, name):
+    await make(store)
+    answer = board.get(f"/api/todos?{name}={digits}")
+    assert answer.status == 400 and name in answer.json()["error"]["message"]
 
 
 # ---------------------------------------------------------------- events

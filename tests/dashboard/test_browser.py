@@ -156,6 +156,22 @@ def test_redriving_a_dead_letter_from_the_page_makes_it_ready(signed_in: Page, b
     expect(signed_in.locator('#queues tr[data-queue="builds"] td[data-label="Ready"]')).to_have_text("1", timeout=SEEN)
 
 
+def test_a_page_opened_without_the_token_is_refused_until_the_dashboard_s_url_is_opened(
+    browser: BrowserContext, board: Board
+) -> None:
+    browser.clear_cookies()  # the tabs share one profile: no cookie of an earlier test
+    tab = browser.new_page()
+    try:
+        answer = tab.goto(f"{board.origin}/todos")
+        assert answer is not None and answer.status == 401
+        assert "switchboard-local dashboard" in tab.content()
+        tab.goto(board.login_url)
+        answer = tab.goto(f"{board.origin}/todos")
+        assert answer is not None and answer.status == 200
+    finally:
+        tab.close()
+
+
 def test_a_page_reached_under_another_host_name_is_refused(browser: BrowserContext, board: Board) -> None:
     # DNS rebinding: a name the attacker controls, resolved to 127.0.0.1 (the
     # browser maps REBOUND_NAME there), keeps its own Host header.

@@ -48,7 +48,7 @@ async def test_webhook_deliveries_keep_arriving_under_any_host(store, board):
 
 async def test_every_dashboard_answer_carries_a_strict_content_security_policy(board):
     for path in ("/", "/api/queues", "/api/todos/999", "/nowhere"):
-        answer = board.receiver.request("GET", path)
+        answer = board.get(path)
         csp = answer.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp, path
         assert answer.headers["x-content-type-options"] == "nosniff", path
@@ -150,11 +150,56 @@ async def test_a_wrong_token_in_the_url_is_refused(board):
 async def test_the_page_acts_with_its_cookie_and_the_csrf_token_from_the_session(store, board, db_path):
     todo_id = await dead_letter(store)
     cookie = {"cookie": f"switchboard_token_{board.port}={board.token}"}
-    assert board.get("/api/session").status == 401  # no token: no CSRF token either
-    session = board.get_json("/api/session", headers=cookie)
+    assert board.get("/api/session", token=None).status == 401  # no token: no CSRF token either
+    session = board.get_json("/api/session", headers=cookie, token=None)
     answer = board.act(f"/api/todos/{todo_id}/redrive", token=None, csrf=session["csrf_token"], headers=cookie)
     assert answer.status == 200
     assert not still_dead(db_path, todo_id)
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
+        "theme=dark mode; {ours}",  # a space in a value: SimpleCookie gave up here
+        "{ours}; theme=dark mode",
+        'a="unterminated; {ours}',
+        "flag; ;=; {ours}; b=\\x01",
+        "{ours}; switchboard_token_{port}=a-stale-one",  # the same name, set by another page: ours still counts
+    ],
+)
+async def test_a_malformed_foreign_cookie_cannot_hide_the_dashboard_token(board, others):
+    # A browser sends a host's cookies to every port of it: any local page can set one beside ours.
+    cookie = others.format(ours=f"switchboard_token_{board.port}={board.token}", port=board.port)
+    assert board.get("/api/session", headers={"cookie": cookie}, token=None).status == 200
+
+
+# ---------------------------------------------------------------- reads need the token, on loopback too
+
+READS = ["/", "/todos", "/todos/1", "/events", "/dead", "/sources", "/static/dashboard.js", "/api/queues",
+         "/api/todos", "/api/todos/1", "/api/events", "/api/sources", "/api/adapters", "/api/dead",
+         "/api/stream", "/metrics", "/nowhere"]  # fmt: skip
+
+
+async def test_every_dashboard_read_needs_the_token_on_loopback_too(store, board):
+    # On loopback every local account can connect: what the pages show is the owner-only database's.
+    made, _ = await todos.create(store, NewTodo(queue="triage", title="secret plans", payload={"card": "4111-1111"}))
+    for path in READS:
+        for refused in ({}, {"authorization": "Bearer " + "x" * 43}, {"cookie": f"switchboard_token_{board.port}=x"}):
+            answer = board.get(path.replace("/1", f"/{made.id}"), headers=refused, token=None)
+            assert answer.status == 401, (path, refused, answer.status)
+            assert answer.headers["www-authenticate"] == "Bearer" and answer.headers["connection"] == "close"
+            assert b"4111" not in answer.body and b"secret plans" not in answer.body
+    assert board.get_json(f"/api/todos/{made.id}")["payload"] == {"card": "4111-1111"}
+    cookie = {"cookie": f"switchboard_token_{board.port}={board.token}"}
+    assert board.get_json(f"/api/todos/{made.id}", headers=cookie, token=None)["title"] == "secret plans"
+
+
+async def test_metrics_take_the_token_as_prometheus_sends_it_from_a_credentials_file(board, db_path):
+    # Prometheus' `authorization: {type: Bearer, credentials_file: …}` sends the file's text, trimmed.
+    credentials = access_token.token_path(db_path).read_text().strip()
+    assert board.get("/metrics", token=None).status == 401
+    answer = board.get("/metrics", headers={"authorization": f"Bearer {credentials}"}, token=None)
+    assert answer.status == 200 and b"switchboard_todos" in answer.body
 
 
 # ---------------------------------------------------------------- bound beyond loopback
@@ -162,8 +207,8 @@ async def test_the_page_acts_with_its_cookie_and_the_csrf_token_from_the_session
 
 async def test_beyond_loopback_every_dashboard_request_needs_the_token(store, db_path):
     with serving_dashboard(db_path, host="0.0.0.0") as board:
-        assert board.get("/api/queues").status == 401
-        assert board.get("/metrics").status == 401
+        assert board.get("/api/queues", token=None).status == 401
+        assert board.get("/metrics", token=None).status == 401
         assert board.get("/api/queues", headers={"authorization": f"Bearer {board.token}"}).status == 200
         # a wildcard bind cannot know the machine's names: any Host passes, the token guards
         reached_as = {"authorization": f"Bearer {board.token}", "host": "my-laptop.lan:8787"}
@@ -175,5 +220,4 @@ def test_the_host_check_knows_the_bound_address_and_the_loopback_names():
     policy = Policy(host="192.168.1.5", port=8787, token="t" * 43)
     assert policy.host_allowed("192.168.1.5:8787") and policy.host_allowed("LOCALHOST:8787")
     assert not policy.host_allowed("192.168.1.5:80") and not policy.host_allowed(None)
-    assert not policy.loopback
     assert Policy(host="::1", port=80, token="t" * 43).host_allowed("[::1]")

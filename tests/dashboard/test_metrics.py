@@ -32,7 +32,7 @@ NAMES = {
 
 
 def scrape(board) -> dict:
-    answer = board.receiver.request("GET", "/metrics")
+    answer = board.get("/metrics")
     assert answer.status == 200
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
     return {f.name: f for f in text_string_to_metric_families(answer.body.decode())}

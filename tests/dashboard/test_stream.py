@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
+from switchboard_local.dashboard import stream
+from switchboard_local.http import app as web
+
+from support.dashboard import serving_dashboard
 from support.receiver import add_source
 from support.signing import github, secret_for
 
@@ -78,3 +85,81 @@ async def test_an_unknown_topic_is_refused_by_name(board):
 
 async def test_the_stream_is_guarded_like_every_dashboard_path(board):
     assert board.get("/api/stream", headers={"Host": "rebound.example:80"}).status == 403
+
+
+# ---------------------------------------------------------------- streams hold connections: their own budget
+
+LIMITS = web.Limits(max_connections=16)  # the streams may hold 2 of them
+
+
+def open_stream(port: int, token: str | None) -> tuple[int, bytes, socket.socket]:
+    """A raw ``GET /api/stream``: its status, what it read, and the socket, held open by the
+    caller. An accepted stream is read to its ``ready`` event; a refused one to the end
+    of the connection, which the server closed (so it holds nothing of the server's)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    sock.sendall(f"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n".encode())
+    got = b""
+    while b"\r\n\r\n" not in got or (got.startswith(b"HTTP/1.1 200") and b"event: ready" not in got):
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection ended after {got!r}"
+        got += chunk
+    status = int(got.split(b" ", 2)[1])
+    if status != 200:
+        while chunk := sock.recv(65536):
+            got += chunk
+    return status, got, sock
+
+
+@contextlib.contextmanager
+def held() -> Iterator[list[socket.socket]]:
+    sockets: list[socket.socket] = []
+    try:
+        yield sockets
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def deliver(board, delivery: str) -> int:
+    body = json.dumps({"action": "opened"}).encode()
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": "issues", "X-GitHub-Delivery": delivery,
+               **github(body, SECRET)}  # fmt: skip
+    return board.receiver.post("gh", body, headers).status
+
+
+async def test_the_dashboard_s_streams_cannot_take_the_receiver_s_connections(store, db_path):
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    with serving_dashboard(db_path, LIMITS) as board, held() as sockets:
+        answers = []
+        for _ in range(LIMITS.max_connections):  # as many streams as the server has connections
+            status, got, sock = open_stream(board.port, board.token)
+            sockets.append(sock)
+            answers.append(status)
+            if status != 200:
+                assert status == 503 and b"retry-after: 3" in got.lower() and b"live streams" in got
+        assert answers.count(200) == LIMITS.max_streams == 2
+        assert deliver(board, "d-1") == 202
+
+
+async def test_a_stream_without_the_token_is_refused_at_once_and_holds_nothing(store, db_path):
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    with serving_dashboard(db_path, LIMITS) as board, held() as sockets:
+        for _ in range(2 * LIMITS.max_connections):
+            status, got, sock = open_stream(board.port, None)
+            sockets.append(sock)  # the client keeps its end open; the server closed its own
+            assert status == 401 and b"switchboard-local dashboard" in got
+        assert deliver(board, "d-1") == 202
+        with board.stream() as events:  # and the streams' budget is whole
+            assert events.next().event == "ready"
+
+
+async def test_a_stream_ends_after_its_lifetime_and_gives_its_place_back(db_path, monkeypatch):
+    monkeypatch.setattr(stream, "LIFETIME_SECONDS", 0.5)
+    with serving_dashboard(db_path, LIMITS) as board:
+        for _ in range(LIMITS.max_streams + 1):  # one more than the budget, one after another
+            with board.stream() as events:
+                assert events.next().event == "ready"
+                with pytest.raises(EOFError):
+                    while True:
+                        events.next(timeout=30)

@@ -218,13 +218,19 @@ def test_the_timestamp_window_includes_both_its_ends_and_nothing_beyond(kind):
     assert refusal(src, future.headers, future.body) == "the timestamp is more than 300 s in the future"
 
 
+# Not ASCII digits: a word, '²' (str.isdigit() passes it, int() refuses it), and NOW in Arabic-Indic and
+# fullwidth digits (int() reads both).
+NOT_ASCII_DIGITS = ["soon", "²", str(NOW).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")),
+                    str(NOW).translate(str.maketrans("0123456789", "０１２３４５６７８９"))]  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", ("stripe", "slack", "standard"))
-def test_a_timestamp_that_is_not_a_whole_number_is_refused_saying_so(kind):
+@pytest.mark.parametrize("written", NOT_ASCII_DIGITS)
+def test_a_timestamp_that_is_not_a_whole_number_in_ascii_digits_is_refused_saying_so(kind, written):
     body = b"{}"
-    headers = signing.signed_headers(kind, body, secret_for(kind), NOW)
-    name = {"stripe": "Stripe-Signature", "slack": "X-Slack-Request-Timestamp", "standard": "webhook-timestamp"}[kind]
-    value = headers[name].replace(str(NOW), "soon")
-    assert refusal(source(kind), headers | {name: value}, body) == "the timestamp is not a whole number of seconds"
+    # Signed as it is sent, so that only the timestamp's digits can be what is refused.
+    headers = signing.signed_headers(kind, body, secret_for(kind), written)  # type: ignore[arg-type]
+    assert refusal(source(kind), headers, body) == "the timestamp is not a whole number of seconds (ASCII digits)"
 
 
 # ---------------------------------------------------------------- generic hmac and token

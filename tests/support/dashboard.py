@@ -2,7 +2,7 @@
 loopback port, process.Service in a thread), and a client speaking real HTTP to it.
 
     with serving_dashboard(db_path) as board:
-        board.get_json("/api/queues")
+        board.get_json("/api/queues")                 # with the token (token=None: without)
         board.act("/api/todos/3/redrive")            # token, CSRF token and Origin as the page sends them
         with board.stream("queues,todos") as events:  # server-sent events
             events.next(timeout=10)
@@ -113,11 +113,16 @@ class Board:
         """What `switchboard-local dashboard` prints: opening it sets the token's cookie."""
         return f"{self.origin}/?token={self.token}"
 
-    def get(self, path: str, headers: Mapping[str, str] = {}) -> Answer:
-        return self.receiver.request("GET", path, headers=headers)
+    def _with_token(self, token: str | None, headers: Mapping[str, str]) -> dict[str, str]:
+        sent = {} if token is None else {"authorization": f"Bearer {token or self.token}"}
+        return {**sent, **headers}
 
-    def get_json(self, path: str, headers: Mapping[str, str] = {}) -> Any:
-        answer = self.get(path, headers)
+    def get(self, path: str, headers: Mapping[str, str] = {}, *, token: str | None = "") -> Answer:
+        """GET as a script holding the token sends it; pass None to leave the token out, or a value to send that."""
+        return self.receiver.request("GET", path, headers=self._with_token(token, headers))
+
+    def get_json(self, path: str, headers: Mapping[str, str] = {}, *, token: str | None = "") -> Any:
+        answer = self.get(path, headers, token=token)
         assert answer.status == 200, (path, answer.status, answer.body[:500])
         return answer.json()
 
@@ -145,10 +150,12 @@ class Board:
         return self.receiver.request("POST", path, raw, sent)
 
     @contextlib.contextmanager
-    def stream(self, topics: str | None = None, headers: Mapping[str, str] = {}) -> Iterator[EventStream]:
+    def stream(
+        self, topics: str | None = None, headers: Mapping[str, str] = {}, *, token: str | None = ""
+    ) -> Iterator[EventStream]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         path = "/api/stream" + (f"?topics={topics}" if topics else "")
-        conn.request("GET", path, headers={"accept": "text/event-stream", **headers})
+        conn.request("GET", path, headers=self._with_token(token, {"accept": "text/event-stream", **headers}))
         opened = EventStream(conn, conn.getresponse())
         try:
             yield opened
