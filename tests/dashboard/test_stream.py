@@ -6,9 +6,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from urllib.parse import quote
 
 import pytest
 
+from switchboard_local.core import todos
+from switchboard_local.core.todo_model import NewTodo
+
+from support.html import parse
 from support.receiver import add_source
 from support.signing import github, secret_for
 
@@ -78,3 +83,34 @@ async def test_an_unknown_topic_is_refused_by_name(board):
 
 async def test_the_stream_is_guarded_like_every_dashboard_path(board):
     assert board.get("/api/stream", headers={"Host": "rebound.example:80"}).status == 403
+
+
+def rendered_since(board, path: str) -> str:
+    """A page's data-since: the fingerprint it was rendered with."""
+    answer = board.get(path)
+    assert answer.status == 200
+    return parse(answer.body).one("body").attrs["data-since"]
+
+
+async def test_a_page_rendered_before_a_change_hears_of_it_as_the_stream_opens(store, board):
+    since = rendered_since(board, "/")
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    assert post_from_another_process(board.port, "gh", "d-3") == 202
+    with board.stream(f"queues,events&since={quote(since)}") as events:
+        events.next(event="ready")
+        assert set(events.next(timeout=15, event="change").json()["topics"]) == {"queues", "events"}
+
+
+async def test_a_page_rendered_with_the_latest_data_is_told_of_nothing_until_something_moves(store, board):
+    since = rendered_since(board, "/")
+    with board.stream(f"queues,events&since={quote(since)}") as events:
+        events.next(event="ready")
+        await todos.create(store, NewTodo(queue="triage", title="made after the page"))  # no event: queues alone move
+        # The first change is this todo's, not a catch-up naming the events too.
+        assert events.next(timeout=15, event="change").json() == {"topics": ["queues"]}
+
+
+async def test_a_since_that_is_not_a_pages_fingerprint_is_refused(board):
+    answer = board.get("/api/stream?since=" + quote("[1, 2]"))
+    assert answer.status == 400
+    assert "since must be" in answer.json()["error"]["message"]
