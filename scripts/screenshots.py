@@ -318,8 +318,8 @@ async def now_work(db: Path) -> None:
 
 
 def settle(page: Page) -> None:
+    # The page arrives with its data; "live" shows once its script holds the stream.
     page.wait_for_selector("#live[data-state=live]")
-    page.wait_for_function("!document.querySelector('.loading')")
     page.wait_for_timeout(300)  # the fonts and the last repaint
 
 

@@ -167,7 +167,11 @@ async def read_dead(request: Request, ctx: Context) -> dict[str, Any]:
 async def read_sources(request: Request, ctx: Context) -> dict[str, Any]:
     webhooks = await api.source_rows(ctx)
     adapters = await api.adapter_rows(ctx)
-    return {"sources": webhooks["items"], "deliveries_since": webhooks["deliveries_since"], "adapters": adapters["items"]}
+    return {
+        "sources": webhooks["items"],
+        "deliveries_since": webhooks["deliveries_since"],
+        "adapters": adapters["items"],
+    }
 
 
 async def queue_names(request: Request, ctx: Context) -> dict[str, Any]:
@@ -184,7 +188,13 @@ async def source_names(request: Request, ctx: Context) -> dict[str, Any]:
 
 
 def _list_defaults(names: tuple[str, ...], choices: str) -> Callable[[Request], dict[str, Any]]:
-    return lambda r: {"filters": _filters(r.query_params, names), choices: [], "items": [], "older": None, "newest": None}
+    return lambda r: {
+        "filters": _filters(r.query_params, names),
+        choices: [],
+        "items": [],
+        "older": None,
+        "newest": None,
+    }
 
 
 # page name -> (template, title, reader, what the template holds before (or without) the reader's answer)

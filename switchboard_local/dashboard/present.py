@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote as _quote
 
@@ -24,7 +24,7 @@ VIEW_LABELS = {"pretty": "JSON", "text": "Text", "hex": "Hex", "base64": "Base64
 
 def ms_of(iso: str) -> int:
     """An RFC 3339 time as the API gives it (``…Z``), in ms since the epoch."""
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def span(seconds: float) -> str:
@@ -49,7 +49,7 @@ def ago(iso: str, now_ms: int) -> str:
 
 def utc(iso: str) -> str:
     """A time's tooltip before the script puts it in the reader's own zone."""
-    return datetime.fromtimestamp(ms_of(iso) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(ms_of(iso) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def count(n: int | None) -> str:

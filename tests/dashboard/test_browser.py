@@ -245,7 +245,9 @@ def fetches(page: Page) -> list[str]:
     return sent
 
 
-def test_a_page_arrives_with_its_data_and_its_script_fetches_nothing_more_at_load(signed_in: Page, board: Board, cli) -> None:
+def test_a_page_arrives_with_its_data_and_its_script_fetches_nothing_more_at_load(
+    signed_in: Page, board: Board, cli
+) -> None:
     github_source(cli, "ci", "builds")
     push(board, "ci", "Fix the flaky test", "d-6")
     sent = fetches(signed_in)
@@ -275,7 +277,9 @@ def test_the_todos_list_shows_a_todos_owner_as_soon_as_it_is_claimed(signed_in: 
     assert signed_in.evaluate("window.stillTheSamePage") is True
 
 
-def test_older_todos_are_added_under_the_first_page_which_keeps_its_length_as_it_updates(signed_in: Page, board: Board, cli) -> None:
+def test_older_todos_are_added_under_the_first_page_which_keeps_its_length_as_it_updates(
+    signed_in: Page, board: Board, cli
+) -> None:
     for title in ("one", "two", "three"):
         assert cli("todo", "create", "--queue", "chores", "--title", title).code == 0
     signed_in.goto(f"{board.origin}/todos?limit=2")

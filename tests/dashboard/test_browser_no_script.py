@@ -111,7 +111,9 @@ def test_without_javascript_every_page_shows_its_data(signed_in: Page, board: Bo
     expect(signed_in.locator("#body pre")).to_contain_text('"ref": "refs/heads/main"')
 
     signed_in.goto(f"{o}/dead")
-    expect(signed_in.locator('#dead section[data-queue="deploy"] .error-line')).to_have_text("deploy refused: no credentials")
+    expect(signed_in.locator('#dead section[data-queue="deploy"] .error-line')).to_have_text(
+        "deploy refused: no credentials"
+    )
 
     signed_in.goto(f"{o}/sources")
     expect(signed_in.locator('#sources tr[data-source="ci"] td[data-label="Health"]')).to_have_text("healthy")
@@ -119,7 +121,9 @@ def test_without_javascript_every_page_shows_its_data(signed_in: Page, board: Bo
     expect(signed_in.locator("#live")).to_be_hidden()
 
 
-def test_without_javascript_the_filters_and_older_pages_work_as_links(signed_in: Page, board: Board, db_path: Path) -> None:
+def test_without_javascript_the_filters_and_older_pages_work_as_links(
+    signed_in: Page, board: Board, db_path: Path
+) -> None:
     made = on_the_file(db_path, a_morning)
     o = board.origin
 

@@ -190,14 +190,18 @@ async def test_a_zero_count_is_never_styled_as_an_alarm(store, board):
     queues = page(board, "/")
     assert not cell(queues.one("tr", data_queue="triage"), "Dead").classes & ALARMS  # 0 dead
     assert "hot" in cell(queues.one("tr", data_queue="deploy"), "Dead").classes  # 1 dead
-    badges = {b.text: b.classes for b in page(board, "/sources").one("tr", data_source="gh").all("span", class_="badge")}
+    badges = {
+        b.text: b.classes for b in page(board, "/sources").one("tr", data_source="gh").all("span", class_="badge")
+    }
     assert "bad" in badges["unverified 1"]
     for zero in ("stored 0", "duplicate 0", "too_large 0", "failed 0"):
         assert not badges[zero] & ALARMS, (zero, badges[zero])
 
 
 async def test_a_value_from_the_database_is_shown_as_text_never_as_html(store, board):
-    made = await make(store, title='<img src=x onerror="alert(1)"><b>bold</b>', payload={"html": "<script>x()</script>"})
+    made = await make(
+        store, title='<img src=x onerror="alert(1)"><b>bold</b>', payload={"html": "<script>x()</script>"}
+    )
 
     for path in ("/todos", f"/todos/{made.id}"):
         main = page(board, path).one("main")
