@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test helpers: the browser, signin
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
-from switchboard_local.core import routing, sources, todos  # noqa: E402
+from switchboard_local.core import browse, routing, sources, todos  # noqa: E402
 from switchboard_local.core.clock import ManualClock  # noqa: E402
 from switchboard_local.core.events import NewEvent  # noqa: E402
 from switchboard_local.core.store import Store  # noqa: E402
@@ -310,6 +310,9 @@ async def now_work(db: Path) -> None:
         # Claimed and still being worked on.
         await todos.claim_next(store, owner="ci-agent-2", queues=["builds"], lease=900)
         await todos.claim_next(store, owner="shipping-agent-1", queues=["fulfilment"], lease=900)
+        # An order that just came in, picked up at once: the todos list shows who holds it.
+        (newest,) = (await browse.todos(store, queue="fulfilment", state="pending", limit=1)).items
+        await todos.claim(store, newest.id, owner="shipping-agent-3", lease=900)
     finally:
         await store.close()
 
@@ -318,8 +321,8 @@ async def now_work(db: Path) -> None:
 
 
 def settle(page: Page) -> None:
+    # The page arrives with its data; "live" shows once its script holds the stream.
     page.wait_for_selector("#live[data-state=live]")
-    page.wait_for_function("!document.querySelector('.loading')")
     page.wait_for_timeout(300)  # the fonts and the last repaint
 
 

@@ -18,7 +18,7 @@ A list answers ``{"items": [...], "next_cursor": str | null}``; pass
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -49,6 +49,10 @@ def problem(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+def status_of(exc: SwitchboardError) -> int:
+    return next((s for kind, s in STATUS if isinstance(exc, kind)), 500)
+
+
 def answers_errors(handler: Handler) -> Handler:
     """The handler, with the core's errors answered by ``STATUS``."""
 
@@ -56,8 +60,7 @@ def answers_errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except SwitchboardError as exc:
-            status = next((s for kind, s in STATUS if isinstance(exc, kind)), 500)
-            return problem(status, exc.code, exc.message)
+            return problem(status_of(exc), exc.code, exc.message)
 
     return handle
 
@@ -70,13 +73,13 @@ def todo_row(todo: Todo) -> dict[str, Any]:
     return row
 
 
-def _made_row(todo: Todo) -> dict[str, Any]:
+def made_row(todo: Todo) -> dict[str, Any]:
     # As `events show --json` lists an event's todos.
     return {"id": todo.id, "queue": todo.queue, "state": todo.state, "dead_letter": todo.dead_letter, "title": todo.title}
 
 
-def _int_param(request: Request, name: str, default: int) -> int:
-    value = request.query_params.get(name)
+def int_param(params: Mapping[str, str], name: str, default: int) -> int:
+    value = params.get(name)
     if value is None or value == "":
         return default
     number = digits(value)
@@ -93,13 +96,60 @@ def _id(request: Request, noun: str) -> int:
     return number
 
 
-def _text(request: Request, name: str) -> str | None:
-    return request.query_params.get(name) or None
+def _text(params: Mapping[str, str], name: str) -> str | None:
+    return params.get(name) or None
 
 
-def _paged(page: browse.Page, row: Callable[[Any], dict[str, Any]]) -> JSONResponse:
+def todo_filters(params: Mapping[str, str]) -> dict[str, Any]:
+    """``browse.todos``' arguments from a query string (the API's and the todos page's)."""
+    return {
+        "queue": _text(params, "queue"),
+        "state": _text(params, "state"),
+        "kind": _text(params, "kind"),
+        "assignee": _text(params, "assignee"),
+        "text": _text(params, "q"),
+        "cursor": browse.parse_cursor(params.get("cursor")),
+        "limit": int_param(params, "limit", browse.DEFAULT_LIMIT),
+    }
+
+
+def event_filters(params: Mapping[str, str]) -> dict[str, Any]:
+    """``browse.events``' arguments from a query string (the API's and the events page's)."""
+    return {
+        "source": _text(params, "source"),
+        "type": _text(params, "type"),
+        "cursor": browse.parse_cursor(params.get("cursor")),
+        "limit": int_param(params, "limit", browse.DEFAULT_LIMIT),
+    }
+
+
+def paged(page: browse.Page, row: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     cursor = None if page.next_cursor is None else str(page.next_cursor)
-    return JSONResponse({"items": [row(item) for item in page.items], "next_cursor": cursor})
+    return {"items": [row(item) for item in page.items], "next_cursor": cursor}
+
+
+def todo_view(found: Todo, event: Event | None) -> dict[str, Any]:
+    return {**found.to_dict(), "event": None if event is None else event.summary()}
+
+
+def event_view(found: Event, made: list[Todo]) -> dict[str, Any]:
+    return {**found.full(), **browse.body_views(found.body, found.content_type), "todos": [made_row(t) for t in made]}
+
+
+async def source_rows(ctx: Context) -> dict[str, Any]:
+    """Webhook sources with this process's deliveries by outcome (and since when it counts them)."""
+    tally = store_tally(ctx)
+    items = [{**view.to_dict(), "deliveries": tally.deliveries_of(view.source.name)}
+             for view in await browse.sources(ctx.store, family="webhook")]  # fmt: skip
+    return {"items": items, "deliveries_since": tally.since_rfc3339()}
+
+
+async def adapter_rows(ctx: Context) -> dict[str, Any]:
+    """Redis adapters with what waits in their Redis now."""
+    items = []
+    for view in await browse.sources(ctx.store, family="queue"):
+        items.append({**view.to_dict(), **await ctx.lag(view.source, PROBE_TIMEOUT)})
+    return {"items": items}
 
 
 def routes(ctx: Context) -> list[BaseRoute]:
@@ -109,49 +159,24 @@ def routes(ctx: Context) -> list[BaseRoute]:
         return JSONResponse({"items": [q.to_dict() for q in await browse.queues(store)]})
 
     async def todos(request: Request) -> Response:
-        page = await browse.todos(
-            store,
-            queue=_text(request, "queue"),
-            state=_text(request, "state"),
-            kind=_text(request, "kind"),
-            assignee=_text(request, "assignee"),
-            text=_text(request, "q"),
-            cursor=browse.parse_cursor(request.query_params.get("cursor")),
-            limit=_int_param(request, "limit", browse.DEFAULT_LIMIT),
-        )
-        return _paged(page, todo_row)
+        page = await browse.todos(store, **todo_filters(request.query_params))
+        return JSONResponse(paged(page, todo_row))
 
     async def todo(request: Request) -> Response:
-        found, event = await browse.todo(store, _id(request, "todo"))
-        return JSONResponse({**found.to_dict(), "event": None if event is None else event.summary()})
+        return JSONResponse(todo_view(*await browse.todo(store, _id(request, "todo"))))
 
     async def events(request: Request) -> Response:
-        page = await browse.events(
-            store,
-            source=_text(request, "source"),
-            type=_text(request, "type"),
-            cursor=browse.parse_cursor(request.query_params.get("cursor")),
-            limit=_int_param(request, "limit", browse.DEFAULT_LIMIT),
-        )
-        return _paged(page, Event.summary)
+        page = await browse.events(store, **event_filters(request.query_params))
+        return JSONResponse(paged(page, Event.summary))
 
     async def event(request: Request) -> Response:
-        found, made = await browse.event(store, _id(request, "event"))
-        view = {**found.full(), **browse.body_views(found.body, found.content_type), "todos": [_made_row(t) for t in made]}
-        return JSONResponse(view)
+        return JSONResponse(event_view(*await browse.event(store, _id(request, "event"))))
 
     async def sources(request: Request) -> Response:
-        tally = store_tally(ctx)
-        items = []
-        for view in await browse.sources(store, family="webhook"):
-            items.append({**view.to_dict(), "deliveries": tally.deliveries_of(view.source.name)})
-        return JSONResponse({"items": items, "deliveries_since": tally.since_rfc3339()})
+        return JSONResponse(await source_rows(ctx))
 
     async def adapters(request: Request) -> Response:
-        items = []
-        for view in await browse.sources(store, family="queue"):
-            items.append({**view.to_dict(), **await ctx.lag(view.source, PROBE_TIMEOUT)})
-        return JSONResponse({"items": items})
+        return JSONResponse(await adapter_rows(ctx))
 
     async def dead(request: Request) -> Response:
         return JSONResponse({"items": [g.to_dict() for g in await browse.dead_groups(store)]})

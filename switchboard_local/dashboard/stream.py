@@ -13,6 +13,11 @@ second, however fast work moves.
     event: ready   data: {"topics": [...]}       the stream watches: a page may fetch now
     event: change  data: {"topics": ["queues", "todos"]}
 
+``?since=`` is the fingerprint a page was rendered with (its ``data-since``):
+right after ``ready`` the stream names what moved since then, as a
+``change`` (nothing when nothing did), so a page that came with its data
+needs no fetch to catch up. Without it, a page fetches at ``ready``.
+
 The stream ends when the server stops (``Context.stopping``) and after
 ``LIFETIME_SECONDS``; the browser's EventSource reconnects by itself after
 ``retry`` (with its cookie: the guard asks each stream for the token).
@@ -81,6 +86,8 @@ class Hub:
         self._subscribers: set[Subscriber] = set()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
+        # The fingerprint every subscriber has been told about (None: the file could not be read).
+        self.last: dict[str, Any] | None = None
 
     async def subscribe(self) -> Subscriber:
         """A new inbox, once the hub has read the file's state (a later commit reaches it)."""
@@ -105,6 +112,7 @@ class Hub:
                 await self._watch(ready)
             except Exception as exc:  # the file cannot be read now (StoreFault, a closed store): look again shortly
                 log.warning("dashboard stream: cannot watch the database: %s", exc)
+                self.last = None
                 ready.set()
                 await asyncio.sleep(self.interval)
 
@@ -114,7 +122,7 @@ class Hub:
         try:
             await changes.ready.wait()
             seen = changes.count
-            last = await browse.fingerprint(self.store)
+            self.last = await browse.fingerprint(self.store)
             ready.set()
             while True:
                 count = await changes.wait(seen, timeout=WAKE_SECONDS)
@@ -124,8 +132,9 @@ class Hub:
                     continue
                 seen = count  # read before the look: a commit during it is seen at the next
                 now = await browse.fingerprint(self.store)
-                topics = browse.changed_topics(last, now)
-                last = now
+                topics = browse.changed_topics(self.last or {}, now)
+                # With the push, in one step: a subscriber is told of a change, or its `since` sees it.
+                self.last = now
                 if topics:
                     for subscriber in list(self._subscribers):
                         subscriber.push(topics)
@@ -183,6 +192,29 @@ def parse_topics(value: str | None) -> set[str]:
     return wanted
 
 
+MAX_SINCE = 2000  # characters: a fingerprint is a few numbers
+
+
+def parse_since(value: str | None) -> dict[str, Any] | None:
+    """A page's fingerprint, as it was rendered into its ``data-since``."""
+    if value is None:
+        return None
+    try:
+        since = json.loads(value) if len(value) <= MAX_SINCE else None
+    except ValueError:
+        since = None
+    if not isinstance(since, dict):
+        raise InvalidArgument("since must be the data-since of a dashboard page (a JSON object)")
+    return since
+
+
+def moved_since(hub: Hub, since: dict[str, Any] | None, wanted: set[str]) -> set[str]:
+    """What moved between a page's render and now (all its topics when the file could not be read)."""
+    if since is None:
+        return set()
+    return wanted if hub.last is None else browse.changed_topics(since, hub.last) & wanted
+
+
 def routes(ctx: Context) -> list[BaseRoute]:
     hub = Hub(ctx.store)
     ctx.extra["hub"] = hub
@@ -190,6 +222,7 @@ def routes(ctx: Context) -> list[BaseRoute]:
 
     async def stream(request: Request) -> Response:
         wanted = parse_topics(request.query_params.get("topics"))
+        since = parse_since(request.query_params.get("since"))
 
         async def events() -> Any:
             loop = asyncio.get_running_loop()
@@ -197,6 +230,9 @@ def routes(ctx: Context) -> list[BaseRoute]:
             subscriber = await hub.subscribe()
             try:
                 yield ServerSentEvent(event="ready", data=json.dumps({"topics": sorted(wanted)}), retry=RETRY_MS)
+                moved = moved_since(hub, since, wanted)
+                if moved:
+                    yield ServerSentEvent(event="change", data=json.dumps({"topics": sorted(moved)}))
                 while not ctx.stopping() and (left := ends_at - loop.time()) > 0:
                     topics = (await subscriber.take(min(WAKE_SECONDS, left))) & wanted
                     if topics:

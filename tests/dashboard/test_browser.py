@@ -247,3 +247,116 @@ def test_a_post_from_another_origin_is_refused(signed_in: Page, board: Board, cl
     # The server refuses a POST from another origin even with the token and the CSRF token.
     refused = board.act(f"/api/todos/{todo_id}/redrive", origin=other_site)
     assert refused.status == 403
+
+
+# ---------------------------------------------------------------- the first paint (issue 28 §4)
+
+ALARMS = {"hot", "bad", "failed"}  # the classes the style sheet paints red
+
+
+def fetches(page: Page) -> list[str]:
+    """The URLs the page's script fetches from now on (its stream aside), as they go out."""
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.resource_type in ("fetch", "xhr") else None)
+    return sent
+
+
+def test_a_page_arrives_with_its_data_and_its_script_fetches_nothing_more_at_load(
+    signed_in: Page, board: Board, cli
+) -> None:
+    github_source(cli, "ci", "builds")
+    push(board, "ci", "Fix the flaky test", "d-6")
+    sent = fetches(signed_in)
+
+    signed_in.goto(f"{board.origin}/todos")
+    expect(signed_in.locator("#todos tbody tr")).to_contain_text("Build Fix the flaky test")
+    expect(signed_in.locator("#live")).to_have_attribute("data-state", "live", timeout=SEEN)
+    # Something moves: the page fetches itself once for it, and has fetched nothing before.
+    assert cli("todo", "create", "--queue", "builds", "--title", "Made while watching").code == 0
+    expect(signed_in.locator("#todos tbody")).to_contain_text("Made while watching", timeout=SEEN)
+    assert sent == [f"{board.origin}/todos"]
+    assert signed_in.console_errors == []  # type: ignore[attr-defined]
+
+
+def test_the_todos_list_shows_a_todos_owner_as_soon_as_it_is_claimed(signed_in: Page, board: Board, cli) -> None:
+    github_source(cli, "ci", "builds")
+    push(board, "ci", "Bump the parser", "d-7")
+    signed_in.goto(f"{board.origin}/todos")
+    expect(signed_in.locator("#live")).to_have_attribute("data-state", "live", timeout=SEEN)
+    signed_in.evaluate("window.stillTheSamePage = true")
+
+    claimed = as_json(cli, "todo", "claim", "--queue", "builds", "--owner", "builder-1")
+
+    row = signed_in.locator(f'#todos tr[data-todo="{claimed["id"]}"]')
+    expect(row.locator('td[data-label="Owner"]')).to_have_text("builder-1", timeout=SEEN)
+    expect(row.locator('td[data-label="State"]')).to_have_text("claimed")
+    assert signed_in.evaluate("window.stillTheSamePage") is True
+
+
+def test_older_todos_are_added_under_the_first_page_which_keeps_its_length_as_it_updates(
+    signed_in: Page, board: Board, cli
+) -> None:
+    for title in ("one", "two", "three"):
+        assert cli("todo", "create", "--queue", "chores", "--title", title).code == 0
+    signed_in.goto(f"{board.origin}/todos?limit=2")
+    expect(signed_in.locator("#live")).to_have_attribute("data-state", "live", timeout=SEEN)
+    signed_in.evaluate("window.stillTheSamePage = true")
+    titles = signed_in.locator('#todos td[data-label="Title"]')
+    expect(titles).to_have_text(["three", "two"])
+
+    signed_in.get_by_role("link", name="Older todos").click()
+
+    expect(titles).to_have_text(["three", "two", "one"], timeout=SEEN)
+    expect(signed_in.get_by_role("link", name="Older todos")).to_have_count(0)
+    # A new todo comes in on top; the list keeps as many rows as it showed, and offers the one it let go.
+    assert cli("todo", "create", "--queue", "chores", "--title", "four").code == 0
+    expect(titles).to_have_text(["four", "three", "two"], timeout=SEEN)
+    expect(signed_in.get_by_role("link", name="Older todos")).to_have_count(1)
+    assert signed_in.evaluate("window.stillTheSamePage") is True
+    assert signed_in.url == f"{board.origin}/todos?limit=2"
+
+
+def test_a_filter_changes_the_address_and_the_rows_without_a_reload(signed_in: Page, board: Board, cli) -> None:
+    github_source(cli, "ci", "builds")
+    push(board, "ci", "Ship it", "d-8")
+    assert cli("todo", "create", "--queue", "chores", "--title", "Water the plants").code == 0
+    signed_in.goto(f"{board.origin}/todos")
+    signed_in.evaluate("window.stillTheSamePage = true")
+
+    signed_in.locator("select[name=queue]").select_option("chores")
+
+    expect(signed_in).to_have_url(f"{board.origin}/todos?queue=chores", timeout=SEEN)
+    expect(signed_in.locator('#todos td[data-label="Title"]')).to_have_text(["Water the plants"], timeout=SEEN)
+    assert signed_in.evaluate("window.stillTheSamePage") is True
+
+
+def test_an_events_body_views_switch_in_place(signed_in: Page, board: Board, cli) -> None:
+    github_source(cli, "ci", "builds")
+    push(board, "ci", "Bump", "d-9")
+    (event,) = as_json(cli, "events", "list", "--source", "ci")
+    signed_in.goto(f"{board.origin}/events/{event['id']}")
+    expect(signed_in.locator("#body pre")).to_contain_text('"ref": "refs/heads/main"')
+    signed_in.evaluate("window.stillTheSamePage = true")
+
+    signed_in.get_by_role("link", name="Hex").click()
+
+    expect(signed_in.locator("#body pre")).to_contain_text("00000000  7b 22 72 65", timeout=SEEN)
+    expect(signed_in.get_by_role("link", name="Hex")).to_have_attribute("aria-current", "true")
+    assert signed_in.url.endswith("?view=hex")
+    assert signed_in.evaluate("window.stillTheSamePage") is True
+
+
+def test_a_zero_count_stays_quiet_as_the_sources_page_updates(signed_in: Page, board: Board, cli) -> None:
+    github_source(cli, "ci", "builds")
+    signed_in.goto(f"{board.origin}/sources")
+    expect(signed_in.locator("#live")).to_have_attribute("data-state", "live", timeout=SEEN)
+
+    push(board, "ci", "Fix it", "d-10")
+
+    deliveries = signed_in.locator('#sources tr[data-source="ci"] td[data-label="Deliveries"] .badge')
+    expect(deliveries.filter(has_text="stored 1")).to_have_count(1, timeout=SEEN)
+    for badge in deliveries.all():
+        classes = set((badge.get_attribute("class") or "").split())
+        if badge.inner_text().endswith(" 0"):
+            assert not classes & ALARMS, (badge.inner_text(), classes)
+    assert "ok" in (deliveries.filter(has_text="stored 1").get_attribute("class") or "")

@@ -9,13 +9,17 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 
+from switchboard_local.core import todos
+from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.dashboard import stream
 from switchboard_local.http import app as web
 
 from support.dashboard import serving_dashboard
+from support.html import parse
 from support.receiver import add_source
 from support.signing import github, secret_for
 
@@ -163,3 +167,34 @@ async def test_a_stream_ends_after_its_lifetime_and_gives_its_place_back(db_path
                 with pytest.raises(EOFError):
                     while True:
                         events.next(timeout=30)
+
+
+def rendered_since(board, path: str) -> str:
+    """A page's data-since: the fingerprint it was rendered with."""
+    answer = board.get(path)
+    assert answer.status == 200
+    return parse(answer.body).one("body").attrs["data-since"]
+
+
+async def test_a_page_rendered_before_a_change_hears_of_it_as_the_stream_opens(store, board):
+    since = rendered_since(board, "/")
+    await add_source(store, "gh", "github", secret=SECRET, queue="triage")
+    assert post_from_another_process(board.port, "gh", "d-3") == 202
+    with board.stream(f"queues,events&since={quote(since)}") as events:
+        events.next(event="ready")
+        assert set(events.next(timeout=15, event="change").json()["topics"]) == {"queues", "events"}
+
+
+async def test_a_page_rendered_with_the_latest_data_is_told_of_nothing_until_something_moves(store, board):
+    since = rendered_since(board, "/")
+    with board.stream(f"queues,events&since={quote(since)}") as events:
+        events.next(event="ready")
+        await todos.create(store, NewTodo(queue="triage", title="made after the page"))  # no event: queues alone move
+        # The first change is this todo's, not a catch-up naming the events too.
+        assert events.next(timeout=15, event="change").json() == {"topics": ["queues"]}
+
+
+async def test_a_since_that_is_not_a_pages_fingerprint_is_refused(board):
+    answer = board.get("/api/stream?since=" + quote("[1, 2]"))
+    assert answer.status == 400
+    assert "since must be" in answer.json()["error"]["message"]

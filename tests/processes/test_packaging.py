@@ -24,8 +24,8 @@ def test_the_wheel_ships_the_schema_and_runs_from_another_directory(tmp_path: Pa
         shipped_postgres = zf.read("switchboard_local/core/schema.postgres.sql").decode()
         assert "switchboard_local/core/queries.sql" in zf.namelist()
         assert "switchboard_local/core/queries.postgres.sql" in zf.namelist()
-        for shipped_with_the_dashboard in ("templates/base.html", "templates/queues.html", "static/dashboard.js",
-                                           "static/dashboard.css"):  # fmt: skip
+        for shipped_with_the_dashboard in ("templates/base.html", "templates/_ui.html", "templates/queues.html",
+                                           "static/dashboard.js", "static/dashboard.css"):  # fmt: skip
             assert f"switchboard_local/dashboard/{shipped_with_the_dashboard}" in zf.namelist()
     assert shipped == (ROOT / "schema.sql").read_text()
     assert shipped_postgres == (ROOT / "schema.postgres.sql").read_text()

@@ -51,22 +51,24 @@ def chromium_path() -> str:
     return named
 
 
-def launch(playwright: Playwright, user_data_dir: str) -> BrowserContext:
-    """Chromium on a fresh profile (`user_data_dir`): playwright's persistent context is how it takes one."""
+def launch(playwright: Playwright, user_data_dir: str, *, javascript: bool = True) -> BrowserContext:
+    """Chromium on a fresh profile (`user_data_dir`): playwright's persistent context is how it takes one
+    (``javascript=False``: pages run no script, as a reader who turned it off, or before it loads)."""
     return playwright.chromium.launch_persistent_context(
         user_data_dir,
         executable_path=chromium_path(),
         headless=True,
         args=ARGS,
         viewport={"width": 1280, "height": 800},
+        java_script_enabled=javascript,
     )
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[BrowserContext]:
+def chromium(*, javascript: bool = True) -> Iterator[BrowserContext]:
     """Chromium on a fresh profile, closed on exit (a module-scoped fixture holds one per test module)."""
     with tempfile.TemporaryDirectory(prefix="switchboard-chromium-") as profile, sync_playwright() as playwright:
-        context = launch(playwright, profile)
+        context = launch(playwright, profile, javascript=javascript)
         try:
             yield context
         finally:
