@@ -271,7 +271,8 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Print the unit an
 @click.option("--sandbox", is_flag=True,
               help="systemd: add PrivateTmp, ProtectSystem=strict, ProtectHome=read-only (needs user namespaces).")  # fmt: skip
 @dry_run_option
-@click.argument("serve_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SERVE OPTIONS]")
+@click.argument("serve_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SERVE OPTIONS]",
+                help="Options the service's serve runs with, after -- (e.g. -- --port 9000).")
 @common
 def service_install(db: Path | None, as_json: bool | None, manager_name: str | None, user_scope: bool, sandbox: bool,
                     dry_run: bool, serve_args: tuple[str, ...]) -> None:  # fmt: skip
