@@ -84,7 +84,7 @@ def test_a_listing_shows_each_commands_first_sentence_whole(path: tuple[str, ...
 def test_the_top_level_listing_is_not_cut_mid_word() -> None:
     shown = listing(())
     assert shown["db"] == "The database: where it is, and copying it into another."
-    assert shown["dashboard"].endswith("(keep it private: it lets its holder act).")
+    assert shown["dashboard"].endswith("(keep it private: it lets its holder read and act).")
     assert shown["agent"] == "Agent profiles: the queues an MCP server may drain and the tools it offers."
 
 
