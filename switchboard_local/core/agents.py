@@ -87,7 +87,7 @@ class Agent:
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise InvalidArgument(
             f"agent name must be 1 to 64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got {name!r}"
         )

@@ -51,7 +51,7 @@ def adapter_config(options: dict[str, Any], *, driver_check: Callable[[str], Non
         check_url(url)
         if driver_check is not None:
             driver_check(url)
-    if url_env is not None and not ENV_NAME.match(url_env):
+    if url_env is not None and not ENV_NAME.fullmatch(url_env):
         raise InvalidArgument("--redis-url-env must name an environment variable (letters, digits and '_')")
     mode = options.get("mode")
     if mode not in MODES:

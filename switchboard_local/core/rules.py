@@ -143,7 +143,7 @@ def parse_path(path: str) -> tuple[tuple[str, int | None], ...]:
     The one parser of paths: rules and templates are checked with it when
     added and looked up with it at delivery, so whatever is accepted applies.
     """
-    if not isinstance(path, str) or not PATH.match(path):
+    if not isinstance(path, str) or not PATH.fullmatch(path):
         raise InvalidArgument(f"{path!r} is not a dotted path")
     return tuple((key, int(key) if INDEX.fullmatch(key) else None) for key in path.split("."))
 

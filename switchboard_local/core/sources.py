@@ -175,7 +175,7 @@ RESERVED_NAMES = {"redis": "keys of Redis sources' todos start with it", audit.O
 
 
 def _require_name(name: str) -> None:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise InvalidArgument(
             f"the name {name!r} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )

@@ -173,3 +173,20 @@ def test_usage_errors_answer_in_json_when_json_was_asked_for(cli, db_path: Path)
     error = json.loads(out)["error"]
     assert error["code"] == "invalid_argument" and "--priority" in error["message"]
     assert count(db_path, "todos") == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("source", "add", "gh\n", "--kind", "github", "--secret", "s"),
+        ("agent", "add", "reviewer\n", "--queue", "review"),
+        ("adapter", "add", "orders", "--redis-url-env", "REDIS_URL\n", "--mode", "stream", "--key", "k"),
+    ],
+    ids=["source", "agent", "adapter-env"],
+)
+def test_a_name_ending_in_a_newline_is_refused_and_nothing_is_written(cli, db_path, args) -> None:
+    # A pattern's `$` matches before a final newline: the whole text must match.
+    result = cli(*args)
+    assert result.code == 2, result.out + result.err
+    assert "invalid_argument" in result.err
+    assert count(db_path, "sources") + count(db_path, "agents") + count(db_path, "rules") == 0

@@ -536,3 +536,9 @@ async def test_a_replay_finds_its_earlier_replays_todo_while_that_one_is_claimed
     if holder == "retrying":
         await todos.fail(store, Lease(replayed_id, claimed.lease_token), error="later")
     assert await routing.replay(store, first.event_id) == [replayed_id]
+
+
+@pytest.mark.parametrize("path", ["merged\n", "pull_request.merged\n", "a.b\n"])
+def test_a_path_ending_in_a_newline_is_no_dotted_path(path: str) -> None:
+    with pytest.raises(InvalidArgument, match="is not a dotted path"):
+        rules.parse_path(path)
