@@ -470,7 +470,7 @@ def report(results: list[AreaResult]) -> str:
     kept, used_kept = kept_survivors(), set()
     used: set[str] = set()
     out = ["# Mutation testing report", "",
-           "Made by `python mutation/run.py` (see the README's Development section and mutation/run.py's docstring).",
+           "Made by `python mutation/run.py` (see docs/development/mutation.md and mutation/run.py's docstring).",
            "Killed includes timeouts (a test hung for a minute, or tests running five times longer than unmutated).",
            "Score = killed / (mutants run − equivalent); equivalent mutants and their reasons are in",
            "mutation/equivalent.toml. A survivor marked \"kept\" changes behaviour but has no test, for the reason",

@@ -1,4 +1,4 @@
-"""Screenshots of the dashboard for the README: docs/screenshots/*.png.
+"""Screenshots of the dashboard for the docs (docs/guide/dashboard.md): docs/screenshots/*.png.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 

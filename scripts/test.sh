@@ -59,7 +59,7 @@ stamp=.venv/.switchboard-installed
 wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
 # -I: not from the checkout's directory, so this sees what is installed in .venv.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
-    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly' >/dev/null 2>&1; then
+    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly, mkdocs, material' >/dev/null 2>&1; then
     rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'
@@ -67,8 +67,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
 fi
 
 # Claude Code's CLI (npm's @anthropic-ai/claude-code, its latest release), project-local:
-# tests/cli/test_claude_code.py registers the `claude mcp add` lines that the README and
-# doctor print with it and asks it whether each server connects. A missing one fails
+# tests/cli/test_claude_code.py registers the `claude mcp add` lines that the README, the docs
+# and doctor print with it and asks it whether each server connects. A missing one fails
 # those tests, it never skips them.
 claude=.venv/claude-code/node_modules/.bin/claude
 if ! "$claude" --version >/dev/null 2>&1; then

@@ -1,4 +1,4 @@
-"""The layout's rules (ARCHITECTURE.md), read from the package's import statements.
+"""The layout's rules (docs/development/architecture.md), read from the package's import statements.
 
 For who may import whom, every import counts, at module level or inside a
 function, absolute or relative: a lazy import of another edge is still a

@@ -1,8 +1,8 @@
-"""Every `claude mcp add` line that the README and `doctor` print registers a server that the real
-Claude Code connects to.
+"""Every `claude mcp add` line that the README, the docs pages and `doctor` print registers a server
+that the real Claude Code connects to.
 
 Each line runs in bash with the real `claude` (npm's @anthropic-ai/claude-code: support/claude_code.py)
-in a HOME of its own, the README's paths standing for real ones (the console script of the
+in a HOME of its own, the docs' paths standing for real ones (the console script of the
 environment running the tests, a temporary database); then `claude mcp get switchboard`, which
 starts the registered `switchboard-local mcp` over stdio and asks it to initialize, must say
 Connected. Where a line names a database, the server must have opened that one (and not the
@@ -25,16 +25,18 @@ from support.postgres import PostgresServer
 
 pytestmark = pytest.mark.claude_code
 
-README_DB = "/path/to/switchboard.db"  # the README's stand-in for a database file
+README_DB = "/path/to/switchboard.db"  # the docs' stand-in for a database file
+# Where a user reads the lines: the README, then the docs site's pages.
+DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 
 
-def readme_lines() -> list[str]:
-    """Each `claude mcp add` command in the README: a code block's line, or an inline code span.
+def documented_lines() -> list[str]:
+    """Each `claude mcp add` command in the README and the docs: a code block's line, or an inline code span.
 
     `claude mcp add -s project …` is left out: an ellipsis is no command.
     """
     code, prose, in_block = [], [], False
-    for line in (REPO_ROOT / "README.md").read_text("utf-8").splitlines():
+    for line in "\n".join(path.read_text("utf-8") for path in DOCUMENTS).splitlines():
         if line.startswith("```"):
             in_block = not in_block
         elif in_block:
@@ -65,19 +67,20 @@ def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     server.release(plain)
 
 
-def test_the_readme_has_the_claude_mcp_add_lines_this_file_runs() -> None:
-    lines = readme_lines()
-    assert len(lines) >= 6, lines  # Start here (four), Use with Claude Code (one more), Scaling out (one)
+def test_the_docs_have_the_claude_mcp_add_lines_this_file_runs() -> None:
+    lines = documented_lines()
+    # README's Start here (four), guide/claude-code.md (one more), operations/postgresql.md (one)
+    assert len(lines) >= 6, lines
     assert all(" -- " in line for line in lines), lines
 
 
-@pytest.mark.parametrize("line", readme_lines(), ids=lambda line: re.split(r"\s+#", line)[0])
-def test_each_readme_claude_mcp_add_line_registers_a_server_claude_code_connects_to(
+@pytest.mark.parametrize("line", documented_lines(), ids=lambda line: re.split(r"\s+#", line)[0])
+def test_each_documented_claude_mcp_add_line_registers_a_server_claude_code_connects_to(
     line: str, home: ClaudeHome, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     db = tmp_path / "named.db"
     shell_env = {}
-    if '"$SWITCHBOARD_DB"' in line:  # Scaling out: the URL of the PostgreSQL database, exported beforehand
+    if '"$SWITCHBOARD_DB"' in line:  # operations/postgresql.md: the URL of the PostgreSQL database, exported beforehand
         shell_env["SWITCHBOARD_DB"] = request.getfixturevalue("pg_url")
     # Start here's absolute path for pipx is the form for when ~/.local/bin is not on PATH.
     added = home.shell(line.replace(README_DB, str(db)), on_path="/.local/bin/" not in line, **shell_env)

@@ -1,4 +1,4 @@
-"""/metrics (issue 14 §3): Prometheus' text format, with the names the README documents."""
+"""/metrics (issue 14 §3): Prometheus' text format, with the names docs/guide/dashboard.md lists."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The single-file binary (packaging/build_binary.py) is the whole program: it runs
 with no Python environment around it.
 
-The binary is built once per session, by the README's own build commands in a
-copy of the checkout with no .venv (a build they cannot make fails every test
+The binary is built once per session, by the docs' own build commands
+(docs/guide/binary.md) in a copy of the checkout with no .venv (a build they cannot make fails every test
 here), in the background from the end of collection on (the ``binary``
 fixture, tests/processes/conftest.py and support/binary.py); then each
 test runs it with a bare environment (PATH=/usr/bin:/bin, no VIRTUAL_ENV or

@@ -1,11 +1,11 @@
 """The single-file binary, built for the tests (tests/processes/test_binary.py) in the background,
-the way the README's "Single-file binary" says.
+the way the docs' "Single-file binary" page (docs/guide/binary.md) says.
 
-The README's commands run as they are written, in bash, in a copy of this
+The page's commands run as they are written, in bash, in a copy of this
 checkout that has no .venv (as a clone has none): its lines make the build's
 virtualenv (PyInstaller and the dependencies, from the package index) and then
 run packaging/build_binary.py, which must leave dist/switchboard-local. So a
-build command the README gives with nothing to prepare it fails these tests.
+build command the page gives with nothing to prepare it fails these tests.
 
 Building takes a minute or two (the virtualenv, then PyInstaller, mostly on
 one core), while the suite itself runs on one core: so the build starts as
@@ -35,17 +35,18 @@ NOT_IN_A_CLONE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "__pyc
                                         ".pytest_cache", ".hypothesis", ".ruff_cache", "mutants", "node_modules")  # fmt: skip
 
 
-def readme_build_commands() -> str:
-    """The first ``sh`` block of the README's "Single-file binary" section, as it is written."""
-    readme = (ROOT / "README.md").read_text("utf-8")
-    section = readme.split("### Single-file binary\n", 1)[1].split("\n## ", 1)[0]
-    found = re.search(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
-    assert found is not None, "the README's Single-file binary section has no sh block"
+PAGE = ROOT / "docs" / "guide" / "binary.md"  # the docs' "Single-file binary"
+
+
+def documented_build_commands() -> str:
+    """The first ``sh`` block of the docs' "Single-file binary" page, as it is written."""
+    found = re.search(r"^```sh\n(.*?)^```", PAGE.read_text("utf-8"), re.MULTILINE | re.DOTALL)
+    assert found is not None, f"{PAGE.relative_to(ROOT)} has no sh block"
     return found.group(1)
 
 
 class Build:
-    """The README's build commands in a copy of the checkout, started now, in a process of their own."""
+    """The documented build commands in a copy of the checkout, started now, in a process of their own."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="switchboard-binary-"))
@@ -58,7 +59,7 @@ class Build:
         env["PATH"] = os.pathsep.join(d for d in env.get("PATH", os.defpath).split(os.pathsep) if d != bin_dir)
         self.proc = subprocess.Popen(
             # nice: the tests running meanwhile come first.
-            ["nice", "-n", "10", "bash", "-e", "-x", "-c", readme_build_commands()], cwd=self.checkout, env=env,
+            ["nice", "-n", "10", "bash", "-e", "-x", "-c", documented_build_commands()], cwd=self.checkout, env=env,
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,  # a group of its own: stop() ends pip and PyInstaller with the shell
         )  # fmt: skip
@@ -72,9 +73,9 @@ class Build:
             raise AssertionError(f"the build took over {BUILD_TIMEOUT} s") from None
         self._log.close()
         output = (self.root / "build.log").read_text(errors="replace")
-        assert code == 0, f"the README's build commands failed:\n{output}"
+        assert code == 0, f"the documented build commands failed:\n{output}"
         path = self.checkout / "dist" / NAME
-        assert path.is_file(), f"the README's build commands left no {path}:\n{output}"
+        assert path.is_file(), f"the documented build commands left no {path}:\n{output}"
         return path
 
     def stop(self) -> None:
