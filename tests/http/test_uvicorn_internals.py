@@ -74,10 +74,23 @@ def used_on(tree: ast.AST, *owners: str) -> set[str]:
     }
 
 
-def parameters(function: Any) -> str:
-    return ", ".join(
-        str(p.replace(annotation=p.empty, default=p.empty)) for p in inspect.signature(function).parameters.values()
-    )
+def parameters(cls: type, name: str) -> str | None:
+    """The parameters of method ``name`` as the source of ``cls`` (or of its first class that has it) defines it.
+
+    Read from the source, not the live function: sse-starlette, imported by the dashboard,
+    replaces uvicorn.Server.handle_exit with a wrapper taking (*args, **kwargs).
+    """
+    for klass in cls.__mro__[:-1]:
+        for node in ast.walk(source_of(klass)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+                a = node.args
+                return ", ".join(
+                    [p.arg for p in a.posonlyargs + a.args]
+                    + ([f"*{a.vararg.arg}"] if a.vararg else ["*"] if a.kwonlyargs else [])
+                    + [p.arg for p in a.kwonlyargs]
+                    + ([f"**{a.kwarg.arg}"] if a.kwarg else [])
+                )
+    return None
 
 
 def changes(base: type, ours: type, through: tuple[tuple[str, type], ...] = ()) -> list[str]:
@@ -98,11 +111,11 @@ def changes(base: type, ours: type, through: tuple[tuple[str, type], ...] = ()) 
     overridden = {name for name, value in vars(ours).items() if inspect.isfunction(value) and not name.startswith("_")}
     found: list[str] = []
     for name in sorted(overridden):
-        if not hasattr(base, name):
+        theirs, mine = parameters(base, name), parameters(ours, name)
+        if theirs is None:
             found.append(changed(base.__name__, name, "no longer there"))
-        elif parameters(getattr(base, name)) != parameters(vars(ours)[name]):
-            found.append(changed(base.__name__, name, f"now takes ({parameters(getattr(base, name))}), "
-                                 f"limits.py's override ({parameters(vars(ours)[name])})"))  # fmt: skip
+        elif theirs != mine:
+            found.append(changed(base.__name__, name, f"now takes ({theirs}), limits.py's override ({mine})"))
     for name in sorted(own):
         if has(base, name):
             found.append(changed(base.__name__, name, "uvicorn's own now, which limits.py's would hide"))
