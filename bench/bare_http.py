@@ -3,7 +3,7 @@
     .venv/bin/python bench/bare_http.py [--deliveries N] [--runs R] [--senders 1,32]
 
 A bare Starlette app served the way `serve` serves the receiver (the same
-uvicorn server and settings: http/app.server, its guarded httptools
+uvicorn server and settings: http/limits.server, its guarded httptools
 protocol and limits, uvloop, a socket bound by process.listen), whose
 POST /hooks/{name} reads the body and answers 202 with a JSON body of the
 receiver's shape: no source lookup, no verification, no storing. It is
@@ -49,7 +49,7 @@ def serve(port: int) -> None:
     from starlette.routing import Route
 
     from switchboard_local import process
-    from switchboard_local.http import app as web
+    from switchboard_local.http import limits
 
     async def hook(request: Request) -> Response:
         await request.body()
@@ -60,7 +60,7 @@ def serve(port: int) -> None:
 
     app = Starlette(routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])])
     sock = process.listen("127.0.0.1", port)
-    server = web.server(app, web.Limits())
+    server = limits.server(app, limits.Limits())
     factory = process._loop_factory()
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(server.serve(sockets=[sock]))

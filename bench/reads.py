@@ -77,7 +77,11 @@ async def wire(web: Any, store_class: Any, db: Path) -> tuple[Any, Any, asyncio.
         store = await store_class.open(db)
         await process.producers(store).__aenter__()  # left running until the harness exits
         opened.set_result(store)
-        return web.server(web.create_app(store), web.Limits()), process.listen("127.0.0.1", 0), opened
+        try:
+            from switchboard_local.http.limits import Limits, server
+        except ImportError:  # older trees: the server and its limits in http/app.py
+            Limits, server = web.Limits, web.server
+        return server(web.create_app(store), Limits()), process.listen("127.0.0.1", 0), opened
     original = store_class.__dict__["open"].__func__
 
     async def open_and_share(cls: Any, *args: Any, **kwargs: Any) -> Any:

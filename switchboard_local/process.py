@@ -261,15 +261,15 @@ class Service:
             return runner.run(self.serve(sock))
 
     async def serve(self, sock: socket.socket) -> bool:
-        from .http import app as web
+        from .http.limits import Limits, server
 
         async with await Store.open(self.db, **self.store_options) as store:
             host, port = sock.getsockname()[:2]
             address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
-                limits = self.limits or web.Limits()
+                limits = self.limits or Limits()
                 app = receiver_app(store, sock, limits, stopping=self._server_exiting)
-                self._server = web.server(app, limits)
+                self._server = server(app, limits)
                 self._server.should_exit = self._stopping
                 await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
                 return bool(self._server.started)
@@ -292,7 +292,7 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
     is logged, and the process leads without a receiver.
     """
     from .core import settings
-    from .http import app as web
+    from .http.limits import Limits, server
 
     address = (await settings.get(store, settings.HTTP_LISTEN.name)).value
     if address is None:
@@ -306,9 +306,9 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
         yield None
         return
     servers: list[Any] = []
-    limits = web.Limits()
+    limits = Limits()
     app = receiver_app(store, sock, limits, stopping=lambda: servers[0].should_exit)
-    receiver = web.server(app, limits, signals=False)
+    receiver = server(app, limits, signals=False)
     servers.append(receiver)
     task = asyncio.create_task(receiver.serve(sockets=[sock]), name="receiver")
     try:
@@ -325,7 +325,7 @@ async def leader_receiver(store: Store) -> AsyncIterator[str | None]:
 def receiver_app(store: Store, sock: socket.socket, limits: Any, *, stopping: Callable[[], bool]) -> Any:
     """The receiver's app with the dashboard beside it, at ``/`` on the address ``sock`` is bound to.
 
-    ``limits``: the server's (http/app.py's ``Limits``); the dashboard's live
+    ``limits``: the server's (http/limits.py's ``Limits``); the dashboard's live
     streams get ``limits.max_streams`` of its connections, the rest stay the
     receiver's. ``stopping`` says the server is shutting down (the streams end
     then). The dashboard's token is read, or made at this first start
@@ -370,7 +370,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def http_limits(**limits: float) -> Any:
     """The receiver's limits (``head_timeout``, ``body_timeout``, ``max_connections``)."""
-    from .http.app import Limits
+    from .http.limits import Limits
 
     return Limits(**limits)
 

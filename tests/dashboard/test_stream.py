@@ -16,7 +16,7 @@ import pytest
 from switchboard_local.core import todos
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.dashboard import stream
-from switchboard_local.http import app as web
+from switchboard_local.http.limits import Limits
 
 from support.dashboard import serving_dashboard
 from support.html import parse
@@ -93,7 +93,7 @@ async def test_the_stream_is_guarded_like_every_dashboard_path(board):
 
 # ---------------------------------------------------------------- streams hold connections: their own budget
 
-LIMITS = web.Limits(max_connections=16)  # the streams may hold 2 of them
+LIMITS = Limits(max_connections=16)  # the streams may hold 2 of them
 
 
 def open_stream(port: int, token: str | None) -> tuple[int, bytes, socket.socket]:

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from switchboard_local.http import app as web
+from switchboard_local.http.app import RETRY_AFTER_SECONDS
+from switchboard_local.http.limits import Limits
 
 from support.cli import invoke
 from support.receiver import Receiver, add_source, serve_process, serving
@@ -83,7 +84,7 @@ def receiver(store, db_path):
 @pytest.fixture
 def impatient(store, db_path):
     """Half-second deadlines, for the tests that wait for one to pass."""
-    with serving(db_path, web.Limits(head_timeout=0.5, body_timeout=0.5)) as running:
+    with serving(db_path, Limits(head_timeout=0.5, body_timeout=0.5)) as running:
         yield running
 
 
@@ -235,7 +236,7 @@ async def test_a_chunked_body_that_stops_arriving_is_answered_408_and_nothing_is
 
 
 async def test_a_request_beyond_max_connections_is_answered_503_and_served_once_one_closes(store, db_path):
-    with serving(db_path, web.Limits(max_connections=2)) as receiver:
+    with serving(db_path, Limits(max_connections=2)) as receiver:
         held = [connect(receiver), connect(receiver)]
         try:
             held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -256,7 +257,7 @@ async def test_a_request_beyond_max_connections_is_answered_503_and_served_once_
 async def test_a_connection_beyond_max_connections_is_answered_503_before_its_head_is_read(store, db_path):
     # Refused at once, not after the head it may buffer (up to 64 KiB) has come:
     # the limit bounds what connections hold, not only the requests served.
-    with serving(db_path, web.Limits(max_connections=2)) as receiver:
+    with serving(db_path, Limits(max_connections=2)) as receiver:
         held = [connect(receiver), connect(receiver)]
         try:
             with connect(receiver) as third:
@@ -265,7 +266,7 @@ async def test_a_connection_beyond_max_connections_is_answered_503_before_its_he
             for conn in held:
                 conn.close()
     assert answer.startswith(b"HTTP/1.1 503 "), answer
-    assert f"\r\nretry-after: {web.RETRY_AFTER_SECONDS}\r\n".encode() in answer, answer  # as every 503 says
+    assert f"\r\nretry-after: {RETRY_AFTER_SECONDS}\r\n".encode() in answer, answer  # as every 503 says
 
 
 # ---------------------------------------------------------------- `serve` as a process

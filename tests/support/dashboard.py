@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from switchboard_local.core import access_token
-from switchboard_local.http import app as web
+from switchboard_local.http.limits import Limits
 
 from .receiver import Answer, Receiver, serving
 
@@ -164,7 +164,7 @@ class Board:
 
 
 @contextlib.contextmanager
-def serving_dashboard(db_path: Path, limits: web.Limits = web.Limits(), *, host: str = "127.0.0.1") -> Iterator[Board]:
+def serving_dashboard(db_path: Path, limits: Limits = Limits(), *, host: str = "127.0.0.1") -> Iterator[Board]:
     """`serve`'s app on a free loopback port with its dashboard, and a client holding the install's token
     (``host``: bind that address instead; the client still connects over loopback)."""
     with serving(db_path, limits, host=host) as receiver:

@@ -26,7 +26,7 @@ from switchboard_local import process
 from switchboard_local.core import sources, webhook_config
 from switchboard_local.core.sources import Source
 from switchboard_local.core.store import Store
-from switchboard_local.http import app as web
+from switchboard_local.http.limits import Limits
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def serving(db_path: Path, limits: web.Limits = web.Limits(), *, host: str = "127.0.0.1") -> Iterator[Receiver]:
+def serving(db_path: Path, limits: Limits = Limits(), *, host: str = "127.0.0.1") -> Iterator[Receiver]:
     """What `serve` runs (process.Service) on a free loopback port (the OS picks it), stopped on exit.
 
     ``host``: the address to bind instead (``0.0.0.0``: every interface); the test still connects over loopback.
