@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import audit, settings
-from .clock import rfc3339
-from .errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
-from .queries import Q
-from .store import Store, Transaction, needs_transaction
-from .todo_model import (
+from .. import audit, settings
+from ..clock import rfc3339
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
+from ..queries import Q
+from ..store import Store, Transaction, needs_transaction
+from ..todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
     DERIVED_KEY_PREFIX,
@@ -54,7 +54,7 @@ from .todo_model import (
 )
 
 if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time
-    from .watch import Changes
+    from ..watch import Changes
 
 # ---------------------------------------------------------------- create
 
