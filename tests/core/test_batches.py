@@ -20,7 +20,7 @@ from switchboard_local.core import todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound, StoreFault
 from switchboard_local.core.store import Store, is_url
 from switchboard_local.core.todo_model import NewTodo
-from switchboard_local.core.todos import Completion, Failure, Lease, NextClaim, batches, lifecycle
+from switchboard_local.core.todos import Completion, Failure, Lease, NextClaim
 
 pytestmark = pytest.mark.anyio
 
@@ -525,7 +525,7 @@ async def test_a_store_fault_inside_a_batch_commits_nothing_of_it(store):
     def fault(tx):
         raise StoreFault("the disk said no")
 
-    items = [(Lease.of(claimed), lifecycle.completing(store, Lease.of(claimed), "null")), (Lease(2, "x"), fault)]
+    items = [(Lease.of(claimed), todos.lifecycle.completing(store, Lease.of(claimed), "null")), (Lease(2, "x"), fault)]
     with pytest.raises(StoreFault):
-        await batches._finish_many(store, items, None, None)
+        await todos.batches._finish_many(store, items, None, None)
     assert (await todos.get(store, todo.id)).state == "claimed"

@@ -13,7 +13,7 @@ from switchboard_local.core.agents import TOOL_NAMES
 from switchboard_local.core.clock import rfc3339
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
-from switchboard_local.core.todos import Lease, claims
+from switchboard_local.core.todos import Lease
 from switchboard_local.mcp.server import INSTRUCTIONS
 
 from support.mcp import call, claim_attempts, connect, refused
@@ -141,7 +141,7 @@ async def test_claim_next_waits_at_most_wait_seconds_and_refuses_more_than_20(st
 async def test_claim_next_wakes_when_a_todo_lands_while_it_waits(store, monkeypatch) -> None:
     # No periodic re-check to fall back on: only the change feed can wake it
     # before its 15 s are up (and then it would answer empty).
-    monkeypatch.setattr(claims, "RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr(todos.claims, "RECHECK_SECONDS", 60.0)
     tried = claim_attempts(monkeypatch)
     async with connect(store) as client:
         async with anyio.create_task_group() as tasks:

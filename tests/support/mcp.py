@@ -19,9 +19,9 @@ from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.client.stdio import StdioServerParameters
 from pydantic import BaseModel
 
+from switchboard_local.core import todos
 from switchboard_local.core.agents import Agent
 from switchboard_local.core.store import Store
-from switchboard_local.core.todos import claims
 from switchboard_local.mcp.server import build_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,13 +62,13 @@ def claim_attempts(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
     for work (what lands wakes it; its session counts as polling). Observes only: the
     real verb runs. Call it on the event loop."""
     tried = anyio.Event()
-    claim_next = claims.claim_next  # what a waiting claim calls
+    claim_next = todos.claims.claim_next  # what a waiting claim calls
 
     async def observed(*args: Any, **kwargs: Any) -> Any:
         tried.set()
         return await claim_next(*args, **kwargs)
 
-    monkeypatch.setattr(claims, "claim_next", observed)
+    monkeypatch.setattr(todos.claims, "claim_next", observed)
     return tried
 
 

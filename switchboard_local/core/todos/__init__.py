@@ -41,13 +41,12 @@ from .bulk import (
 from .claims import MAX_BATCH, ClaimedBatch, NextClaim, claim, claim_next, claim_next_many, claim_next_waiting
 from .lifecycle import Finished, Lease, complete, create, fail, heartbeat, insert, insert_id, insert_params, release
 from .operator import cancel, force_release, redrive
-from .reads import TIMINGS, get, list_todos, queues_without_todos, stats
+from .reads import get, list_todos, queues_without_todos, stats
 
 __all__ = [
     "BULK_BATCH",
     "MAX_BATCH",
     "PURGEABLE",
-    "TIMINGS",
     "ClaimedBatch",
     "Completion",
     "Failure",
