@@ -1,7 +1,8 @@
 """Claims: a todo taken under a lease, by id or the next in line, one or many, now or after a wait.
 
-``_claim_statement`` is the one place a claim's statement is chosen (one todo
-or many; every queue, one, or several). Each claim statement claims nothing
+``_claim_statement`` is the one place the statement of a claim of the next in
+line is chosen (one todo or many; every queue, one, or several); a claim by id
+has its own (claim_by_id). Each claim statement claims nothing
 while a lease has lapsed; ``_claiming`` then takes lapsed leases back
 (``recover_lapsed``) and claims again, so takeover never waits for a sweeper.
 The other verbs recover first too (reads: ``settle_lapsed``), so that what
