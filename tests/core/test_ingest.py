@@ -11,6 +11,7 @@ from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
 from support import sql
+from support.ingest import ingest
 from support.sql import rows
 
 pytestmark = pytest.mark.anyio
@@ -37,12 +38,6 @@ def push(external_id="delivery-1", source="github", body=RAW_BODY, **fields):
 
 def work(*titles, queue="builds", key_prefix="github:delivery-1"):
     return [NewTodo(queue=queue, title=t, idempotency_key=f"{key_prefix}:{t}") for t in titles]
-
-
-async def ingest(store, event, todos):
-    """One event through the back half, as a producer's batch of one."""
-    (ingested,) = await events.ingest_many(store, [(event, todos)])
-    return ingested
 
 
 async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path, row_count):
