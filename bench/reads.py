@@ -48,16 +48,19 @@ HARNESS_TIMEOUT = 120  # seconds any one step with the harness may take before t
 # ---------------------------------------------------------------- the harness (subprocess)
 
 
-def import_package() -> tuple[Any, Any, Any]:
-    """(todos module, Store class, web module): the coming layout first, else today's flat one."""
+def import_package() -> tuple[Any, Any, Any, Any]:
+    """(todos module, NewTodo class, Store class, web module): the coming layout first, else today's flat one."""
     try:
         from switchboard_local.core import todos
         from switchboard_local.core.store import Store
+        from switchboard_local.core.todo_model import NewTodo
         from switchboard_local.http import app as web
     except ImportError:
         from switchboard_local import todos, web
         from switchboard_local.store import Store
-    return todos, Store, web
+
+        NewTodo = todos.NewTodo
+    return todos, NewTodo, Store, web
 
 
 async def wire(web: Any, store_class: Any, db: Path) -> tuple[Any, Any, asyncio.Future[Any]]:
@@ -111,9 +114,9 @@ async def harness(db: Path, seed: int, every: float | None) -> None:
     `phase quiet`, `phase load`, `stop`. Writes a `ready` line, then the result line."""
     import switchboard_local
 
-    todos, store_class, web = import_package()
+    todos, new_todo, store_class, web = import_package()
     async with await store_class.open(db) as seeder:  # group commits: a few hundred ms
-        await asyncio.gather(*(todos.create(seeder, todos.NewTodo(queue="seed", title=f"seed {i}")) for i in range(seed)))
+        await asyncio.gather(*(todos.create(seeder, new_todo(queue="seed", title=f"seed {i}")) for i in range(seed)))
 
     server, sock, opened = await wire(web, store_class, db)
     serving = asyncio.create_task(server.serve(sockets=[sock]))

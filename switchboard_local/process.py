@@ -103,9 +103,6 @@ async def _prune_forever(store: Store, upkeep: Upkeep) -> None:
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
 
 
-INGEST_MODES = ("auto", "on", "off")  # `mcp --ingest`: lead when free / take over / never
-
-
 class Ingest:
     """The ingest side under leadership: this process leads when it can, else stands by.
 
@@ -134,7 +131,6 @@ class Ingest:
         self.me = leadership.Candidate.this_process(kind)
         self.upkeep = upkeep
         self.take_over = take_over
-        self.leading: leadership.Lease | None = None
         self._stop_in_write = os.environ.get(FAULT_ENV) == STOP_IN_WRITE
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -164,7 +160,6 @@ class Ingest:
 
     async def _lead(self, lease: leadership.Lease, stop: asyncio.Event) -> None:
         log.info("ingest: leading (pid %d, fence %d)", self.me.pid, lease.fence)
-        self.leading = lease
         if self._stop_in_write:
             self._stop_in_write = False
             await self.store.write(_stop_here)
@@ -188,7 +183,6 @@ class Ingest:
                         if time.monotonic() - renewed >= leadership.LEASE_SECONDS:
                             return  # a standby may lead by now: stop, and look again
         finally:
-            self.leading = None
             with contextlib.suppress(StoreFault):
                 await leadership.release(self.store, lease)
 

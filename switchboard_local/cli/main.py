@@ -1,7 +1,7 @@
 """The command line: a thin edge over the core verbs.
 
 Every command takes ``--db PATH`` (or $SWITCHBOARD_DB) and ``--json`` (one
-JSON value on stdout). Exit codes and the one error format: cli_common.
+JSON value on stdout). Exit codes and the one error format: common.py.
 The MCP SDK is never imported here: it costs about a second per command.
 """
 

@@ -1,7 +1,7 @@
 """Events and the ingestion back half every producer ends in.
 
 Webhooks and broker consumers (through ``routing.accept``) and operators
-all end in ``ingest``: one write transaction that stores the event
+all end in ``ingest_many``: one write transaction that stores the event
 (deduplicated on source + external id) and, only when it is new, the todos
 derived from it (each deduplicated on queue + idempotency key). The producer is answered after it returns, never before:
 store-then-ack.
@@ -140,18 +140,6 @@ class Event:
 Derive = Callable[[Transaction, int, NewEvent], Sequence[NewTodo]]
 
 
-async def ingest(store: Store, event: NewEvent, todos: Sequence[NewTodo] | Derive) -> Ingested:
-    """Store an event and its todos in one transaction (the back half).
-
-    ``todos`` is the list to create, or a function that derives it once the
-    event is known to be new. A redelivery of a stored event adds nothing and
-    answers with the first delivery's event id and todo ids. Any failure
-    part-way rolls everything back, so the producer, un-acked, redelivers.
-    """
-    (result,) = await ingest_many(store, [(event, todos)])
-    return result
-
-
 # Checks a batch's transaction before anything is stored, raising to store
 # nothing: a consumer's fence (leadership.check).
 Guard = Callable[[Transaction, int], None]
@@ -160,9 +148,14 @@ Guard = Callable[[Transaction, int], None]
 async def ingest_many(
     store: Store, batch: Sequence[tuple[NewEvent, Sequence[NewTodo] | Derive]], *, guard: Guard | None = None
 ) -> list[Ingested]:
-    """``ingest`` for a batch (a Redis read): all of it in one transaction, or none.
+    """Store events and their todos in one transaction (the back half): all of the batch, or none.
 
-    ``guard(tx, now)`` runs first in the transaction (a consumer's fence).
+    Each event comes with its todos: the list to create, or a function that
+    derives it once the event is known to be new. A redelivery of a stored
+    event adds nothing and answers with the first delivery's event id and
+    todo ids. Any failure part-way rolls everything back, so the producer,
+    un-acked, redelivers. ``guard(tx, now)`` runs first in the transaction
+    (a consumer's fence).
     """
 
     def body(tx: Transaction) -> list[Ingested]:

@@ -1,6 +1,6 @@
 """What a todo is: its fields, what a producer may ask for, and the checks on both.
 
-The verbs that move a todo through its lifecycle are in todos.py.
+The verbs that move a todo through its lifecycle are in the todos package (core/todos/).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ verified by its signature, not by this guard.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode
 
@@ -229,7 +228,3 @@ async def _send_json(send: Send, status: int, body: object, extra: dict[str, str
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw})
-
-
-def policy_for(host: str, port: int, token: str, exempt: Sequence[str]) -> Policy:
-    return Policy(host=host, port=port, token=token, exempt=tuple(exempt))

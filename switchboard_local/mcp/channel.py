@@ -139,7 +139,7 @@ class AnsweringReads:
     The SDK's transport turns each line into exactly one item, in order: the
     message, or the exception refusing it raised, which the server would only
     log at debug level. So each item is paired here with its line (kept by
-    Lines) and a refused line is judged (mcp_wire): its JSON-RPC error goes
+    Lines) and a refused line is judged (wire.py): its JSON-RPC error goes
     out through the transport's own writer, so every line on stdout stays
     whole, or for a notification one line goes to stderr. A "notification"
     that has an id (of a type no request id may have) is answered too.

@@ -3,7 +3,7 @@
 ``build_server(store, agent)`` makes an MCPServer offering the agent's tools
 (every tool without an agent) that see only the agent's queues; ``run`` serves
 it on stdio for Claude Code (the process module runs it). Each tool is a thin call of one core verb; core
-errors become tool errors in mcp_channel, once; listing.py shapes what tools/list shows. A background doorbell tells
+errors become tool errors in channel.py, once; listing.py shapes what tools/list shows. A background doorbell tells
 the client about new todos in scope; the queue stays the ledger, so a client
 that ignores it loses nothing.
 """

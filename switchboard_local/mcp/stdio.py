@@ -10,7 +10,7 @@ reads stdin from a worker thread and leaves stdout to the SDK's own stream.
 
 Either way the lines are read here, so that none goes unanswered: each line
 handed to the transport is also kept, in order, until the server has judged
-what the transport made of it (mcp_channel), and a line over MAX_LINE bytes
+what the transport made of it (channel.py), and a line over MAX_LINE bytes
 is skipped as it streams in, keeping only its size and its ends (where its
 id is), instead of being held whole or ending the server.
 

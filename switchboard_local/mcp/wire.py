@@ -3,7 +3,7 @@
 The SDK's stdio transport drops a line it cannot read (not JSON, not a
 JSON-RPC message, a lone surrogate, nesting or a number its parser refuses)
 and logs it only at debug level, so the client waits for an answer that never
-comes. mcp_channel hands each such line here, and JSON-RPC 2.0 says the rest:
+comes. channel.py hands each such line here, and JSON-RPC 2.0 says the rest:
 
 - not JSON: -32700 Parse error, id null;
 - JSON that is not a valid request: -32600 Invalid Request, with the request's

@@ -525,7 +525,7 @@ async def test_a_store_fault_inside_a_batch_commits_nothing_of_it(store):
     def fault(tx):
         raise StoreFault("the disk said no")
 
-    items = [(Lease.of(claimed), todos._complete_body(store, Lease.of(claimed), None)), (Lease(2, "x"), fault)]
+    items = [(Lease.of(claimed), todos.lifecycle.completing(store, Lease.of(claimed), "null")), (Lease(2, "x"), fault)]
     with pytest.raises(StoreFault):
-        await todos._finish_many(store, items, None, None)
+        await todos.batches._finish_many(store, items, None, None)
     assert (await todos.get(store, todo.id)).state == "claimed"

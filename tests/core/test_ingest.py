@@ -11,6 +11,7 @@ from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
 from support import sql
+from support.ingest import ingest
 from support.sql import rows
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +41,7 @@ def work(*titles, queue="builds", key_prefix="github:delivery-1"):
 
 
 async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path, row_count):
-    got = await events.ingest(store, push(), work("first", "second"))
+    got = await ingest(store, push(), work("first", "second"))
     assert got.duplicate is False
     assert len(got.todo_ids) == 2
     event = await events.get_event(store, got.event_id)
@@ -63,15 +64,15 @@ async def test_new_event_and_its_todos_are_stored_together(store, clock, db_path
 
 
 async def test_event_with_no_todos_is_stored_alone(store, row_count):
-    got = await events.ingest(store, push(), [])
+    got = await ingest(store, push(), [])
     assert (got.duplicate, got.todo_ids) == (False, ())
     assert (row_count("events"), row_count("todos")) == (1, 0)
 
 
 async def test_redelivery_is_a_duplicate_and_adds_nothing(store, clock, row_count):
-    first = await events.ingest(store, push(), work("first", "second"))
+    first = await ingest(store, push(), work("first", "second"))
     clock.advance(60)
-    again = await events.ingest(store, push(body=b"a different body"), work("first", "second", "third"))
+    again = await ingest(store, push(body=b"a different body"), work("first", "second", "third"))
     assert again.duplicate is True
     assert (again.event_id, again.todo_ids) == (first.event_id, first.todo_ids)
     assert (row_count("events"), row_count("todos")) == (1, 2)
@@ -79,17 +80,17 @@ async def test_redelivery_is_a_duplicate_and_adds_nothing(store, clock, row_coun
 
 
 async def test_redelivery_after_the_todos_are_done_adds_nothing(store, row_count):
-    first = await events.ingest(store, push(), work("only"))
+    first = await ingest(store, push(), work("only"))
     claimed = await todos.claim(store, first.todo_ids[0], owner="w")
     await todos.complete(store, Lease.of(claimed))
-    again = await events.ingest(store, push(), work("only"))
+    again = await ingest(store, push(), work("only"))
     assert (again.duplicate, again.todo_ids) == (True, first.todo_ids)
     assert (row_count("events"), row_count("todos")) == (1, 1)
 
 
 async def test_same_external_id_from_another_source_is_a_new_event(store, row_count):
-    a = await events.ingest(store, push(source="hook-a"), work("t", key_prefix="hook-a:delivery-1"))
-    b = await events.ingest(store, push(source="hook-b"), work("t", key_prefix="hook-b:delivery-1"))
+    a = await ingest(store, push(source="hook-a"), work("t", key_prefix="hook-a:delivery-1"))
+    b = await ingest(store, push(source="hook-b"), work("t", key_prefix="hook-b:delivery-1"))
     assert b.duplicate is False
     assert b.event_id != a.event_id
     assert set(a.todo_ids).isdisjoint(b.todo_ids)
@@ -98,7 +99,7 @@ async def test_same_external_id_from_another_source_is_a_new_event(store, row_co
 
 async def test_todo_whose_key_is_live_collapses_into_the_existing_one(store, row_count):
     existing, _ = await todos.create(store, NewTodo(queue="builds", title="made by hand", idempotency_key="k"))
-    got = await events.ingest(store, push(), [NewTodo(queue="builds", title="from event", idempotency_key="k")])
+    got = await ingest(store, push(), [NewTodo(queue="builds", title="from event", idempotency_key="k")])
     assert got.duplicate is False
     assert got.todo_ids == (existing.id,)
     kept = await todos.get(store, existing.id)
@@ -107,12 +108,12 @@ async def test_todo_whose_key_is_live_collapses_into_the_existing_one(store, row
 
 
 async def test_redelivery_answers_with_the_collapsed_todo_ids_too(store, row_count):
-    # events.ingest promises a redelivery "answers with the first delivery's
+    # events.ingest_many promises a redelivery "answers with the first delivery's
     # event id and todo ids"; a todo collapsed into a live one belongs to it.
     existing, _ = await todos.create(store, NewTodo(queue="builds", title="made by hand", idempotency_key="k"))
     todo_list = [NewTodo(queue="builds", title="from event", idempotency_key="k")]
-    first = await events.ingest(store, push(), todo_list)
-    again = await events.ingest(store, push(), todo_list)
+    first = await ingest(store, push(), todo_list)
+    again = await ingest(store, push(), todo_list)
     assert again.duplicate is True
     assert (row_count("events"), row_count("todos")) == (1, 1)
     assert again.todo_ids == first.todo_ids == (existing.id,)
@@ -120,23 +121,23 @@ async def test_redelivery_answers_with_the_collapsed_todo_ids_too(store, row_cou
 
 async def test_two_todos_of_one_event_with_the_same_key_collapse(store, row_count):
     same = [NewTodo(queue="q", title=t, idempotency_key="k") for t in ("a", "b")]
-    got = await events.ingest(store, push(), same)
+    got = await ingest(store, push(), same)
     assert got.todo_ids[0] == got.todo_ids[1]
     assert row_count("todos") == 1
-    again = await events.ingest(store, push(), same)
+    again = await ingest(store, push(), same)
     assert (again.duplicate, again.todo_ids) == (True, got.todo_ids)
 
 
 async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(store, db_path, row_count):
     sql.refuse_inserts(db_path, "fail_second", "todos", "injected fault", when="NEW.title = 'second'")
     with pytest.raises(Conflict, match="injected fault"):
-        await events.ingest(store, push(), work("first", "second"))
+        await ingest(store, push(), work("first", "second"))
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
     sql.drop_trigger(db_path, "fail_second", "todos")
-    stored = await events.ingest(store, push(), work("first", "second"))
+    stored = await ingest(store, push(), work("first", "second"))
     assert stored.duplicate is False
-    again = await events.ingest(store, push(), work("first", "second"))
+    again = await ingest(store, push(), work("first", "second"))
     assert (again.duplicate, again.event_id, again.todo_ids) == (True, stored.event_id, stored.todo_ids)
     assert (row_count("events"), row_count("todos")) == (1, 2)
     assert rows(db_path, "SELECT DISTINCT event_id FROM todos") == [(stored.event_id,)]
@@ -145,7 +146,7 @@ async def test_failure_part_way_stores_nothing_and_redelivery_then_succeeds(stor
 async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
     sql.refuse_inserts(db_path, "fail_all", "todos", "no")
     with pytest.raises(Conflict):
-        await events.ingest(store, push(), work("first"))
+        await ingest(store, push(), work("first"))
     sql.drop_trigger(db_path, "fail_all", "todos")
     todo, created = await todos.create(store, NewTodo(queue="q", title="after"))
     assert created and (await todos.get(store, todo.id)).title == "after"
@@ -172,7 +173,7 @@ async def test_malformed_event_is_refused_naming_the_field_before_anything_is_wr
         "body": b"{}",
     }
     with pytest.raises(InvalidArgument) as refused:
-        await events.ingest(store, NewEvent(**{**base, **fields}), work("t"))
+        await ingest(store, NewEvent(**{**base, **fields}), work("t"))
     assert refused.value.message == message
     assert (row_count("events"), row_count("todos")) == (0, 0)
 
@@ -190,7 +191,7 @@ async def test_list_events_filters_by_source_and_type_oldest_first(store):
     for n, (source, type_) in enumerate([("gh", "push"), ("stripe", "charge"), ("gh", "issues"), ("gh", "push")]):
         event = NewEvent(source=source, family="webhook", type=type_, external_id=f"e{n}", trust_mode="open",
                          verified=False, body=b"{}")  # fmt: skip
-        ids[n] = (await events.ingest(store, event, [])).event_id
+        ids[n] = (await ingest(store, event, [])).event_id
     assert [e.id for e in await events.list_events(store, source="gh")] == [ids[0], ids[2], ids[3]]
     assert [e.id for e in await events.list_events(store, source="stripe")] == [ids[1]]
     assert [e.id for e in await events.list_events(store, source="gh", type="push")] == [ids[0], ids[3]]
@@ -198,12 +199,12 @@ async def test_list_events_filters_by_source_and_type_oldest_first(store):
 
 
 async def test_list_events_since_keeps_those_received_at_or_after_the_instant(store, clock):
-    first = (await events.ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="1",
-                                                 trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
+    first = (await ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="1",
+                                          trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
     clock.advance(1)
     instant = clock.now_ms()
-    second = (await events.ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="2",
-                                                  trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
+    second = (await ingest(store, NewEvent(source="s", family="webhook", type="t", external_id="2",
+                                           trust_mode="open", verified=False, body=b"{}"), [])).event_id  # fmt: skip
     assert [e.id for e in await events.list_events(store, since=instant)] == [second]
     assert [e.id for e in await events.list_events(store, since=instant - 1000)] == [first, second]
     assert await events.list_events(store, since=instant + 1) == []

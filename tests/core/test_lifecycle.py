@@ -995,8 +995,8 @@ async def test_list_todos_filters_by_queue_and_state_newest_first(store):
 async def test_lists_give_fifty_by_default(store) -> None:
     for n in range(51):
         await new(store, title=f"t{n}")
-        await events.ingest(store, events.NewEvent(source="s", family="webhook", type="t", external_id=f"e{n}",
-                                                   trust_mode="open", verified=False, body=b"{}"), [])  # fmt: skip
+        await events.ingest_many(store, [(events.NewEvent(source="s", family="webhook", type="t", external_id=f"e{n}",
+                                                          trust_mode="open", verified=False, body=b"{}"), [])])  # fmt: skip
     assert len(await todos.list_todos(store)) == 50
     assert len(await events.list_events(store)) == 50
     assert len(await events.recent_events(store)) == 50

@@ -8,10 +8,11 @@ import pytest
 
 from switchboard_local.core import retention, todos
 from switchboard_local.core.errors import InvalidArgument
-from switchboard_local.core.events import NewEvent, ingest
+from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
+from support.ingest import ingest
 from support.sql import count, rows
 
 pytestmark = pytest.mark.anyio

@@ -33,7 +33,8 @@ async def event(store, body: bytes, *, source="gh", type="issues", external_id="
     new = NewEvent(source=source, family="webhook", type=type, external_id=external_id, trust_mode="github",
                    verified=True, verify_detail="sha256 signature", content_type=content_type,
                    headers={"x-github-event": type, "x-hub-signature-256": "[redacted]"}, body=body)  # fmt: skip
-    return await events.ingest(store, new, list(made))
+    (ingested,) = await events.ingest_many(store, [(new, list(made))])
+    return ingested
 
 
 # ---------------------------------------------------------------- queues

@@ -78,7 +78,7 @@ async def a_morning(store: Store) -> dict[str, Any]:
     new = NewEvent(source="ci", family="webhook", type="push", external_id="delivery-9", trust_mode="github",
                    verified=True, verify_detail="sha256 signature", content_type="application/json",
                    headers={"x-github-event": "push"}, body=b'{"ref": "refs/heads/main"}')  # fmt: skip
-    ingested = await events.ingest(store, new, [NewTodo(queue="review", title="Review the push")])
+    (ingested,) = await events.ingest_many(store, [(new, [NewTodo(queue="review", title="Review the push")])])
     return {"held": held.id, "bare": bare.id, "doomed": doomed.id, "event": ingested.event_id}
 
 

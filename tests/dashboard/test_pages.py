@@ -53,7 +53,8 @@ async def webhook_event(store, body: bytes, made=()):
     new = NewEvent(source="gh", family="webhook", type="issues", external_id="delivery-7", trust_mode="github",
                    verified=True, verify_detail="sha256 signature", content_type="application/json",
                    headers={"x-github-event": "issues", "x-hub-signature-256": "[redacted]"}, body=body)  # fmt: skip
-    return await events.ingest(store, new, list(made))
+    (ingested,) = await events.ingest_many(store, [(new, list(made))])
+    return ingested
 
 
 @pytest.mark.both_backends

@@ -61,7 +61,7 @@ async def test_complete_with_claim_next_takes_nothing_from_a_paused_queue(store)
 
 async def test_a_long_poll_is_not_satisfied_by_a_todo_landing_on_a_paused_queue(store, monkeypatch) -> None:
     # Only the change feed wakes the poll: each commit below makes it look again.
-    monkeypatch.setattr(todos, "RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr(todos.claims, "RECHECK_SECONDS", 60.0)
     await queues.pause(store, "held", by="op")
     tried = claim_attempts(monkeypatch)
     async with connect(store) as client:
@@ -95,7 +95,7 @@ async def test_a_long_poll_on_a_paused_queue_answers_empty(store) -> None:
 
 
 async def test_a_long_poll_is_woken_by_resume(store, monkeypatch) -> None:
-    monkeypatch.setattr(todos, "RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr(todos.claims, "RECHECK_SECONDS", 60.0)
     waiting = await new(store, "held")
     await queues.pause(store, "held", by="op")
     tried = claim_attempts(monkeypatch)

@@ -10,6 +10,7 @@ import pytest
 
 from switchboard_local.core import routing, todos
 from switchboard_local.core.agents import TOOL_NAMES
+from switchboard_local.core.clock import rfc3339
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -140,7 +141,7 @@ async def test_claim_next_waits_at_most_wait_seconds_and_refuses_more_than_20(st
 async def test_claim_next_wakes_when_a_todo_lands_while_it_waits(store, monkeypatch) -> None:
     # No periodic re-check to fall back on: only the change feed can wake it
     # before its 15 s are up (and then it would answer empty).
-    monkeypatch.setattr(todos, "RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr(todos.claims, "RECHECK_SECONDS", 60.0)
     tried = claim_attempts(monkeypatch)
     async with connect(store) as client:
         async with anyio.create_task_group() as tasks:
@@ -240,7 +241,7 @@ async def test_fail_with_claim_next_claims_from_the_queue_asked_with_the_lease_a
         )  # fmt: skip
     assert (failed["state"], failed["last_error"]) == ("pending", "boom")
     assert failed["next"]["id"] == wanted.id
-    assert failed["next"]["lease_expires_at"] == todos.rfc3339(clock.now_ms() + 60_000)
+    assert failed["next"]["lease_expires_at"] == rfc3339(clock.now_ms() + 60_000)
 
 
 async def test_release_puts_the_todo_back_with_the_attempt_refunded(store, clock) -> None:

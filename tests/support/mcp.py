@@ -62,13 +62,13 @@ def claim_attempts(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
     for work (what lands wakes it; its session counts as polling). Observes only: the
     real verb runs. Call it on the event loop."""
     tried = anyio.Event()
-    claim_next = todos.claim_next
+    claim_next = todos.claims.claim_next  # what a waiting claim calls
 
     async def observed(*args: Any, **kwargs: Any) -> Any:
         tried.set()
         return await claim_next(*args, **kwargs)
 
-    monkeypatch.setattr(todos, "claim_next", observed)
+    monkeypatch.setattr(todos.claims, "claim_next", observed)
     return tried
 
 

@@ -1,0 +1,365 @@
+"""Claims: a todo taken under a lease, by id or the next in line, one or many, now or after a wait.
+
+``_claim_statement`` is the one place the statement of a claim of the next in
+line is chosen (one todo or many; every queue, one, or several); a claim by id
+has its own (claim_by_id). Each claim statement claims nothing
+while a lease has lapsed; ``_claiming`` then takes lapsed leases back
+(``recover_lapsed``) and claims again, so takeover never waits for a sweeper.
+The other verbs recover first too (reads: ``settle_lapsed``), so that what
+they see is what the next claim would find.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from ..clock import rfc3339
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
+from ..queries import Q
+from ..store import Store, Transaction, needs_transaction
+from ..todo_model import INT64_MAX, Todo, hash_token, lease_millis, require_int, require_name
+
+if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time
+    from ..watch import Changes
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """Who claims next, from where: for claim_next, and for finishing a todo and
+    claiming the next one in the same transaction (one commit per job)."""
+
+    owner: str
+    queues: Sequence[str] | None = None
+    lease: float | None = None
+    agent: str | None = None
+    # A batch's size bound, in bytes of the claimed todos' payloads, results
+    # and error texts (an error's counted six times: JSON may escape each byte
+    # as \u00XX). The todos are taken in claim order while they fit; the first
+    # always is, however big. None: no bound.
+    budget: int | None = None
+
+
+MAX_BATCH = 100  # items of one batch, and todos one batch claim may take
+
+
+class ClaimedBatch(list[Todo]):
+    """A batch claim's todos, in claim order; ``over_budget`` counts the todos next
+    in line that its size bound (``NextClaim.budget``) left pending, unclaimed."""
+
+    def __init__(self, todos: Sequence[Todo] = (), over_budget: int = 0) -> None:
+        super().__init__(todos)
+        self.over_budget = over_budget
+
+
+def require_max(max: object) -> int:
+    """A batch claim's ``max``: 1 to MAX_BATCH."""
+    require_int("max", max, low=1, high=MAX_BATCH)
+    return max  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the verbs
+
+
+async def claim(
+    store: Store,
+    todo_id: int,
+    *,
+    owner: str,
+    lease: float | None = None,
+    agent: str | None = None,
+    queues: Sequence[str] | None = None,
+) -> Todo:
+    """Claim one todo by id; the answer carries the lease token (shown once).
+
+    ``agent`` is the name an assignee must equal (default: ``owner``);
+    ``queues`` is a scope the todo must be in.
+    """
+    require_name("owner", owner)
+    lease_ms = lease_millis(lease)
+
+    def body(tx: Transaction) -> Todo:
+        check_scope(tx, todo_id, queues)
+        now = store.clock.now_ms()
+        token = secrets.token_urlsafe(24)
+        params = {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id}
+        row = _claiming(tx, now, lambda: tx.one(Q.claim_by_id, params))
+        if row is None:
+            raise _why_not_claimable(tx, todo_id, agent or owner, now)
+        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
+
+    return await store.write(body, single=True)
+
+
+@overload
+async def claim_next(
+    store: Store, *, owner: str, queues: Sequence[str] | None = None, lease: float | None = None,
+    agent: str | None = None, max: None = None,
+) -> Todo | None: ...  # fmt: skip
+
+
+@overload
+async def claim_next(
+    store: Store, *, owner: str, queues: Sequence[str] | None = None, lease: float | None = None,
+    agent: str | None = None, max: int,
+) -> list[Todo]: ...  # fmt: skip
+
+
+async def claim_next(
+    store: Store,
+    *,
+    owner: str,
+    queues: Sequence[str] | None = None,
+    lease: float | None = None,
+    agent: str | None = None,
+    max: int | None = None,
+) -> Todo | None | list[Todo]:
+    """Claim the oldest highest-priority visible todo in ``queues`` (all when None).
+
+    Returns None when nothing is claimable; that is not an error. With ``max``
+    (1-100): up to that many, as a list (``claim_next_many``).
+    """
+    if max is not None:
+        return await claim_next_many(store, NextClaim(owner, queues, lease, agent), max)
+    started = time.perf_counter()
+    claimed = await store.write(claim_next_body(store, NextClaim(owner, queues, lease, agent)), single=True)
+    store.tally.claimed(time.perf_counter() - started)  # call to committed answer, found or not
+    return claimed
+
+
+async def claim_next_many(store: Store, claim: NextClaim, max: int) -> ClaimedBatch:
+    """Claim up to ``max`` (1-100) todos in one transaction, each under its own lease token.
+
+    The order and the rules are claim_next's, one claim after the other: highest
+    priority, then oldest; a lapsed lease is taken over. Fewer (none: an empty
+    list) when fewer are claimable, or when ``claim.budget`` stops the batch
+    (``over_budget`` says how many it left); that is not an error.
+    """
+    require_max(max)
+    started = time.perf_counter()
+    claimed = await store.write(claim_many_body(store, claim, max), single=True)
+    store.tally.claimed(time.perf_counter() - started)
+    return claimed
+
+
+# A waiting claim re-tries at least this often even when nothing commits: a
+# delayed todo or a retry after backoff becomes claimable by time alone.
+RECHECK_SECONDS = 1.0
+
+
+@overload
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: None = None
+) -> Todo | None: ...
+
+
+@overload
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int
+) -> ClaimedBatch: ...
+
+
+async def claim_next_waiting(
+    store: Store, claim: NextClaim, *, wait: float, changes: Changes, max: int | None = None
+) -> Todo | None | list[Todo]:
+    """``claim_next``, waiting up to ``wait`` seconds for something claimable (a long poll).
+
+    Each commit to the file, from any process, wakes it to try again
+    (``changes`` must be running); so does every RECHECK_SECONDS. None when
+    nothing became claimable in time. With ``max``: a list of up to ``max``
+    todos, answered as soon as one or more could be claimed (empty: none in time).
+    """
+    if max is not None:
+        require_max(max)
+    deadline = time.monotonic() + wait
+    while True:
+        seen = changes.count  # before the attempt: a commit during it still wakes the wait below
+        found: Todo | None | list[Todo]
+        if max is None:
+            found = await claim_next(store, owner=claim.owner, queues=claim.queues, lease=claim.lease, agent=claim.agent)
+        else:
+            found = await claim_next_many(store, claim, max)
+        remaining = deadline - time.monotonic()
+        if found or remaining <= 0:  # a todo, or a list with one or more
+            return found
+        await changes.wait(seen, timeout=min(remaining, RECHECK_SECONDS))
+
+
+# ---------------------------------------------------------------- the statements
+
+
+def _claim_statement(claim: NextClaim, *, many: bool) -> tuple[str, dict[str, Any]]:
+    """A claim's arguments checked (before its transaction); the statement that
+    claims from its queues (one todo, or ``many``) and that statement's queue parameter."""
+    queues = _claim_queues(claim)
+    if queues is None:
+        return (Q.claim_many_any if many else Q.claim_next_any), {}
+    if len(queues) == 1:
+        return (Q.claim_many_in_queue if many else Q.claim_next_in_queue), {"queue": queues[0]}
+    return (Q.claim_many_in_queues if many else Q.claim_next_in_queues), {"queues": json.dumps(queues)}
+
+
+def _claim_queues(claim: NextClaim) -> list[str] | None:
+    """The claim's owner and queues checked; its queues as a list (None: every queue)."""
+    require_name("owner", claim.owner)
+    queues = claim.queues
+    if queues is None:
+        return None
+    if isinstance(queues, str):  # a bare name would be iterated letter by letter
+        raise InvalidArgument("queues must be a list of queue names, not a string")
+    queues = list(queues)
+    if not queues:
+        raise InvalidArgument("queues must name at least one queue (or be omitted for all)")
+    for q in queues:
+        require_name("queue", q)
+    return list(dict.fromkeys(queues))  # a queue named twice is one queue
+
+
+def claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
+    """claim_next's body; a finish's ``then`` runs it after the finish, in the same transaction."""
+    owner, agent = claim.owner, claim.agent
+    statement, where = _claim_statement(claim, many=False)
+    lease_ms = lease_millis(claim.lease)
+
+    def body(tx: Transaction) -> Todo | None:
+        now = store.clock.now_ms()
+        token = secrets.token_urlsafe(24)
+        params = {**_claim_params(owner, agent, token, now, lease_ms), **where}
+        row = _claiming(tx, now, lambda: tx.one(statement, params))
+        if row is None:
+            return None
+        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
+
+    return body
+
+
+def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], ClaimedBatch]:
+    """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
+    owner, agent, budget = claim.owner, claim.agent, claim.budget
+    statement, where = _claim_statement(claim, many=True)
+    lease_ms = lease_millis(claim.lease)
+    if budget is not None:
+        require_int("budget", budget, low=0, high=INT64_MAX)
+
+    def body(tx: Transaction) -> ClaimedBatch:
+        now = store.clock.now_ms()
+        tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
+        hashes = list(tokens)
+        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(hashes), "max": max,
+                  "budget": budget, "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
+        rows = _claiming(tx, now, lambda: tx.all(statement, params))
+        claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
+        claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
+        # A candidate takes the hash at its count of candidates after it, so the
+        # last one claimed tells how many the budget left (see claim_many_any).
+        position = {h: n for n, h in enumerate(hashes)}
+        left = min((position[row["lease_token_hash"]] for row in rows), default=0)
+        return ClaimedBatch(claimed, over_budget=left)
+
+    return body
+
+
+def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms: int) -> dict[str, Any]:
+    return {
+        "owner": owner,
+        "agent": agent or owner,
+        "lease_token_hash": hash_token(token),
+        "lease_expires_at": now + lease_ms,
+        "now": now,
+    }
+
+
+Claimed = TypeVar("Claimed")  # one row or a list of them
+
+
+def _claiming(tx: Transaction, now: int, claim: Callable[[], Claimed]) -> Claimed:
+    """Run a claim statement. Each claims nothing while a lease has lapsed (one
+    look down todos_leases, inside it), so the common claim is one statement;
+    one that claimed nothing recovers lapsed leases, if any, and claims again."""
+    claimed = claim()
+    if not claimed and recover_lapsed(tx, now):
+        claimed = claim()
+    return claimed
+
+
+# ---------------------------------------------------------------- lapsed leases
+
+
+RECOVERED_AT = "todos.recovered_at"  # in tx.memo: the clock's time of the last recovery in this transaction
+
+
+def recover_lapsed(tx: Transaction, now: int) -> bool:
+    """Take back lapsed leases: takeover never waits for a sweeper. Whether any was.
+
+    A claim runs it only when its statement claimed nothing (``_claiming``).
+    Done already in this transaction at this time or later (the claims that share a group
+    commit): nothing more can have lapsed. A claim rolled back to its
+    savepoint takes its note in ``tx.memo`` with it.
+    """
+    recovered_at = tx.memo.get(RECOVERED_AT)
+    if recovered_at is not None and now <= recovered_at:
+        return False
+    lapsed = tx.one(Q.any_lapsed_lease, {"now": now}) is not None
+    if lapsed:
+        needs_transaction(tx)  # the recovery's changes and the claim's commit together
+        tx.run(Q.end_lapsed_attempts, {"now": now})
+        tx.run(Q.recover_lapsed_leases, {"now": now})
+    tx.memo[RECOVERED_AT] = now
+    return lapsed
+
+
+async def settle_lapsed(store: Store) -> None:
+    """Before a read: recover lapsed leases, if any, so that what is shown is what
+    the next claim would find (a lapsed todo is pending again, or a dead letter).
+    A cheap indexed check (todos_leases), so a peek on the caller's own thread:
+    no hop to a reader before the read that follows. The write happens only
+    when a lease has lapsed."""
+    now = store.clock.now_ms()
+    if await store.peek(lambda tx: tx.one(Q.any_lapsed_lease, {"now": now})) is not None:
+        await store.write(lambda tx: recover_lapsed(tx, store.clock.now_ms()))
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def check_scope(tx: Transaction, todo_id: int, queues: Sequence[str] | None) -> None:
+    """A todo outside the caller's scope is answered exactly like an unknown one."""
+    if queues is None:
+        return
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None or row["queue"] not in queues:
+        raise NotFound(f"todo {todo_id} does not exist")
+
+
+def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> Exception:
+    row = tx.one(Q.get_todo, {"id": todo_id})
+    if row is None:
+        return NotFound(f"todo {todo_id} does not exist")
+    todo = Todo.from_row(row)
+    if todo.assignee is not None and todo.assignee != agent:
+        return Forbidden(f"todo {todo_id} is assigned to {todo.assignee!r}")
+    paused = tx.one(Q.get_queue, {"name": todo.queue})
+    if paused is not None and paused["paused_at"] is not None:
+        return Conflict(
+            f"todo {todo_id} is on queue {todo.queue!r}, which is paused: nothing is claimed from it until it is resumed"
+        )
+    if todo.state == "claimed":
+        return Conflict(f"todo {todo_id} is claimed by {todo.owner} until {rfc3339(todo.lease_expires_at)}")
+    if todo.state == "done":
+        return Conflict(f"todo {todo_id} is done")
+    if todo.state == "cancelled":
+        return Conflict(f"todo {todo_id} was cancelled{by_and_why(todo)}")
+    if todo.dead_letter:
+        return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempt{'' if todo.attempt == 1 else 's'}; redrive it first")
+    assert todo.visible_at is not None and todo.visible_at > now
+    return Conflict(f"todo {todo_id} is not visible until {rfc3339(todo.visible_at)}")
+
+
+def by_and_why(todo: Todo) -> str:
+    """Who cancelled ``todo`` and why, for the words of a refusal."""
+    by = f" by {todo.cancelled_by}" if todo.cancelled_by else ""
+    return by + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")
