@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import NewEvent  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
 
 BODY = {"action": "opened", "number": 0, "pull_request": {"title": "x" * 200, "body": "y" * 3500}}
 

@@ -35,7 +35,7 @@ from switchboard_local.core import (
     agents,
     todos,  # noqa: E402
 )
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 
 INITIALIZE = {

@@ -52,7 +52,7 @@ def import_package() -> tuple[Any, Any, Any]:
     """(todos module, Store class, web module): the coming layout first, else today's flat one."""
     try:
         from switchboard_local.core import todos
-        from switchboard_local.core.store import Store
+        from switchboard_local.core.store.interface import Store
         from switchboard_local.http import app as web
     except ImportError:
         from switchboard_local import todos, web

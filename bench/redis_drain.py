@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.brokers.loop import Consumer  # noqa: E402
 from switchboard_local.core import redis_config, sources  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
 
 from support.redis_server import RedisServer  # noqa: E402
 

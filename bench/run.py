@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.core import todos  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease, NextClaim  # noqa: E402
 
@@ -139,8 +139,8 @@ def raw_ingest_rows(tmp: Path) -> float:
     """The floor under an adapter batch: this project's schema, bare sqlite3, 64
     messages per transaction, each an event, a todo and their link, with
     executemany and nothing else (no routing, no validation, no dedup answers)."""
-    from switchboard_local.core.queries import Q
-    from switchboard_local.core.sqlite import _statements, schema_sql
+    from switchboard_local.core.store.queries import Q
+    from switchboard_local.core.store.sqlite.store import _statements, schema_sql
 
     conn = _raw_conn(tmp / "raw-ingest.db")
     conn.execute("PRAGMA foreign_keys = ON")

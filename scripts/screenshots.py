@@ -43,7 +43,7 @@ from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from switchboard_local.core import browse, routing, sources, todos  # noqa: E402
 from switchboard_local.core.clock import ManualClock  # noqa: E402
 from switchboard_local.core.events import NewEvent  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
 from switchboard_local.core.todos import Lease  # noqa: E402
 from switchboard_local.http import verifiers  # noqa: E402
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .core import agents, leadership, retention
 from .core.errors import NotFound, StoreFault
-from .core.store import Store, Transaction
+from .core.store.interface import Store, Transaction
 from .core.text import SafeFormatter
 
 log = logging.getLogger("switchboard_local.serve")

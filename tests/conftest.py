@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core.clock import ManualClock
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support import sql
 from support.backends import parametrize_marked

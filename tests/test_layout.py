@@ -18,10 +18,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
 EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
 DRIVERS = ("sqlite3", "aiosqlite", "psycopg", "psycopg_pool")
 # Only the stores touch a database driver: SQLite's three modules, PostgreSQL's two.
-DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints",
-                  "switchboard_local.core.postgres", "switchboard_local.core.pg_pool")  # fmt: skip
+DRIVER_MODULES = ("switchboard_local.core.store.sqlite.store", "switchboard_local.core.store.sqlite.group_commit",
+                  "switchboard_local.core.store.sqlite.checkpoints", "switchboard_local.core.store.postgres.store",
+                  "switchboard_local.core.store.postgres.pool")  # fmt: skip
 # Who may name the PostgreSQL store: Store.open picks it (nobody else needs psycopg installed to import).
-POSTGRES_IMPORTERS = ("switchboard_local.core.store",)
+POSTGRES_IMPORTERS = ("switchboard_local.core.store.interface",)
 # Libraries that belong to one edge each; the core uses none of them.
 EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic", "sse_starlette", "prometheus_client")
 
@@ -102,8 +103,8 @@ def test_only_the_store_imports_the_database_driver(module: str) -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_only_store_open_reaches_the_postgresql_store(module: str) -> None:
-    if module not in POSTGRES_IMPORTERS and module != "switchboard_local.core.postgres":
-        assert "switchboard_local.core.postgres" not in MODULES[module], f"{module} imports core/postgres.py"
+    if module not in POSTGRES_IMPORTERS and not module.startswith("switchboard_local.core.store.postgres"):
+        assert "switchboard_local.core.store.postgres.store" not in MODULES[module], f"{module} imports core/postgres.py"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if area(m) == "core"))

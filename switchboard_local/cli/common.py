@@ -34,7 +34,7 @@ from ..core.errors import (
     SwitchboardError,
     Unavailable,
 )
-from ..core.store import DB_ENV, Location, Store, is_url
+from ..core.store.interface import DB_ENV, Location, Store, is_url
 from ..core.text import NON_C0_CONTROLS, decimal, digits, escape_controls
 from ..core.todo_model import INT64_MAX, dump_json
 

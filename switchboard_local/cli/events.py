@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core import events, retention, routing, sources, watch
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
 from . import live

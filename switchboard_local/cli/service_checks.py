@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import sources
-from ..core.store import BUSY_TIMEOUT_ENV, Location, Store, is_url
+from ..core.store.interface import BUSY_TIMEOUT_ENV, Location, Store, is_url
 from ..process import LOG_LEVEL_ENV
 from . import service_units as units
 from .common import warn

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import Unavailable
-from .store import Location, local_path
+from .store.interface import Location, local_path
 
 SUFFIX = ".dashboard-token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,128}")

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import Conflict, InvalidArgument
-from .queries import Q
+from .store.queries import Q
 from .settings import PER_INSTALL, SETTINGS
-from .store import Row, Store, Transaction, expanded, redacted
+from .store.interface import Row, Store, Transaction, expanded, redacted
 
 PAGE_ROWS = 500  # rows per page read from the source
 PAGE_BYTES = 16 * 1024 * 1024  # a page of events or todos stops at this many bytes of bodies (one row at least)

@@ -24,9 +24,9 @@ from typing import Any
 
 from .clock import rfc3339
 from .errors import InvalidArgument, NotFound
-from .queries import Q
+from .store.queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
 from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
 from .todos import insert_id, insert_params
 

@@ -30,7 +30,7 @@ from . import leadership, write_lock
 from .clock import rfc3339
 from .errors import Busy, InvalidArgument, StoreFault
 from .sources import Source, list_sources, masked_url
-from .store import FileState, Location, Store, describe
+from .store.interface import FileState, Location, Store, describe
 from .webhook_config import needs_secret
 
 OK, WARN, FAIL = "ok", "warn", "fail"

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from .events import Event, list_events
-from .queries import Q
-from .store import Store
+from .store.queries import Q
+from .store.interface import Store
 from .todo_model import Todo
 
 POLL_INTERVAL_SECONDS = 0.1

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StoreFault
-from .queries import Q
-from .store import Store, is_url
+from .store.queries import Q
+from .store.interface import Store, is_url
 
 PROC_LOCKS = Path("/proc/locks")
 WAL_WRITE_BYTE = 120  # the -shm byte SQLite locks for a write transaction (WALINDEX_LOCK_OFFSET + WAL_WRITE_LOCK)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support.redis_server import FakeBroker, started_redis_server
 

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from switchboard_local.core import leadership
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.sqlite.store import SCHEMA_VERSION
+from switchboard_local.core.store.interface import Store
 
 from support import sql
 from support.cli import REPO_ROOT, Result, invoke

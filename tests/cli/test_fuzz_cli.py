@@ -28,7 +28,7 @@ from switchboard_local.cli.common import JsonValue
 from switchboard_local.cli.main import main
 from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support.cli import invoke
 from support.fuzz import fuzz_settings

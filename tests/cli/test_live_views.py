@@ -25,7 +25,7 @@ import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support import sql
 from support.cli import REPO_ROOT, as_json, ctrl_c_reaches_it, run_cli

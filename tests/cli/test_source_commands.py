@@ -19,7 +19,7 @@ import pytest
 from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.sources import masked_url
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support.cli import as_json
 

@@ -18,7 +18,7 @@ import pytest
 from switchboard_local.core import queues as queues_module
 from switchboard_local.core import todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound, StoreFault
-from switchboard_local.core.store import Store, is_url
+from switchboard_local.core.store.interface import Store, is_url
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Completion, Failure, Lease, NextClaim
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 from support.sql import rows
@@ -108,7 +108,7 @@ async def test_a_reader_holding_an_old_snapshot_stops_neither_commits_nor_close(
 WRITER = """
 import asyncio, sys
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 async def main():

@@ -23,8 +23,8 @@ from switchboard_local.core import (
 )
 from switchboard_local.core.errors import Conflict, InvalidArgument, Unavailable
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.queries import Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import MAX_LIST_LIMIT, NewTodo
 from switchboard_local.core.todos import Lease
 

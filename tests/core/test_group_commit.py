@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import group_commit, todos
+from switchboard_local.core import todos
+from switchboard_local.core.store.sqlite import group_commit
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
-from switchboard_local.core.group_commit import GROUP_SECONDS
-from switchboard_local.core.store import BUSY_TIMEOUT_ENV, Store
+from switchboard_local.core.store.sqlite.group_commit import GROUP_SECONDS
+from switchboard_local.core.store.interface import BUSY_TIMEOUT_ENV, Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 

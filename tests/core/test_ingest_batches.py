@@ -13,7 +13,7 @@ import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import Ingested, NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support import sql
 from support.cli import run_cli

@@ -31,7 +31,7 @@ import pytest
 
 from switchboard_local.core import events, settings, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo, QueueStats, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 

@@ -56,9 +56,9 @@ from switchboard_local.core.errors import (
     NotFound,
     SwitchboardError,
 )
-from switchboard_local.core.postgres import convert_params
-from switchboard_local.core.queries import POSTGRES, Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.postgres.store import convert_params
+from switchboard_local.core.store.queries import POSTGRES, Q
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import (
     MAX_LIST_LIMIT,
     STATES,

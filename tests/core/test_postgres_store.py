@@ -17,10 +17,10 @@ import pytest
 
 from switchboard_local.core import leadership, sources, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
-from switchboard_local.core.postgres import PostgresStore, convert_params
-from switchboard_local.core.queries import Q
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store, needs_transaction
+from switchboard_local.core.store.postgres.store import PostgresStore, convert_params
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.sqlite.store import SCHEMA_VERSION
+from switchboard_local.core.store.interface import Store, needs_transaction
 from switchboard_local.core.todo_model import NewTodo
 
 from support.cli import invoke

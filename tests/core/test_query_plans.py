@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.queries import Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.interface import Store
 
 pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
 

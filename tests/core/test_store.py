@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import leadership, queues, sources, todos
-from switchboard_local.core import sqlite as store_module
+from switchboard_local.core.store.sqlite import store as store_module
 from switchboard_local.core.errors import (
     Conflict,
     InvalidArgument,
     StoreUnusable,
     Unavailable,
 )
-from switchboard_local.core.store import Store, default_path
+from switchboard_local.core.store.interface import Store, default_path
 from switchboard_local.core.todo_model import NewTodo, hash_token
 from switchboard_local.core.todos import Lease
 
@@ -647,7 +647,7 @@ async def test_a_closed_store_refuses_reads(db_path) -> None:
 
 LEFT_OPEN = """
 import asyncio, sys
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core import queues, todos
 
 async def main():

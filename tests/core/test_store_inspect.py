@@ -15,8 +15,8 @@ import pytest
 
 from switchboard_local.core import sources
 from switchboard_local.core.errors import StoreUnusable, Unavailable
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.sqlite.store import SCHEMA_VERSION
+from switchboard_local.core.store.interface import Store
 
 from support import sql
 

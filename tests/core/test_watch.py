@@ -9,7 +9,7 @@ import pytest
 
 from switchboard_local.core import events, todos, watch
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 from support import sql

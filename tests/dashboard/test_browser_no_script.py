@@ -17,7 +17,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from switchboard_local.core import events, todos
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from switchboard_local.core import settings, todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import MAX_TITLE_LENGTH, NewTodo
 from switchboard_local.core.todos import MAX_BATCH, Lease
 from switchboard_local.mcp.answers import TEXT_COPY_LIMIT

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from switchboard_local.core import agents, todos
-from switchboard_local.core.store import Store, describe
+from switchboard_local.core.store.interface import Store, describe
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.mcp.server import INSTRUCTIONS
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.anyio
 INSERT_AND_TIME = """
 import asyncio, sys, time
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store, describe
+from switchboard_local.core.store.interface import Store, describe
 from switchboard_local.core.todo_model import NewTodo
 async def main():
     async with await Store.open(sys.argv[1]) as store:

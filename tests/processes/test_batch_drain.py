@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support.store import create_jobs
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from switchboard_local.core.sqlite import APPLICATION_ID, SCHEMA_VERSION
+from switchboard_local.core.store.sqlite.store import APPLICATION_ID, SCHEMA_VERSION
 
 from support.cli import REPO_ROOT
 from support.receiver import ServeProcess

@@ -15,7 +15,7 @@ import pytest
 from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 

@@ -22,7 +22,7 @@ import sys
 import time
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todos import Lease
 
 

@@ -61,11 +61,11 @@ import psycopg.errors as pgerrors
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from . import pg_url
-from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
-from .pg_pool import Pool
-from .store import (
+from .. import url as pg_url
+from ...clock import Clock, SystemClock
+from ...errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
+from .pool import Pool
+from ..interface import (
     APP_NAME,
     FileState,
     NeedsTransaction,
@@ -77,7 +77,7 @@ from .store import (
     needs_transaction,
     redacted,
 )
-from .tally import Tally
+from ...tally import Tally
 
 T = TypeVar("T")
 
@@ -165,7 +165,7 @@ class Statements:
         self._lock = threading.Lock()
 
     def _load(self) -> Mapping[str, str]:
-        from . import queries
+        from .. import queries
 
         with self._lock:
             if self._pg is None:
@@ -450,7 +450,7 @@ def schema_sql() -> str:
     packaged = resources.files(__package__).joinpath("schema.postgres.sql")
     if packaged.is_file():
         return packaged.read_text("utf-8")
-    return (Path(__file__).resolve().parents[2] / "schema.postgres.sql").read_text("utf-8")
+    return (Path(__file__).resolve().parents[4] / "schema.postgres.sql").read_text("utf-8")
 
 
 # version -> SQL that upgrades a database from version - 1 (the PostgreSQL
@@ -463,7 +463,7 @@ FIRST_VERSION = 8
 
 
 def _schema_version() -> int:
-    from .sqlite import SCHEMA_VERSION  # the one number both backends share
+    from ..sqlite.store import SCHEMA_VERSION  # the one number both backends share
 
     return SCHEMA_VERSION
 

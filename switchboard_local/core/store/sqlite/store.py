@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from .checkpoints import WAL_AUTOCHECKPOINT, Checkpointer
-from .clock import Clock, SystemClock
-from .errors import (
+from ...clock import Clock, SystemClock
+from ...errors import (
     Busy,
     Conflict,
     InvalidArgument,
@@ -39,8 +39,8 @@ from .errors import (
     Unavailable,
 )
 from .group_commit import GroupCommit, Monotonic, SQLiteTransaction, is_busy
-from .queries import Q
-from .store import (
+from ..queries import Q
+from ..interface import (
     BUSY_TIMEOUT_MS,
     FileState,
     Params,
@@ -49,7 +49,7 @@ from .store import (
     default_path,
     expanded,
 )
-from .tally import Tally
+from ...tally import Tally
 
 # The schema version this code writes. A new version appends one migration
 # below (from the previous version) and updates schema.sql to the new shape.
@@ -302,7 +302,7 @@ def schema_sql() -> str:
     packaged = resources.files(__package__).joinpath("schema.sql")
     if packaged.is_file():
         return packaged.read_text("utf-8")
-    return (Path(__file__).resolve().parents[2] / "schema.sql").read_text("utf-8")
+    return (Path(__file__).resolve().parents[4] / "schema.sql").read_text("utf-8")
 
 
 def _statements(script: str) -> list[str]:

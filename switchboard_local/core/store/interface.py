@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .clock import Clock
-from .errors import InvalidArgument, Unavailable
-from .text import decimal
+from ..clock import Clock
+from ..errors import InvalidArgument, Unavailable
+from ..text import decimal
 
 if TYPE_CHECKING:
-    from .group_commit import Monotonic
-    from .tally import Tally
+    from .sqlite.group_commit import Monotonic
+    from ..tally import Tally
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"
@@ -71,7 +71,7 @@ def local_path(where: Location) -> Path:
 
     import platformdirs
 
-    from .pg_url import parse
+    from .url import parse
 
     parse(str(where))  # refused, naming what is wrong, unless it reads cleanly
     params = parse(str(where).partition("?")[0])  # named by its user, host, port and path alone
@@ -86,7 +86,7 @@ def local_path(where: Location) -> Path:
 def redacted(url: str) -> str:
     """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``;
     a malformed one shows no part of what may be a password (core/pg_url.py)."""
-    from .pg_url import redacted as hidden
+    from .url import redacted as hidden
 
     return hidden(url)
 
@@ -275,13 +275,13 @@ class Store(Protocol):
         if path is None:
             path = default_path()
         if is_url(path):
-            from .postgres import PostgresStore  # only when asked for: psycopg is imported there alone
+            from .postgres.store import PostgresStore  # only when asked for: psycopg is imported there alone
 
             assert isinstance(path, str)
             return await PostgresStore.open(
                 path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
             )
-        from .sqlite import SQLiteStore
+        from .sqlite.store import SQLiteStore
 
         return await SQLiteStore.open(
             path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
@@ -297,11 +297,11 @@ class Store(Protocol):
         it is ours or empty (PostgreSQL checks its own pages).
         """
         if is_url(path):
-            from .postgres import inspect_url
+            from .postgres.store import inspect_url
 
             assert isinstance(path, str)
             return await asyncio.to_thread(inspect_url, path)
-        from .sqlite import inspect_file
+        from .sqlite.store import inspect_file
 
         assert isinstance(path, Path)
 
