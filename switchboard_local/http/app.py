@@ -54,7 +54,8 @@ from ..core.errors import (
     SwitchboardError,
 )
 from ..core.events import NewEvent
-from ..core.store.interface import Store, busy_timeout_ms
+from ..core.store.interface import Store
+from ..core.store.shared import busy_timeout_ms
 from ..core.text import digits
 from . import verifiers as webhooks
 

@@ -1,4 +1,4 @@
-"""A PostgreSQL URL is read here before libpq sees it (core/pg_url.py): a well-formed one as libpq
+"""A PostgreSQL URL is read here before libpq sees it (core/store/url.py): a well-formed one as libpq
 reads it, and no message or display of any URL holds a piece of its password (issue 28 §3.4)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from switchboard_local.core import events, todos, watch
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 
 from support import sql
@@ -116,7 +116,7 @@ async def test_follow_events_brings_events_stored_by_another_store_on_the_file(s
     await events.ingest(store, event("d-0"), [])
     async with aclosing(watch.follow_events(store, source="gh", idle=0.05)) as feed:
         assert await anext(feed) == []  # it has started: "now" is taken
-        async with await Store.open(db_path) as other:
+        async with await open_store(db_path) as other:
             await events.ingest(other, event("d-1", source="elsewhere"), [])
             await events.ingest(other, event("d-2"), [])
         assert [e.external_id for e in await next_rows(feed)] == ["d-2"]
