@@ -399,6 +399,7 @@ async def follow_events(
         async for batch in batches:
             yield batch
 
+
 async def recent_events(store: Store, *, source: str | None = None, type: str | None = None, limit: int = 50) -> list[Event]:
     """The newest ``limit`` events, oldest of them first."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:

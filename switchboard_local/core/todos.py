@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from . import audit, settings
 from .clock import rfc3339
 from .errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
-from .store.queries import Q
 from .store.interface import Store, Transaction, needs_transaction
+from .store.queries import Q
 from .todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
 
-from switchboard_local.core.store import url as pg_url
 from switchboard_local.core.errors import InvalidArgument
+from switchboard_local.core.store import url as pg_url
 from switchboard_local.core.store.postgres.store import Target
 
 WELL_FORMED = [

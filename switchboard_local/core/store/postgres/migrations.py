@@ -85,6 +85,8 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> None:
         for target in range(version + 1, current + 1):
             step = MIGRATIONS.get(target)
             if step is None:
-                raise StoreUnusable(f"{where} has schema version {version}, which this switchboard-local cannot upgrade")
+                raise StoreUnusable(
+                    f"{where} has schema version {version}, which this switchboard-local cannot upgrade"
+                )
             conn.execute(step)  # type: ignore[arg-type]
             conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (target,))

@@ -423,7 +423,7 @@ def _connect_read_only(path: Path, busy_ms: int) -> sqlite3.Connection:
 
 
 def inspect_file(path: Path) -> FileState:
-    """``opener.inspect_store`` for a file: the file's identity, journal mode and integrity, read with nothing changed."""
+    """``opener.inspect_store`` for a file: its identity, journal mode and integrity, read with nothing changed."""
     with driver_errors(path):
         conn = _connect_existing(path, INSPECT_BUSY_MS)
     try:
