@@ -68,7 +68,12 @@ AREAS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 # Not in the default run: the rest of the store (opening, migrations, reads, error translation).
-EXTRA = {"store": ("core/store/sqlite/store.py", [f"{PACKAGE}.core.store.sqlite.store.*"])}
+EXTRA = {
+    "store": (
+        "The SQLite store (core/store/sqlite/: store.py, migrations.py, errors.py)",
+        [f"{PACKAGE}.core.store.sqlite.{module}.*" for module in ("store", "migrations", "errors")],
+    )
+}
 # Functions mutmut cannot switch at run time: called at import, they build
 # closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
 # a copy of the repository with the mutant written in, with the tests that
