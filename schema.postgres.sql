@@ -1,6 +1,6 @@
 -- switchboard-local schema for PostgreSQL: the same tables, constraints and
 -- indexes as schema.sql, in PostgreSQL's own types. The statements that read
--- and write them are switchboard_local/core/queries.postgres.sql.
+-- and write them are switchboard_local/core/store/postgres/queries.postgres.sql.
 --
 -- Types. Ids are bigint identities (never reused after a prune: ids are
 -- cursors). Times are timestamptz; the core's clock and every Python-facing
@@ -14,7 +14,7 @@
 --
 -- Versioning. schema_migrations holds one row per schema version applied;
 -- the database's version is max(version), what SQLite's PRAGMA user_version
--- says of a file, with the same numbers (core/sqlite.py's SCHEMA_VERSION).
+-- says of a file, with the same numbers (core/store/shared.py's SCHEMA_VERSION).
 -- A new database: the store takes pg_advisory_xact_lock(1396853841) (so that
 -- two processes opening an empty database do not both create it), applies this
 -- file in that one transaction, and inserts (SCHEMA_VERSION) into

@@ -2,8 +2,8 @@
 --
 -- The store applies this file to a new database inside one BEGIN IMMEDIATE
 -- transaction and then sets PRAGMA user_version to the schema version that
--- switchboard_local/core/sqlite.py declares. Older files are brought up to date by
--- the migrations listed there; this file always describes the newest shape.
+-- switchboard_local/core/store/shared.py declares. Older files are brought up to date
+-- by the migrations in core/store/sqlite/migrations.py; this file always describes the newest shape.
 --
 -- Times are INTEGER milliseconds since the Unix epoch (UTC), taken from the
 -- core's injected clock, never from SQLite's own clock.

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from switchboard_local.core import todos  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease  # noqa: E402
 
@@ -32,7 +32,7 @@ WORKER = ROOT / "tests" / "support" / "drain_worker.py"
 
 
 async def create(db: Path, n: int) -> float:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         start = time.perf_counter()
         for i in range(n):
             await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
@@ -40,7 +40,7 @@ async def create(db: Path, n: int) -> float:
 
 
 async def drain(db: Path, n: int) -> float:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         start = time.perf_counter()
         done = 0
         while (todo := await todos.claim_next(store, owner="bench", queues=["bench"])) is not None:

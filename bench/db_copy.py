@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 
 
 def fill(db: Path, todos: int, events: int) -> None:
     async def create() -> None:
-        await (await Store.open(db)).close()
+        await (await open_store(db)).close()
 
     asyncio.run(create())
     now = int(time.time() * 1000)

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import NewEvent  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 
 BODY = {"action": "opened", "number": 0, "pull_request": {"title": "x" * 200, "body": "y" * 3500}}
 
@@ -44,7 +44,7 @@ def event(n: int) -> NewEvent:
 
 async def one_run(folder: Path, n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        async with await Store.open(Path(tmp) / "ingest.db") as store:
+        async with await open_store(Path(tmp) / "ingest.db") as store:
             await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
                                config=webhook_config.source_config("github", {}), secrets=[{"value": "s"}])  # fmt: skip
             await rules.add(store, source="gh", type="pull_request", where=["action=opened"], queue="review",

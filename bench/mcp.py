@@ -35,7 +35,7 @@ from switchboard_local.core import (
     agents,
     todos,  # noqa: E402
 )
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 
 INITIALIZE = {
@@ -109,7 +109,7 @@ def call(server: Server, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 async def prepare(db: Path, n: int) -> None:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         await agents.add(store, "drainer", queues=["bench"], tools=["claim_next", "complete"])
         for i in range(n):
             await todos.create(store, NewTodo(queue="bench", title=f"job {i}", payload={"n": i}))

@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.core import todos  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease  # noqa: E402
 
@@ -122,7 +122,7 @@ class Server:
 
 async def create(db: str | Path, n: int) -> float:
     """Todos created/s, one transaction each."""
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         start = time.perf_counter()
         for i in range(n):
             await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
@@ -242,7 +242,7 @@ async def claim_latency_ms(url: str, done_rows: int) -> float:
     """claim_next p50 with ``done_rows`` finished todos in the table (filled by one INSERT … SELECT)."""
     import psycopg
 
-    async with await Store.open(url):
+    async with await open_store(url):
         pass  # the schema
     if done_rows:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -253,7 +253,7 @@ async def claim_latency_ms(url: str, done_rows: int) -> float:
                 (done_rows,),
             )
             conn.execute("VACUUM ANALYZE todos")
-    async with await Store.open(url) as store:
+    async with await open_store(url) as store:
         for i in range(1000):
             await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
         times = []

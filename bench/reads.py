@@ -49,10 +49,11 @@ HARNESS_TIMEOUT = 120  # seconds any one step with the harness may take before t
 
 
 def import_package() -> tuple[Any, Any, Any, Any]:
-    """(todos module, NewTodo class, Store class, web module): the coming layout first, else today's flat one."""
+    """(todos module, NewTodo class, something with the store's ``open``, web module): today's layout first,
+    else the flat one."""
     try:
         from switchboard_local.core import todos
-        from switchboard_local.core.store import Store
+        from switchboard_local.core.store.opener import open_store
         from switchboard_local.core.todo_model import NewTodo
         from switchboard_local.http import app as web
     except ImportError:
@@ -60,6 +61,11 @@ def import_package() -> tuple[Any, Any, Any, Any]:
         from switchboard_local.store import Store
 
         NewTodo = todos.NewTodo
+    else:
+
+        class Store:  # the opener, where older trees had Store.open
+            open = staticmethod(open_store)
+
     return todos, NewTodo, Store, web
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.brokers.loop import Consumer  # noqa: E402
 from switchboard_local.core import redis_config, sources  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 
 from support.redis_server import RedisServer  # noqa: E402
 
@@ -59,7 +59,7 @@ def raw(server: RedisServer, key: str, n: int) -> float:
 
 
 async def drain(server: RedisServer, key: str, n: int, batch: int, db: Path) -> float:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         config = redis_config.adapter_config({"redis_url": server.url, "mode": "stream", "key": key, "batch": batch})
         adapter = await sources.add(store, "bench", family="queue", kind="redis", trust_mode="queue", config=config)
         stop = asyncio.Event()

@@ -67,7 +67,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.core import todos  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease, NextClaim  # noqa: E402
 
@@ -139,12 +140,12 @@ def raw_ingest_rows(tmp: Path) -> float:
     """The floor under an adapter batch: this project's schema, bare sqlite3, 64
     messages per transaction, each an event, a todo and their link, with
     executemany and nothing else (no routing, no validation, no dedup answers)."""
-    from switchboard_local.core.queries import Q
-    from switchboard_local.core.sqlite import _statements, schema_sql
+    from switchboard_local.core.store.queries import Q
+    from switchboard_local.core.store.sqlite.migrations import schema_sql, statements_of
 
     conn = _raw_conn(tmp / "raw-ingest.db")
     conn.execute("PRAGMA foreign_keys = ON")
-    for statement in _statements(schema_sql()):
+    for statement in statements_of(schema_sql()):
         conn.execute(statement)
     event = {"source": "s", "family": "queue", "type": "stream", "trust_mode": "queue", "verified": 1,
              "verify_detail": None, "content_type": None, "headers": "{}", "body": b'{"order": 1}', "size": 12, "now": 1,
@@ -184,7 +185,7 @@ def fdatasync_ms(tmp: Path) -> float:
 
 
 async def _filled(path: Path, n: int = N) -> Store:
-    store = await Store.open(path)
+    store = await open_store(path)
     for i in range(n):
         await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))
     return store
@@ -334,7 +335,7 @@ def _own_wal_figures(db: Path, n: int) -> tuple[float, float, float]:
         before = _wal_frames(db, page_size)
 
         async def drain() -> int:
-            async with await Store.open(db) as store:
+            async with await open_store(db) as store:
                 return await _drain_timed(store, timings)
 
         jobs = asyncio.run(drain())
@@ -383,7 +384,7 @@ def cli_imports_mcp(tmp: Path) -> list[str]:
 
 async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
     """p50 of claim_next with ``done_rows`` finished todos in the file; bytes per todo."""
-    store = await Store.open(path)
+    store = await open_store(path)
     await store.close()
     conn = sqlite3.connect(path, isolation_level=None)
     now = int(time.time() * 1000)
@@ -395,7 +396,7 @@ async def claim_latency_ms(path: Path, done_rows: int) -> tuple[float, float]:
     )
     conn.execute("COMMIT")
     conn.close()
-    store = await Store.open(path)
+    store = await open_store(path)
     try:
         for i in range(1000):
             await todos.create(store, NewTodo(queue="bench", title=f"job {i}"))

@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from switchboard_local.core import todos  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todo_model import NewTodo  # noqa: E402
 from switchboard_local.core.todos import Lease, NextClaim  # noqa: E402
 
@@ -50,7 +51,7 @@ def _wal_frames(db: Path, page_size: int) -> int:
 
 
 async def _fill(db: Path, n: int) -> None:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         for i in range(n):
             await todos.create(store, NewTodo(queue=QUEUE, title=f"job {i}", payload={"n": i}))
 
@@ -88,7 +89,7 @@ def measure_wal_pages(tmp: Path, n: int) -> dict[str, Any]:
         before = _wal_frames(db, page_size)
 
         async def drain() -> int:
-            async with await Store.open(db) as store:
+            async with await open_store(db) as store:
                 return await _drain(store)
 
         jobs = asyncio.run(drain())
@@ -145,7 +146,7 @@ def measure_commit_latency(tmp: Path, n: int) -> dict[str, Any]:
     timings: list[float] = []
 
     async def drain() -> int:
-        async with await Store.open(db) as store:
+        async with await open_store(db) as store:
             return await _drain(store, timings)
 
     started = time.perf_counter()

@@ -63,14 +63,19 @@ AREAS: dict[str, tuple[str, list[str]]] = {
         "Redis consumers (brokers/: loop.py and the Redis readers)",
         [f"{PACKAGE}.brokers.{module}.*" for module in ("loop", "redis_client", "redis_stream", "redis_list", "redis_pubsub")],
     ),
-    "group": ("Group commit (core/group_commit.py)", [f"{PACKAGE}.core.group_commit.*"]),
+    "group": ("Group commit (core/store/sqlite/group_commit.py)", [f"{PACKAGE}.core.store.sqlite.group_commit.*"]),
     "core": (
         "Core verbs (core/: todos/, events.py, routing.py, retention.py)",
         [f"{PACKAGE}.core.{module}.*" for module in (*TODOS, "events", "routing", "retention")],
     ),
 }
 # Not in the default run: the rest of the store (opening, migrations, reads, error translation).
-EXTRA = {"store": ("core/sqlite.py", [f"{PACKAGE}.core.sqlite.*"])}
+EXTRA = {
+    "store": (
+        "The SQLite store (core/store/sqlite/: store.py, migrations.py, errors.py)",
+        [f"{PACKAGE}.core.store.sqlite.{module}.*" for module in ("store", "migrations", "errors")],
+    )
+}
 # Functions mutmut cannot switch at run time: called at import, they build
 # closures once (webhooks.KINDS calls _hex_signed), so their mutants are run in
 # a copy of the repository with the mutant written in, with the tests that
@@ -397,7 +402,7 @@ def sql_outcomes() -> list[Outcome]:
         outcome = Outcome(key=mutant.key, status=status)
         if status not in KILLED and status != "not run":
             outcome.diff = mutant.diff()
-            outcome.where = f"{PACKAGE}/queries.sql:{_sql_line(mutant)}"
+            outcome.where = f"{PACKAGE}/core/store/sqlite/queries.sql:{_sql_line(mutant)}"
             outcome.group = mutant.statement
             outcome.label = mutant.description
         outcomes.append(outcome)

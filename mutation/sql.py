@@ -1,4 +1,4 @@
-"""Mutation testing for the SQL in switchboard_local/core/queries.sql.
+"""Mutation testing for the SQL in switchboard_local/core/store/sqlite/queries.sql.
 
 No Python mutation tool reads SQL, so this one does it for the statements that
 carry the lifecycle and ingestion rules (TARGETS). Each mutant changes one
@@ -30,7 +30,7 @@ from pathlib import Path
 import copies
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERIES = ROOT / "switchboard_local" / "core" / "queries.sql"
+QUERIES = ROOT / "switchboard_local" / "core" / "store" / "sqlite" / "queries.sql"
 WORK = ROOT / "mutation" / ".work"
 COVERAGE = WORK / "sql-tests.json"
 RESULTS = WORK / "sql-results.json"
@@ -384,7 +384,7 @@ def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survi
     def job_of(mutant: Mutant) -> copies.Job:
         tests = sorted(tests_of.get(mutant.statement, []), key=lambda t: durations.get(t, 0.0))
         budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
-        return copies.Job({"switchboard_local/core/queries.sql": mutant.mutated}, tests, budget)
+        return copies.Job({"switchboard_local/core/store/sqlite/queries.sql": mutant.mutated}, tests, budget)
 
     for n, (mutant, result) in enumerate(copies.run_all(todo, job_of, jobs), 1):
         results[mutant.key] = {**result, "statement": mutant.statement}

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from switchboard_local.core import group_commit, sqlite
-from switchboard_local.core.queries import Q
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.sqlite import group_commit
+from switchboard_local.core.store.sqlite import store as sqlite
 
 _names = {text: name for name, text in vars(Q).items()}
 _current: str | None = None

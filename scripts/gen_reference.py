@@ -32,7 +32,8 @@ from starlette.routing import Mount, Route
 from switchboard_local.cli import common as cli_common
 from switchboard_local.cli.main import main
 from switchboard_local.core import errors
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.dashboard.app import Dashboard
 from switchboard_local.dashboard.guard import SAFE_METHODS
 from switchboard_local.http import app as web
@@ -224,7 +225,7 @@ def errors_page() -> str:
 
 async def pages() -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="switchboard-reference-") as tmp:
-        store = await Store.open(Path(tmp) / "reference.db")
+        store = await open_store(Path(tmp) / "reference.db")
         try:
             tools = await listed_tools(store)
             http = http_page(store)

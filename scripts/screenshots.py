@@ -43,7 +43,8 @@ from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from switchboard_local.core import browse, routing, sources, todos  # noqa: E402
 from switchboard_local.core.clock import ManualClock  # noqa: E402
 from switchboard_local.core.events import NewEvent  # noqa: E402
-from switchboard_local.core.store import Store  # noqa: E402
+from switchboard_local.core.store.interface import Store  # noqa: E402
+from switchboard_local.core.store.opener import open_store  # noqa: E402
 from switchboard_local.core.todos import Lease  # noqa: E402
 from switchboard_local.http import verifiers  # noqa: E402
 
@@ -231,7 +232,7 @@ async def history(db: Path) -> None:
     """The past hour, minute by minute, on a clock that moves (and never past the real now)."""
     start = int(time.time() * 1000) - HISTORY_MINUTES * 60_000
     clock = ManualClock(start)
-    store = await Store.open(db, clock=clock, rng=random.Random(1))
+    store = await open_store(db, clock=clock, rng=random.Random(1))
 
     def at(ms: int) -> float:
         clock.advance(max(0, ms - clock.now_ms()) / 1000)
@@ -302,7 +303,7 @@ def live(board: Board, redis: RedisServer, db: Path) -> int:
 
 
 async def now_work(db: Path) -> None:
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         for _ in range(5):
             await work(store, "onboarding")

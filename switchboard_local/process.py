@@ -32,7 +32,8 @@ from typing import Any
 
 from .core import agents, leadership, retention
 from .core.errors import NotFound, StoreFault
-from .core.store import Store, Transaction
+from .core.store.interface import Store, Transaction
+from .core.store.opener import open_store
 from .core.text import SafeFormatter
 
 log = logging.getLogger("switchboard_local.serve")
@@ -257,7 +258,7 @@ class Service:
     async def serve(self, sock: socket.socket) -> bool:
         from .http.limits import Limits, server
 
-        async with await Store.open(self.db, **self.store_options) as store:
+        async with await open_store(self.db, **self.store_options) as store:
             host, port = sock.getsockname()[:2]
             address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
@@ -425,7 +426,7 @@ def run_mcp(db: Path | None, agent_name: str | None, ingest: str = "auto") -> in
     _apply_log_level()
 
     async def main() -> None:
-        async with await Store.open(db) as store:
+        async with await open_store(db) as store:
             agent = None
             if agent_name:
                 try:

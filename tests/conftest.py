@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core.clock import ManualClock
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 
 from support import sql
 from support.backends import parametrize_marked
@@ -91,7 +92,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 
         def create_schema(url: str) -> None:
             async def opened_once() -> None:
-                await (await Store.open(url)).close()
+                await (await open_store(url)).close()
 
             asyncio.run(opened_once())
 
@@ -126,7 +127,7 @@ def other_db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) 
 
 @pytest.fixture
 async def store(db_path: Path | str, clock: ManualClock) -> AsyncIterator[Store]:
-    opened = await Store.open(db_path, clock=clock, rng=random.Random(0))
+    opened = await open_store(db_path, clock=clock, rng=random.Random(0))
     try:
         yield opened
     finally:

@@ -1,10 +1,9 @@
 """The layout's rules (docs/development/architecture.md), read from the package's import statements.
 
-For who may import whom, every import counts, at module level or inside a
-function, absolute or relative: a lazy import of another edge is still a
-dependency on it. For cycles, what runs at import counts: module-level
-imports (a function's own import runs when it is called, after every module
-has loaded, which is how ``Store.open`` reaches its SQLite implementation).
+Every import counts, at module level or inside a function, under ``if
+TYPE_CHECKING:`` or not, absolute or relative: a lazy import of another edge
+is still a dependency on it, and a circle closed by a function's import (or
+a type's) is still a circle: a change to any module on it is a change to all.
 """
 
 from __future__ import annotations
@@ -16,12 +15,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "switchboard_local"
 EDGES = ("http", "brokers", "mcp", "cli", "dashboard")
-DRIVERS = ("sqlite3", "aiosqlite", "psycopg", "psycopg_pool")
-# Only the stores touch a database driver: SQLite's three modules, PostgreSQL's two.
-DRIVER_MODULES = ("switchboard_local.core.sqlite", "switchboard_local.core.group_commit", "switchboard_local.core.checkpoints",
-                  "switchboard_local.core.postgres", "switchboard_local.core.pg_pool")  # fmt: skip
-# Who may name the PostgreSQL store: Store.open picks it (nobody else needs psycopg installed to import).
-POSTGRES_IMPORTERS = ("switchboard_local.core.store",)
+STORE = "switchboard_local.core.store"
+# The store's interface (the Protocols and their contract): what verbs and edges depend on.
+INTERFACE = f"{STORE}.interface"
+# The one module that picks a backend (by the URL or path it is given).
+OPENER = f"{STORE}.opener"
+# Each backend's package, and the database drivers only its modules may import.
+BACKENDS = {f"{STORE}.sqlite": ("sqlite3", "aiosqlite"), f"{STORE}.postgres": ("psycopg", "psycopg_pool")}
 # Libraries that belong to one edge each; the core uses none of them.
 EDGE_LIBRARIES = ("click", "starlette", "uvicorn", "mcp", "redis", "anyio", "pydantic", "sse_starlette", "prometheus_client")
 
@@ -31,27 +31,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def at_import(tree: ast.Module) -> list[ast.stmt]:
-    """The statements that run when the module is imported (``if TYPE_CHECKING:`` blocks never do)."""
-    found: list[ast.stmt] = []
-    pending = list(tree.body)
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-            pending += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            pending += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
-    return found
-
-
-def imports_of(path: Path, *, only_at_import: bool = False) -> set[str]:
-    """The modules ``path`` imports (all, or those imported at import), resolved to absolute dotted names."""
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it, resolved to absolute dotted names."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text("utf-8"))
     found: set[str] = set()
-    for node in at_import(tree) if only_at_import else ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -67,11 +52,14 @@ def imports_of(path: Path, *, only_at_import: bool = False) -> set[str]:
 
 
 MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
-AT_IMPORT = {module_name(p): imports_of(p, only_at_import=True) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def ours(name: str) -> bool:
     return name == "switchboard_local" or name.startswith("switchboard_local.")
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(f"{package}.")
 
 
 def area(name: str) -> str:
@@ -87,23 +75,52 @@ def real_module(name: str) -> str | None:
     return name or None
 
 
+def graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports. A package's __init__ is imported by its modules'
+    import machinery, not by choice: those edges are left out."""
+    deps = {m: {real_module(n) for n in names if ours(n)} - {None, m} for m, names in MODULES.items()}
+    return {m: {n for n in found if n is not None and not m.startswith(f"{n}.")} for m, found in deps.items()}
+
+
+def reached(start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    edges, seen, pending = graph(), set(), [start]
+    while pending:
+        for dep in edges[pending.pop()] - seen:
+            seen.add(dep)
+            pending.append(dep)
+    return seen
+
+
 def test_the_layout_has_the_folders_the_map_names() -> None:
-    for folder in ("core", *EDGES):
+    for folder in ("core", *EDGES, "core/store", "core/store/sqlite", "core/store/postgres"):
         assert (PACKAGE / folder / "__init__.py").is_file(), folder
     assert (PACKAGE / "process.py").is_file()
+    assert INTERFACE in MODULES and OPENER in MODULES
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_only_the_store_imports_the_database_driver(module: str) -> None:
-    drivers = {name for name in MODULES[module] if name.split(".")[0] in DRIVERS}
-    if module not in DRIVER_MODULES:
-        assert not drivers, f"{module} imports {sorted(drivers)}"
+def test_only_a_store_backend_imports_its_database_driver(module: str) -> None:
+    for backend, drivers in BACKENDS.items():
+        used = {name for name in MODULES[module] if name.split(".")[0] in drivers}
+        assert not used or within(module, backend), f"{module} imports {sorted(used)}, which only {backend} may"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_only_store_open_reaches_the_postgresql_store(module: str) -> None:
-    if module not in POSTGRES_IMPORTERS and module != "switchboard_local.core.postgres":
-        assert "switchboard_local.core.postgres" not in MODULES[module], f"{module} imports core/postgres.py"
+def test_only_the_opener_reaches_a_store_backend(module: str) -> None:
+    """The one-way door: verbs and edges see the interface; the opener picks the backend (and nobody
+    else needs psycopg installed to import); a backend never names the other."""
+    for backend in BACKENDS:
+        if module != OPENER and not within(module, backend):
+            reaching = sorted(n for n in MODULES[module] if within(n, backend))
+            assert not reaching, f"{module} imports {reaching}"
+
+
+def test_the_store_interface_imports_none_of_its_implementations() -> None:
+    assert INTERFACE in MODULES, f"no {INTERFACE}"
+    assert OPENER not in reached(INTERFACE)
+    for backend in BACKENDS:
+        assert not [m for m in reached(INTERFACE) if within(m, backend)], f"{INTERFACE} reaches {backend}"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if area(m) == "core"))
@@ -130,20 +147,21 @@ def test_only_the_cli_and_the_entry_point_start_a_process(module: str) -> None:
 
 
 def test_there_are_no_import_cycles() -> None:
-    graph = {m: {real_module(n) for n in names if ours(n)} - {None, m} for m, names in AT_IMPORT.items()}
-    # A package's __init__ is imported by its modules' import machinery, not by choice: leave those edges out.
-    graph = {m: {n for n in deps if not m.startswith(f"{n}.")} for m, deps in graph.items()}
+    edges = graph()
     state: dict[str, int] = {}
+    found: list[str] = []
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
-        for dep in sorted(graph[module]):  # type: ignore[type-var]
+        for dep in sorted(edges[module]):
             if state.get(dep) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path, module, dep]))
-            if dep not in state:
+                cycle = [*path, module, dep]
+                found.append(" -> ".join(cycle[cycle.index(dep) :]))
+            elif dep not in state:
                 visit(dep, [*path, module])
         state[module] = 2
 
-    for module in sorted(graph):
+    for module in sorted(edges):
         if module not in state:
             visit(module, [])
+    assert not found, "import cycles:\n" + "\n".join(found)

@@ -26,7 +26,7 @@ from ..core import leadership, routing, sources
 from ..core.errors import StoreFault
 from ..core.events import Guard, NewEvent
 from ..core.sources import Source
-from ..core.store import Store
+from ..core.store.interface import Store
 from . import modes
 from .reader import Message, Reader
 

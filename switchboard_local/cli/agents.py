@@ -14,7 +14,7 @@ import click
 from ..core import agents
 from ..core.agents import TOOL_NAMES, Agent
 from ..core.errors import SwitchboardError
-from ..core.store import DB_ENV
+from ..core.store.shared import DB_ENV
 from .common import Database, Out, common, exit_status, operator, printable, table, when
 
 AGENT_ENV = "SWITCHBOARD_AGENT"

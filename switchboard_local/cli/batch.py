@@ -22,7 +22,7 @@ import click
 
 from ..core import todos, watch
 from ..core.errors import InvalidArgument, SwitchboardError
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.todo_model import INT64_MAX, Todo, dump_json
 from ..core.todos import MAX_BATCH, Completion, Failure, Lease, NextClaim, Outcomes
 from .common import EXIT_REFUSED, Out, operator, printable, read_argument_file, when

@@ -34,7 +34,9 @@ from ..core.errors import (
     SwitchboardError,
     Unavailable,
 )
-from ..core.store import DB_ENV, Location, Store, is_url
+from ..core.store.interface import Store
+from ..core.store.opener import open_store
+from ..core.store.shared import DB_ENV, Location, is_url
 from ..core.text import NON_C0_CONTROLS, decimal, digits, escape_controls
 from ..core.todo_model import INT64_MAX, dump_json
 
@@ -326,7 +328,7 @@ class Out:
         """Open the store, run one core call, close; map core errors to exits."""
 
         async def go() -> T:
-            async with await Store.open(self.db) as store:
+            async with await open_store(self.db) as store:
                 return await verb(store)
 
         try:

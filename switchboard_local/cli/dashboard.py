@@ -17,7 +17,7 @@ import click
 
 from ..core import access_token, leadership, settings
 from ..core.errors import SwitchboardError
-from ..core.store import Store
+from ..core.store.interface import Store
 from .common import Out, common
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8787"  # `serve`'s default --host and --port

@@ -26,7 +26,7 @@ from .. import process
 from ..core import health
 from ..core.errors import SwitchboardError
 from ..core.health import FAIL, OK, WARN, Check, Context
-from ..core.store import DB_ENV, Location, default_path, describe, location
+from ..core.store.shared import DB_ENV, Location, default_path, describe, location
 from .common import Out, common, json_text, printable
 from .service import current_command
 

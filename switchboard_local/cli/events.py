@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from ..core import events, retention, routing, sources, watch
-from ..core.store import Store
+from ..core import events, retention, routing, sources
+from ..core.store.interface import Store
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
 from . import live
@@ -109,7 +109,7 @@ def events_tail(db: Path | None, as_json: bool | None, source: str | None, since
     out = Out(db, as_json)
     live.follow(
         out,
-        lambda store: watch.follow_events(store, from_id=since_id, source=source),
+        lambda store: events.follow_events(store, from_id=since_id, source=source),
         line=live.event_line,
         to_json=events.Event.summary,
     )

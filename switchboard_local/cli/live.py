@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from ..core.events import Event
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.todo_model import Todo
 from .common import Out, json_text, printable, when
 

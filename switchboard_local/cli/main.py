@@ -20,7 +20,8 @@ from .. import __version__
 from ..core import todos, watch
 from ..core.clock import rfc3339
 from ..core.errors import SwitchboardError
-from ..core.store import Store, default_path, describe
+from ..core.store.interface import Store
+from ..core.store.shared import default_path, describe
 from ..core.todo_model import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_CAP_SECONDS,

@@ -39,7 +39,7 @@ import click
 
 from ..core import sources
 from ..core.errors import Conflict, InvalidArgument, SwitchboardError
-from ..core.store import DB_ENV, Location, default_path, describe, is_url, local_path, location
+from ..core.store.shared import DB_ENV, Location, default_path, describe, is_url, local_path, location
 from . import service_checks as checks
 from . import service_units as units
 from .common import EXIT_REFUSED, Out, common, json_text, printable

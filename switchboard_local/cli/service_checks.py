@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import sources
-from ..core.store import BUSY_TIMEOUT_ENV, Location, Store, is_url
+from ..core.store.opener import open_store
+from ..core.store.shared import BUSY_TIMEOUT_ENV, Location, is_url
 from ..process import LOG_LEVEL_ENV
 from . import service_units as units
 from .common import warn
@@ -90,7 +91,7 @@ def sources_as_they_are(database: Location) -> list[sources.Source]:
         return []  # nothing stored yet
 
     async def go() -> list[sources.Source]:
-        async with await Store.open(database, read_only=True) as store:
+        async with await open_store(database, read_only=True) as store:
             return await sources.list_sources(store)
 
     return asyncio.run(go())

@@ -20,7 +20,7 @@ from .. import process
 from ..core import leadership, sources, write_lock
 from ..core.clock import rfc3339
 from ..core.health import PROBE_TIMEOUT, RedisProber, adapter_lag
-from ..core.store import Store
+from ..core.store.interface import Store
 from .common import Out, common, table
 
 

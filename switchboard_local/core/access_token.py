@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import Unavailable
-from .store import Location, local_path
+from .store.shared import Location, local_path
 
 SUFFIX = ".dashboard-token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,128}")
@@ -43,7 +43,7 @@ def read_or_create(db: Location) -> str:
     """
     path = token_path(db)
     try:
-        # A PostgreSQL store's path is a local name in the user data dir (core/postgres.py),
+        # A PostgreSQL store's path is a local name in the user data dir (store/shared.py's local_path),
         # whose folder may not exist yet; an SQLite file's folder does.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if path.exists():

@@ -20,8 +20,8 @@ from typing import Any
 from . import audit
 from .clock import rfc3339
 from .errors import Conflict, InvalidArgument, NotFound
-from .queries import Q
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .todo_model import require_name
 
 TOOL_NAMES = (

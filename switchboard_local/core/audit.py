@@ -14,8 +14,8 @@ import json
 import secrets
 from typing import Any
 
-from .queries import Q
-from .store import Transaction
+from .store.interface import Transaction
+from .store.queries import Q
 
 OPERATOR = "operator"  # the source and the family of audit events
 

@@ -20,10 +20,10 @@ from typing import Any
 from .clock import rfc3339
 from .errors import InvalidArgument, NotFound
 from .events import Event
-from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
 from .sources import Source, list_sources
-from .store import Store
+from .store.interface import Store
+from .store.queries import Q
 from .text import digits
 from .todo_model import INT64_MAX, MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
 from .todos import stats

@@ -42,9 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import Conflict, InvalidArgument
-from .queries import Q
 from .settings import PER_INSTALL, SETTINGS
-from .store import Row, Store, Transaction, expanded, redacted
+from .store.interface import Row, Store, Transaction
+from .store.opener import open_store
+from .store.queries import Q
+from .store.shared import describe, expanded, is_url
 
 PAGE_ROWS = 500  # rows per page read from the source
 PAGE_BYTES = 16 * 1024 * 1024  # a page of events or todos stops at this many bytes of bodies (one row at least)
@@ -151,16 +153,6 @@ class _Pipe:
                     raise _SourceFailed("the source's side stopped before the end") from None
 
 
-def is_url(location: str | os.PathLike[str]) -> bool:
-    return "://" in str(location)
-
-
-def describe(location: str | os.PathLike[str]) -> str:
-    """A database as it may be printed: a URL without its password (store.redacted), or a path."""
-    text = str(location)
-    return redacted(text) if is_url(text) else text
-
-
 def _same_file(source: Store, target: str | os.PathLike[str]) -> bool:
     """Whether a SQLite target is the source's file (checked before either transaction begins)."""
     return not is_url(target) and _same_path(source.path, expanded(target))
@@ -190,7 +182,7 @@ async def copy(
 ) -> Copied:
     """Copy ``source`` into the empty store at ``target`` (a path or a URL); see the module's text.
 
-    ``open_target`` opens the target (default: ``Store.open``); it runs on the
+    ``open_target`` opens the target (default: ``open_store``); it runs on the
     target's own thread and event loop. Raises ``Conflict`` when the target
     holds any data (naming what), ``InvalidArgument`` when it is the source.
     """
@@ -198,7 +190,7 @@ async def copy(
         raise InvalidArgument("a page holds one row at least")
     if _same_file(source, target):
         raise InvalidArgument(f"{describe(target)} is the source itself: copy into another, empty database")
-    opener = open_target or Store.open
+    opener = open_target or open_store
     pipe = _Pipe()
     counts = {t.name: 0 for t in TABLES}
     done: Future[dict[str, Any]] = Future()

@@ -18,17 +18,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import rfc3339
 from .errors import InvalidArgument, NotFound
-from .queries import Q
 from .sources import FAMILIES as SOURCE_FAMILIES
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
 from .todos import insert_id, insert_params
+from .watch import FOLLOW_BATCH, IDLE_SECONDS, follow
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
 FAMILIES = (*SOURCE_FAMILIES, "operator")
@@ -369,6 +371,26 @@ async def list_events(
     }
     rows = await store.read_all(Q.list_events, params)
     return [Event.from_row(r) for r in rows]
+
+
+async def last_event_id(store: Store) -> int:
+    row = await store.read_one(Q.last_event_id)
+    return 0 if row is None else int(row["id"])
+
+
+async def follow_events(
+    store: Store, *, from_id: int | None = None, source: str | None = None, idle: float = IDLE_SECONDS
+) -> AsyncIterator[list[Event]]:
+    """New events as they are stored, from any process (``watch.follow``); ``from_id`` as in
+    ``watch.follow_todos``."""
+    after_id = from_id - 1 if from_id is not None else await last_event_id(store)
+
+    async def read(after: int) -> list[Event]:
+        return await list_events(store, source=source, after_id=after, limit=FOLLOW_BATCH)
+
+    async with aclosing(follow(store, read, after_id=after_id, idle=idle)) as batches:
+        async for batch in batches:
+            yield batch
 
 
 async def recent_events(store: Store, *, source: str | None = None, type: str | None = None, limit: int = 50) -> list[Event]:

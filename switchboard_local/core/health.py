@@ -30,7 +30,9 @@ from . import leadership, write_lock
 from .clock import rfc3339
 from .errors import Busy, InvalidArgument, StoreFault
 from .sources import Source, list_sources, masked_url
-from .store import FileState, Location, Store, describe
+from .store.interface import FileState, Store
+from .store.opener import POSTGRESQL, backend, inspect_store, open_store
+from .store.shared import Location, describe
 from .webhook_config import needs_secret
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -158,9 +160,9 @@ async def database(ctx: Context) -> list[Check]:
     if ctx.path is None:
         return [Check("database", FAIL, f"no database path: {ctx.path_error}",
                       "unset SWITCHBOARD_DB, or give --db PATH")]  # fmt: skip
-    if isinstance(ctx.path, str):
-        return await _server(ctx, ctx.path)
-    path = ctx.path.absolute()
+    if backend(ctx.path) == POSTGRESQL:
+        return await _server(ctx, str(ctx.path))
+    path = Path(ctx.path).absolute()
     found = [Check("database", OK, f"{path} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
     found.append(_folder(path))
     file = _file(ctx, path)
@@ -254,7 +256,7 @@ def _permissions(path: Path) -> Check:
 async def _contents(ctx: Context, path: Path) -> list[Check]:
     """Schema, journal mode and integrity, read without changing the file; then its sources."""
     try:
-        state = await Store.inspect(path)
+        state = await inspect_store(path)
     except Busy as exc:
         return [Check("schema", WARN, f"not checked: {exc.message}", ctx.command("doctor"))]
     except StoreFault as exc:
@@ -277,7 +279,7 @@ async def _contents(ctx: Context, path: Path) -> list[Check]:
 
 
 def _schema(ctx: Context, state: FileState, path: Location) -> Check:
-    if isinstance(path, str):
+    if backend(path) == POSTGRESQL:
         away, kind, version = "point --db at a database of its own", "a PostgreSQL", "no schema_migrations"
     else:
         away = f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.not-switchboard')}  (or point --db elsewhere)"
@@ -312,7 +314,7 @@ async def _server(ctx: Context, url: str) -> list[Check]:
     """A PostgreSQL database: reachable, its schema, then its sources (the server sees to its own files)."""
     found = [Check("database", OK, f"{describe(url)} ({_ORIGINS.get(ctx.origin, ctx.origin)})")]
     try:
-        state = await Store.inspect(url)
+        state = await inspect_store(url)
     except InvalidArgument as exc:  # a URL that does not read cleanly: its message says what is wrong
         return [*found, Check("schema", FAIL, f"cannot be read: {exc.message}",
                               "correct the URL (--db or $SWITCHBOARD_DB)")]  # fmt: skip
@@ -331,7 +333,7 @@ async def _server(ctx: Context, url: str) -> list[Check]:
 
 async def _open_sources(ctx: Context, path: Location) -> list[Check]:
     try:
-        ctx.store = await Store.open(path, read_only=True)
+        ctx.store = await open_store(path, read_only=True)
         ctx.sources = await list_sources(ctx.store)
         ctx.leader = await leadership.current(ctx.store)
     except StoreFault as exc:
@@ -575,7 +577,7 @@ LOCK_WAIT_SECONDS = 2.0  # how long a process may hold the write lock before `do
 async def lock(ctx: Context) -> list[Check]:
     """Whether a process keeps the database's write lock: stopped inside a write transaction, or not
     letting go (SQLite; then nothing is written, whoever leads)."""
-    if ctx.store is None or isinstance(ctx.path, str):
+    if ctx.store is None or backend(ctx.store.where) == POSTGRESQL:
         return []
     holding = await write_lock.holders(ctx.store, LOCK_WAIT_SECONDS)
     if not holding:

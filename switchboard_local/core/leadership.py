@@ -33,9 +33,9 @@ from typing import Any
 
 from .clock import rfc3339
 from .errors import StoreFault
-from .queries import Q
 from .sources import Source
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 
 LEASE_SECONDS = 6.0  # a leader not renewed for this long is gone
 RENEW_SECONDS = 1.0  # how often the leader renews, and a standby looks

@@ -13,8 +13,8 @@ from typing import Any
 
 from . import audit
 from .clock import rfc3339
-from .queries import Q
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .todo_model import QueueStats, require_name
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
-from .queries import Q
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 
 DEFAULT_OLDER_THAN_DAYS = 30.0
 DEFAULT_MAX_EVENTS = 50_000

@@ -27,10 +27,10 @@ from urllib.parse import parse_qsl
 from . import audit, settings, sources
 from .errors import InvalidArgument, NotFound, StoreFault, Unavailable
 from .events import Event, Guard, Ingested, NewEvent, get_event, ingest_many
-from .queries import Q
 from .rules import Rule, lookup, render, rules_of
 from .sources import Source
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .text import has_controls, replace_controls
 from .todo_model import DERIVED_KEY_PREFIX, MAX_JSON_DEPTH, MAX_TITLE_LENGTH, NewTodo, dump_json, dump_json_depth
 from .todos import insert_id

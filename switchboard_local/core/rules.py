@@ -18,9 +18,9 @@ from typing import Any
 
 from . import audit
 from .errors import InvalidArgument, NotFound
-from .queries import Q
 from .sources import changed
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .todo_model import DEFAULT_MAX_ATTEMPTS, NewTodo
 
 PATH = re.compile(r"^[^.=~?{}\s]+(\.[^.=~?{}\s]+)*$")

@@ -16,8 +16,8 @@ from typing import Any
 
 from . import audit
 from .errors import InvalidArgument
-from .queries import Q
-from .store import Store, Transaction
+from .store.interface import Store, Transaction
+from .store.queries import Q
 from .text import digits
 
 CACHE_SECONDS = 1.0

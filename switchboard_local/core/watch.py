@@ -5,7 +5,7 @@ cheap read that changes whenever another connection commits. ``Changes`` polls
 it (plus this store's own commit count) on a short interval, never holding a
 transaction open, and wakes whoever waits for the next commit. Several waiters
 in one process share one poller. ``follow`` turns it into a feed of new rows
-by id (``todo watch``, ``events tail``): ids only grow, and every write holds
+by id (``todo watch``; ``events tail`` through events.follow_events): ids only grow, and every write holds
 the one write lock, so once an id is committed every smaller one is committed
 too or never will be, and a cursor on the last id seen misses nothing.
 """
@@ -20,9 +20,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from .events import Event, list_events
-from .queries import Q
-from .store import Store
+from .store.interface import Store
+from .store.queries import Q
 from .todo_model import Todo
 
 POLL_INTERVAL_SECONDS = 0.1
@@ -172,11 +171,6 @@ async def follow(
             poller.exception()  # retrieved: a failure already raised is not logged again
 
 
-async def last_event_id(store: Store) -> int:
-    row = await store.read_one(Q.last_event_id)
-    return 0 if row is None else int(row["id"])
-
-
 async def todos_after(
     store: Store, *, after_id: int, queue: str | None = None, limit: int = FOLLOW_BATCH
 ) -> list[Todo]:
@@ -197,20 +191,6 @@ async def follow_todos(
 
     async def read(after: int) -> list[Todo]:
         return await todos_after(store, after_id=after, queue=queue)
-
-    async with aclosing(follow(store, read, after_id=after_id, idle=idle)) as batches:
-        async for batch in batches:
-            yield batch
-
-
-async def follow_events(
-    store: Store, *, from_id: int | None = None, source: str | None = None, idle: float = IDLE_SECONDS
-) -> AsyncIterator[list[Event]]:
-    """New events as they are stored, from any process (``follow``); ``from_id`` as in ``follow_todos``."""
-    after_id = from_id - 1 if from_id is not None else await last_event_id(store)
-
-    async def read(after: int) -> list[Event]:
-        return await list_events(store, source=source, after_id=after, limit=FOLLOW_BATCH)
 
     async with aclosing(follow(store, read, after_id=after_id, idle=idle)) as batches:
         async for batch in batches:

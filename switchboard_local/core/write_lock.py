@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StoreFault
-from .queries import Q
-from .store import Store, is_url
+from .store.interface import Store
+from .store.opener import POSTGRESQL, backend
+from .store.queries import Q
 
 PROC_LOCKS = Path("/proc/locks")
 WAL_WRITE_BYTE = 120  # the -shm byte SQLite locks for a write transaction (WALINDEX_LOCK_OFFSET + WAL_WRITE_LOCK)
@@ -97,7 +98,7 @@ def process_state(pid: int) -> str:
 async def holders(store: Store, wait: float = 1.0) -> list[Holder]:
     """The processes keeping ``store``'s write lock: one that is stopped, or one that has not let
     go within ``wait`` seconds; [] while writes can go on (and for a PostgreSQL database)."""
-    if is_url(store.where):
+    if backend(store.where) == POSTGRESQL:
         return []
     pids = lock_holders(store.path)
     if pids == []:

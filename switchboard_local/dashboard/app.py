@@ -16,7 +16,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from ..core.health import RedisProber
-from ..core.store import Store
+from ..core.store.interface import Store
 from . import actions, api, metrics, pages, stream
 from .context import DEFAULT_MAX_STREAMS, Context, _never
 from .guard import Guard, Policy

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.health import RedisProber, adapter_lag
 from ..core.sources import Source
-from ..core.store import Store
+from ..core.store.interface import Store
 from .guard import Policy
 
 DEFAULT_MAX_STREAMS = 32

@@ -44,7 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..core import browse
 from ..core.errors import InvalidArgument
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.watch import Changes
 from .api import answers_errors, problem
 from .context import Context

@@ -42,7 +42,7 @@ from ..core.errors import (
     SwitchboardError,
 )
 from ..core.events import NewEvent
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.text import digits
 from . import verifiers as webhooks
 

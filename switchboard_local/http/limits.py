@@ -39,7 +39,7 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..core.store import busy_timeout_ms
+from ..core.store.shared import busy_timeout_ms
 from .app import RETRY_AFTER_SECONDS
 
 log = logging.getLogger("switchboard_local.serve")

@@ -23,7 +23,7 @@ from mcp.types import ToolAnnotations
 from .. import __version__
 from ..core import watch
 from ..core.agents import Agent
-from ..core.store import Store
+from ..core.store.interface import Store
 from .channel import answer_tool_calls, capture_session
 from .listing import admitting_refusal, lean_input
 from .models import doorbell_content, doorbell_meta

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..core import agents, events, routing, settings, todos, watch
 from ..core.agents import Agent
 from ..core.errors import Forbidden, InvalidArgument, NotFound
-from ..core.store import Store
+from ..core.store.interface import Store
 from ..core.todo_model import (
     INT64_MAX,
     INT64_MIN,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 
 from support.redis_server import FakeBroker, started_redis_server
 
@@ -54,5 +55,5 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path):
 @pytest.fixture
 async def real_store(db_path: Path) -> AsyncIterator[Store]:
     """A store on the real clock: the adapter runs in real time against a real broker."""
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         yield store

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from switchboard_local.core.store import is_url
+from switchboard_local.core.store.shared import is_url
 
 from support.cli import run_cli
 from support.mcp import RawServer

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from switchboard_local.core import leadership
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support import sql
 from support.cli import REPO_ROOT, Result, invoke
@@ -138,7 +138,7 @@ def lead(db: Path, *, pid: int, environ: Mapping[str, str] | None = None) -> Non
     """A process of ``pid`` on this host takes the ingest lead (as `serve` would), with ``environ`` (default: ours)."""
 
     async def take() -> None:
-        async with await Store.open(db) as store:
+        async with await open_store(db) as store:
             me = leadership.Candidate(holder=f"test-{pid}", pid=pid, host=socket.gethostname(), kind="serve")
             assert await leadership.try_lead(store, me, environ=environ) is not None
 

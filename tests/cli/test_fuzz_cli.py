@@ -28,7 +28,7 @@ from switchboard_local.cli.common import JsonValue
 from switchboard_local.cli.main import main
 from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 
 from support.cli import invoke
 from support.fuzz import fuzz_settings
@@ -97,7 +97,7 @@ def _seed(db: Path) -> None:
 
 
 async def _deliver(db: Path) -> None:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         await routing.deliver(store, NewEvent(
             source="gh", family="webhook", type="pull_request", external_id="d-1", trust_mode="github", verified=True,
             body=b'{"number": 7, "note": "\x1b[2J"}', content_type="application/json", headers={"x-note": "\x1b[31m"},

@@ -25,7 +25,7 @@ import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 
 from support import sql
 from support.cli import REPO_ROOT, as_json, ctrl_c_reaches_it, run_cli
@@ -96,7 +96,7 @@ def raw_todo(db: Path, title: str, queue: str = "q") -> None:
     """A row as another program (or a routed delivery before its title was cleaned) could leave it."""
 
     async def made() -> None:  # the file and its schema, as any command leaves them
-        async with await Store.open(db):
+        async with await open_store(db):
             pass
 
     asyncio.run(made())
@@ -106,7 +106,7 @@ def raw_todo(db: Path, title: str, queue: str = "q") -> None:
 
 def deliver(db: Path, delivery: str, *, source: str = "gh", body: dict | None = None) -> int:
     async def go() -> int:
-        async with await Store.open(db) as store:
+        async with await open_store(db) as store:
             result = await routing.deliver(store, NewEvent(
                 source=source, family="webhook", type="pull_request", external_id=delivery, trust_mode="github",
                 verified=True, body=json.dumps(body or {"number": 42}).encode(), content_type="application/json",
@@ -253,7 +253,7 @@ def test_events_tail_text_shows_one_escaped_line_per_event(db_path: Path, views)
 
 def add_rules(db: Path) -> None:
     async def go() -> None:
-        async with await Store.open(db) as store:
+        async with await open_store(db) as store:
             await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
                               config=webhook_config.source_config("github", {}),
                               secrets=[sources.secret_ref(value="s")])  # fmt: skip
@@ -294,7 +294,7 @@ def test_events_show_says_when_an_event_produced_no_todo(cli, db_path: Path) -> 
 
 
 async def _deliver_push(db: Path) -> int:
-    async with await Store.open(db) as store:
+    async with await open_store(db) as store:
         result = await routing.deliver(store, NewEvent(
             source="gh", family="webhook", type="push", external_id="p-1", trust_mode="github", verified=True,
             body=b"{}", content_type="application/json",

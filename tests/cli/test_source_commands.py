@@ -19,7 +19,7 @@ import pytest
 from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.sources import masked_url
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 
 from support.cli import as_json
 
@@ -31,7 +31,7 @@ def deliver(db_path: Path, delivery: str = "d-1") -> int:
 
 
 async def _deliver(db_path: Path, delivery: str) -> int:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         result = await routing.deliver(store, NewEvent(
             source="gh", family="webhook", type="pull_request", external_id=delivery, trust_mode="github",
             verified=True, body=BODY, content_type="application/json",
@@ -293,7 +293,7 @@ def test_events_show_escapes_control_characters_and_raw_stays_byte_exact(cli, db
 
 
 async def _deliver_hostile(db_path: Path) -> int:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         result = await routing.deliver(store, NewEvent(
             source="gh", family="webhook", type="push\x1b[8m", external_id="d-\x9b1", trust_mode="github",
             verified=True, body=HOSTILE_BODY, content_type="application/json", headers={"x-note": "\x1b[2J\u2066"},

@@ -18,7 +18,9 @@ import pytest
 from switchboard_local.core import queues as queues_module
 from switchboard_local.core import todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound, StoreFault
-from switchboard_local.core.store import Store, is_url
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import is_url
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Completion, Failure, Lease, NextClaim
 
@@ -62,13 +64,13 @@ async def test_a_batch_claim_orders_as_the_same_number_of_single_claims_would(db
     start = clock.now_ms()
     for database in (db_path, twin):  # the same todos, made at the same times, in both
         clock.advance((start - clock.now_ms()) / 1000)
-        async with await Store.open(database, clock=clock, rng=random.Random(0)) as store:
+        async with await open_store(database, clock=clock, rng=random.Random(0)) as store:
             for i in range(12):
                 await new(store, f"t{i}", priority=i % 3)
                 clock.advance(0.5 if i % 2 else 0)
-    async with await Store.open(db_path, clock=clock, rng=random.Random(0)) as store:
+    async with await open_store(db_path, clock=clock, rng=random.Random(0)) as store:
         many = [t.id for t in await todos.claim_next_many(store, NextClaim("w"), 12)]
-    async with await Store.open(twin, clock=clock, rng=random.Random(0)) as store:
+    async with await open_store(twin, clock=clock, rng=random.Random(0)) as store:
         single = [(await todos.claim_next(store, owner="w")).id for _ in range(12)]
     assert many == single
 

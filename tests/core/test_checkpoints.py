@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 
 from support.sql import rows
@@ -37,7 +37,7 @@ def count_in_another_process(db: Path) -> int:
 
 
 async def test_the_log_is_emptied_while_the_store_is_idle(db_path) -> None:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         for i in range(300):
             await todos.create(store, NewTodo(queue="q", title=f"t{i}"))
         assert wal_size(db_path) > 0
@@ -48,7 +48,7 @@ async def test_the_log_is_emptied_while_the_store_is_idle(db_path) -> None:
 
 
 async def test_a_steady_writer_rewrites_the_log_instead_of_growing_it(db_path) -> None:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         for i in range(300):
             await todos.create(store, NewTodo(queue="q", title=f"t{i}"))
         assert store.checkpointer is not None
@@ -64,7 +64,7 @@ async def test_a_steady_writer_rewrites_the_log_instead_of_growing_it(db_path) -
 
 
 async def test_other_processes_see_every_commit_before_and_after_the_log_is_emptied(db_path) -> None:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         for i in range(200):
             await todos.create(store, NewTodo(queue="q", title=f"t{i}"))
         assert count_in_another_process(db_path) == 200  # from the log
@@ -75,7 +75,7 @@ async def test_other_processes_see_every_commit_before_and_after_the_log_is_empt
 
 
 async def test_closing_the_store_leaves_an_empty_log(db_path) -> None:
-    store = await Store.open(db_path)
+    store = await open_store(db_path)
     for i in range(100):
         await todos.create(store, NewTodo(queue="q", title=f"t{i}"))
     reader = sqlite3.connect(db_path)  # another connection keeps the -wal file from being removed
@@ -89,7 +89,7 @@ async def test_closing_the_store_leaves_an_empty_log(db_path) -> None:
 
 
 async def test_a_reader_holding_an_old_snapshot_stops_neither_commits_nor_close(db_path) -> None:
-    store = await Store.open(db_path)
+    store = await open_store(db_path)
     await todos.create(store, NewTodo(queue="q", title="before"))
     reader = sqlite3.connect(db_path, isolation_level=None)
     try:
@@ -108,11 +108,12 @@ async def test_a_reader_holding_an_old_snapshot_stops_neither_commits_nor_close(
 WRITER = """
 import asyncio, sys
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 
 async def main():
-    async with await Store.open(sys.argv[1]) as store:
+    async with await open_store(sys.argv[1]) as store:
         i = 0
         while True:
             made, _ = await todos.create(store, NewTodo(queue="q", title=f"t{i}", payload="x" * 2000))

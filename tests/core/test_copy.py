@@ -23,8 +23,10 @@ from switchboard_local.core import (
 )
 from switchboard_local.core.errors import Conflict, InvalidArgument, Unavailable
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.queries import Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.shared import describe
 from switchboard_local.core.todo_model import MAX_LIST_LIMIT, NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -118,7 +120,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
 
 
 async def open_target(target: Path | str, clock) -> Store:
-    return await Store.open(target, clock=clock, rng=random.Random(1))
+    return await open_store(target, clock=clock, rng=random.Random(1))
 
 
 async def test_the_copy_answers_every_read_as_the_source_does(store, populated, target, clock) -> None:
@@ -256,8 +258,8 @@ async def test_a_postgresql_source_is_copied_as_one_snapshot_while_its_writers_g
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     url = postgres_server.fresh_database()
     try:
-        async with await Store.open(url, clock=clock, rng=random.Random(0)) as source, \
-                await Store.open(url, clock=clock, rng=random.Random(2)) as writer:  # fmt: skip
+        async with await open_store(url, clock=clock, rng=random.Random(0)) as source, \
+                await open_store(url, clock=clock, rng=random.Random(2)) as writer:  # fmt: skip
             await populate(source)
             at_start = await reads(source)
             loop = asyncio.get_running_loop()
@@ -297,7 +299,7 @@ async def test_a_postgresql_snapshot_writes_nothing(postgres_server, tmp_path, m
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     url = postgres_server.fresh_database()
     try:
-        async with await Store.open(url) as source:
+        async with await open_store(url) as source:
             with pytest.raises(Unavailable):
                 await source.snapshot(lambda tx: tx.run(Q.copy_move_sequences, {"events": 100, "todos": 100}))
             assert await source.snapshot(lambda tx: tx.one(Q.copy_last_ids)) is not None  # the connection is fine
@@ -317,4 +319,4 @@ async def test_a_postgresql_snapshot_writes_nothing(postgres_server, tmp_path, m
     ],
 )  # fmt: skip
 def test_a_database_is_named_without_its_password(location: str, shown: str) -> None:
-    assert copy.describe(location) == shown
+    assert describe(location) == shown  # what `db copy` names its source and target with

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core import group_commit, todos
+from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Busy, Conflict
-from switchboard_local.core.group_commit import GROUP_SECONDS
-from switchboard_local.core.store import BUSY_TIMEOUT_ENV, Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import BUSY_TIMEOUT_ENV
+from switchboard_local.core.store.sqlite import group_commit
+from switchboard_local.core.store.sqlite.group_commit import GROUP_SECONDS
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -48,7 +51,7 @@ def budget() -> Budget:
 
 @pytest.fixture
 async def store(db_path: Path, clock: ManualClock, budget: Budget):  # noqa: ANN201
-    opened = await Store.open(db_path, clock=clock, rng=random.Random(0), monotonic=budget)
+    opened = await open_store(db_path, clock=clock, rng=random.Random(0), monotonic=budget)
     try:
         yield opened
     finally:
@@ -184,7 +187,7 @@ async def test_a_claim_inside_a_group_takes_over_a_lapsed_lease(store, clock) ->
 
 
 async def test_close_lets_the_writes_already_waiting_commit_and_refuses_new_ones(db_path, budget) -> None:
-    store = await Store.open(db_path, monotonic=budget)
+    store = await open_store(db_path, monotonic=budget)
     gate, held = await hold_the_thread(store)
     waiting = [asyncio.create_task(store.write(slow_create(store, budget, f"t{i}"))) for i in range(9)]  # 5 commits
     await asyncio.sleep(0.05)
@@ -228,7 +231,7 @@ class SteppingClock(ManualClock):
 
 async def test_a_refused_write_is_answered_with_what_it_met_in_the_run_that_commits(db_path, budget) -> None:
     clock = SteppingClock()
-    store = await Store.open(db_path, clock=clock, monotonic=budget)
+    store = await open_store(db_path, clock=clock, monotonic=budget)
     try:
         todo, _ = await todos.create(store, NewTodo(queue="q", title="x"))
         held_by_a = await todos.claim_next(store, owner="a", lease=1)
@@ -386,7 +389,7 @@ async def test_a_write_that_raises_leaves_nothing_behind_on_the_inline_path_too(
 
 async def test_a_write_refused_as_busy_names_the_database_file(db_path, monkeypatch) -> None:
     monkeypatch.setenv(BUSY_TIMEOUT_ENV, "0.05")
-    store = await Store.open(db_path)
+    store = await open_store(db_path)
     holder = sqlite3.connect(db_path, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
@@ -410,7 +413,7 @@ async def test_while_the_thread_is_busy_a_write_on_the_inline_path_queues_withou
 
 async def test_the_event_loop_never_waits_for_another_processs_lock(db_path, monkeypatch) -> None:
     monkeypatch.setenv(BUSY_TIMEOUT_ENV, "60")
-    store = await Store.open(db_path)
+    store = await open_store(db_path)
     try:
         await warm_up_the_inline_regime(store)
         holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)

@@ -13,7 +13,8 @@ import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.events import Ingested, NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 
 from support import sql
 from support.cli import run_cli
@@ -84,7 +85,7 @@ async def test_a_batch_answers_and_stores_exactly_what_one_by_one_delivery_does(
     stored = {}
     for way in ("batch", "one_by_one"):
         db_path = tmp_path / f"{way}.db"
-        async with await Store.open(db_path, clock=clock, rng=random.Random(0)) as store:
+        async with await open_store(db_path, clock=clock, rng=random.Random(0)) as store:
             await prepare(store, db_path)
             if way == "batch":
                 answers[way] = await routing.deliver_many(store, mixed_batch())

@@ -31,7 +31,8 @@ import pytest
 
 from switchboard_local.core import events, settings, todos
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo, QueueStats, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 
@@ -512,7 +513,7 @@ async def test_claiming_a_delayed_todo_by_id_early_is_a_conflict(store, clock):
 
 async def test_concurrent_claims_through_two_connections_never_share_a_todo(store, db_path, clock):
     created = {(await new(store, title=str(i))).id for i in range(5)}
-    async with await Store.open(db_path, clock=clock) as other:
+    async with await open_store(db_path, clock=clock) as other:
         claims = await asyncio.gather(*(todos.claim_next(s, owner=f"w{i}") for i, s in enumerate([store, other] * 6)))
     got = [c.id for c in claims if c is not None]
     assert sorted(got) == sorted(created)  # each todo exactly once, the rest got None
@@ -665,7 +666,7 @@ def test_cli_complete_with_claim_next(cli) -> None:
 
 def test_claim_next_validation_happens_before_anything_is_written(db_path: Path) -> None:
     async def go() -> None:
-        async with await Store.open(db_path) as store:
+        async with await open_store(db_path) as store:
             await todos.create(store, NewTodo(queue="q", title="t"))
             held = await todos.claim_next(store, owner="w")
             with pytest.raises(InvalidArgument):

@@ -56,9 +56,9 @@ from switchboard_local.core.errors import (
     NotFound,
     SwitchboardError,
 )
-from switchboard_local.core.postgres import convert_params
-from switchboard_local.core.queries import POSTGRES, Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.postgres.statements import convert_params
+from switchboard_local.core.store.queries import POSTGRES, Q
 from switchboard_local.core.todo_model import (
     MAX_LIST_LIMIT,
     STATES,
@@ -131,7 +131,7 @@ def empty_store() -> bytes:
     """A new store's file, made once: each example starts from a copy (making one costs more than a short run)."""
 
     async def make(path: Path) -> bytes:
-        await (await Store.open(path)).close()
+        await (await open_store(path)).close()
         return path.read_bytes()
 
     with tempfile.TemporaryDirectory() as folder:
@@ -170,7 +170,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.loop = asyncio.new_event_loop()
         # Not FULL: durability is not what this checks, and fsyncs would cost most of its time.
-        self.store = self.run(Store.open(where, clock=self.clock, rng=random.Random(0), synchronous="NORMAL"))
+        self.store = self.run(open_store(where, clock=self.clock, rng=random.Random(0), synchronous="NORMAL"))
         self.jitter = random.Random(0)  # the store's, drawn in the same order: once per fail
         self.model = Model(self.clock)
         self.tokens: list[tuple[int, str]] = [(1, NOT_A_TOKEN)]  # every (todo id, token) handed out

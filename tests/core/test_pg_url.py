@@ -1,4 +1,4 @@
-"""A PostgreSQL URL is read here before libpq sees it (core/pg_url.py): a well-formed one as libpq
+"""A PostgreSQL URL is read here before libpq sees it (core/store/url.py): a well-formed one as libpq
 reads it, and no message or display of any URL holds a piece of its password (issue 28 §3.4)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
 
-from switchboard_local.core import pg_url
 from switchboard_local.core.errors import InvalidArgument
-from switchboard_local.core.postgres import Target
+from switchboard_local.core.store import url as pg_url
+from switchboard_local.core.store.postgres.store import Target
 
 WELL_FORMED = [
     "postgresql://alice:p%40ss%2Fw%3Fo%23rd@db.example:5433/orders",

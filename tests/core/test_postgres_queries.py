@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from switchboard_local.core import queries
-from switchboard_local.core.queries import POSTGRES, Q, _parse, same_names
+from switchboard_local.core.store import queries
+from switchboard_local.core.store.queries import POSTGRES, Q, _parse, same_names
 
 from support.postgres import PostgresServer
 from support.waits import until

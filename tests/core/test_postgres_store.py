@@ -17,10 +17,12 @@ import pytest
 
 from switchboard_local.core import leadership, sources, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument, StoreUnusable, Unavailable
-from switchboard_local.core.postgres import PostgresStore, convert_params
-from switchboard_local.core.queries import Q
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store, needs_transaction
+from switchboard_local.core.store.interface import needs_transaction
+from switchboard_local.core.store.opener import inspect_store, open_store
+from switchboard_local.core.store.postgres.statements import convert_params
+from switchboard_local.core.store.postgres.store import PostgresStore
+from switchboard_local.core.store.queries import Q
+from switchboard_local.core.store.shared import SCHEMA_VERSION
 from switchboard_local.core.todo_model import NewTodo
 
 from support.cli import invoke
@@ -57,23 +59,23 @@ def closed_port() -> int:
 
 
 async def test_an_empty_database_gets_the_schema_and_the_current_version(empty_url, clock) -> None:
-    async with await Store.open(empty_url, clock=clock) as store:
+    async with await open_store(empty_url, clock=clock) as store:
         assert isinstance(store, PostgresStore)
         await todos.create(store, NewTodo(queue="q", title="first"))
     assert value(empty_url, "SELECT max(version) FROM schema_migrations") == SCHEMA_VERSION
-    state = await Store.inspect(empty_url)
+    state = await inspect_store(empty_url)
     assert (state.ours, state.version, state.current, state.empty) == (True, SCHEMA_VERSION, SCHEMA_VERSION, False)
 
 
 async def test_stores_opening_an_empty_database_at_once_create_the_schema_once(empty_url) -> None:
-    stores = await asyncio.gather(*(Store.open(empty_url) for _ in range(4)))
+    stores = await asyncio.gather(*(open_store(empty_url) for _ in range(4)))
     for store in stores:
         await store.close()
     assert rows(empty_url, "SELECT version FROM schema_migrations") == [(SCHEMA_VERSION,)]
 
 
 async def test_the_postgres_scheme_names_the_same_database(url) -> None:
-    async with await Store.open("postgres://" + url.split("://", 1)[1]) as store:
+    async with await open_store("postgres://" + url.split("://", 1)[1]) as store:
         created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
     assert value(url, "SELECT title FROM todos WHERE id = ?", [created.id]) == "t"
 
@@ -81,9 +83,9 @@ async def test_the_postgres_scheme_names_the_same_database(url) -> None:
 async def test_another_programs_database_is_refused_and_left_as_it_is(empty_url) -> None:
     run(empty_url, "CREATE TABLE theirs (x integer)")
     with pytest.raises(StoreUnusable, match="not a switchboard-local one"):
-        await Store.open(empty_url)
+        await open_store(empty_url)
     assert rows(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [("theirs",)]
-    state = await Store.inspect(empty_url)
+    state = await inspect_store(empty_url)
     assert (state.ours, state.empty) == (False, False)
 
 
@@ -95,7 +97,7 @@ async def test_a_version_8_database_is_upgraded_keeping_its_leader(empty_url, cl
             "INSERT INTO ingest_leader (id, fence, holder, pid, host, kind, http, since, renewed_at, expires_at)"
             " VALUES (1, 3, 'holder-3', 4242, 'elsewhere', 'serve', NULL, now(), now(), now() + interval '100 years')"
         )
-    async with await Store.open(empty_url, clock=clock) as upgraded:
+    async with await open_store(empty_url, clock=clock) as upgraded:
         await sources.add(upgraded, "gh", family="webhook", kind="github", trust_mode="github", config={},
                           secrets=[sources.secret_ref(env="GH_SECRET")])  # fmt: skip
         leader = await leadership.current(upgraded)
@@ -108,13 +110,13 @@ async def test_a_version_8_database_is_upgraded_keeping_its_leader(empty_url, cl
 async def test_a_newer_database_is_refused_naming_both_versions(url) -> None:
     run(url, "INSERT INTO schema_migrations (version) VALUES (?)", [SCHEMA_VERSION + 1])
     with pytest.raises(StoreUnusable, match=f"version {SCHEMA_VERSION + 1}.*\\({SCHEMA_VERSION}\\)"):
-        await Store.open(url)
+        await open_store(url)
 
 
 async def test_a_read_only_store_reads_and_refuses_every_write(url, clock) -> None:
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
-    async with await Store.open(url, read_only=True) as store:
+    async with await open_store(url, read_only=True) as store:
         assert (await todos.get(store, created.id)).title == "t"
         with pytest.raises(Unavailable, match="read-only"):
             await todos.create(store, NewTodo(queue="q", title="u"))
@@ -124,14 +126,14 @@ async def test_a_read_only_store_reads_and_refuses_every_write(url, clock) -> No
 
 async def test_a_read_only_store_refuses_an_empty_database_and_creates_nothing(empty_url) -> None:
     with pytest.raises(StoreUnusable, match="no schema yet"):
-        await Store.open(empty_url, read_only=True)
+        await open_store(empty_url, read_only=True)
     assert rows(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == []
 
 
 async def test_an_unreachable_server_is_unavailable_and_its_password_is_never_shown() -> None:
     secret_url = f"postgresql://someone:s3cret-pw@127.0.0.1:{closed_port()}/db"
     with pytest.raises(Unavailable) as refused:
-        await Store.open(secret_url)
+        await open_store(secret_url)
     assert "s3cret-pw" not in str(refused.value) and "someone:***@127.0.0.1" in str(refused.value)
 
 
@@ -144,7 +146,7 @@ def test_the_cli_never_prints_a_urls_password(server) -> None:
 
 
 async def test_sql_text_that_is_no_named_statement_is_refused(url) -> None:
-    async with await Store.open(url) as store:
+    async with await open_store(url) as store:
         with pytest.raises(ValueError, match="named statements only"):
             await store.read_all("SELECT 1")
         assert await store.read_all(str(Q.list_agents)) == []  # the text of a named statement is that statement
@@ -163,7 +165,7 @@ async def test_a_refusal_the_body_catches_leaves_the_rest_of_its_transaction_to_
         tx.one(Q.insert_todo, params("q", "after"))
         return "done"
 
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         assert await store.write(body) == "done"
     assert rows(url, "SELECT title FROM todos ORDER BY id") == [("before",), ("after",)]
 
@@ -181,7 +183,7 @@ async def test_a_refused_part_in_a_savepoint_is_undone_alone_memo_included(url, 
         tx.one(Q.insert_todo, params("q", "kept"))
         return dict(tx.memo)
 
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         assert await store.write(body) == {"kept": 1}
     assert rows(url, "SELECT title FROM todos") == [("kept",)]
 
@@ -199,7 +201,7 @@ async def test_a_single_write_commits_each_statement_as_it_runs(url, clock) -> N
         tx.one(Q.insert_todo, _todo(clock, "one"))
         seen.append((tx.in_transaction, value(url, "SELECT count(*) FROM todos")))
 
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         await store.write(body, single=True)
         await store.write(body)
     assert seen == [(False, 1), (True, 1)]  # in a transaction the second insert is not seen until the commit
@@ -216,7 +218,7 @@ async def test_a_single_write_that_needs_a_transaction_runs_again_in_one(url, cl
         tx.one(Q.insert_todo, _todo(clock, "second"))
         return "done"
 
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         assert await store.write(body, single=True) == "done"
     assert runs == [False, True, 0]
     assert value(url, "SELECT count(*) FROM todos") == 2
@@ -227,7 +229,7 @@ async def test_a_single_write_asking_for_a_transaction_after_a_change_is_a_bug(u
         tx.one(Q.insert_todo, _todo(clock, "first"))
         needs_transaction(tx)
 
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         with pytest.raises(RuntimeError, match="after it changed rows"):
             await store.write(body, single=True)
 
@@ -235,7 +237,7 @@ async def test_a_single_write_asking_for_a_transaction_after_a_change_is_a_bug(u
 async def test_a_claim_statement_by_statement_still_takes_over_a_lapsed_lease(url, clock) -> None:
     """A claim runs statement by statement until it finds a lapsed lease; then it
     runs again in one transaction: the recovery ends the attempt, the claim takes the todo."""
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         todo, _ = await todos.create(store, NewTodo(queue="q", title="t"))
         await todos.claim_next(store, owner="crashed", queues=["q"], lease=1)
         clock.advance(2)
@@ -245,7 +247,7 @@ async def test_a_claim_statement_by_statement_still_takes_over_a_lapsed_lease(ur
 
 
 async def test_concurrent_writers_each_commit_their_own_work(url, clock) -> None:
-    async with await Store.open(url, clock=clock, rng=random.Random(0)) as store:
+    async with await open_store(url, clock=clock, rng=random.Random(0)) as store:
         created = await asyncio.gather(*(todos.create(store, NewTodo(queue="q", title=f"t{i}")) for i in range(40)))
         claimed = await asyncio.gather(*(todos.claim_next(store, queues=["q"], owner=f"w{i}") for i in range(40)))
     assert len({todo.id for todo, _ in created}) == 40
@@ -253,7 +255,7 @@ async def test_concurrent_writers_each_commit_their_own_work(url, clock) -> None
 
 
 async def test_rows_read_by_name_and_by_position(url, clock) -> None:
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
         row = await store.read_one(Q.get_todo, {"id": created.id})
     assert row is not None and row["id"] == row[0] == created.id and "title" in row.keys()
@@ -283,7 +285,7 @@ def test_doctor_checks_a_postgresql_database_without_showing_its_password(url) -
     ids=["nul-in-a-value", "nul-in-a-key"],
 )
 async def test_a_value_postgresql_cannot_hold_is_invalid_input_and_nothing_is_stored(url, clock, todo) -> None:
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         with pytest.raises(InvalidArgument, match="PostgreSQL cannot store a value given"):
             await todos.create(store, todo)
         assert await todos.list_todos(store) == []
@@ -306,7 +308,7 @@ async def test_writes_that_deadlock_are_run_again_and_both_commit(url) -> None:
 
         return body
 
-    async with await Store.open(url) as store:
+    async with await open_store(url) as store:
         await store.write(lambda tx: tx.many(Q.set_setting, [{"name": n, "value": "-"} for n in "ab"]))
         done = await asyncio.gather(store.write(writes("a", "b", "a-then-b")), store.write(writes("b", "a", "b-then-a")))
     assert done == ["a-then-b", "b-then-a"]
@@ -320,7 +322,7 @@ async def test_a_row_locked_past_the_busy_timeout_is_busy(url, monkeypatch) -> N
     from switchboard_local.core.errors import Busy
 
     monkeypatch.setenv("SWITCHBOARD_BUSY_TIMEOUT", "0.2")
-    async with await Store.open(url) as store:
+    async with await open_store(url) as store:
         await store.write(lambda tx: tx.run(Q.set_setting, {"name": "a", "value": "-"}))
         with psycopg.connect(url) as holder:  # another process, in the middle of a transaction
             holder.execute("UPDATE settings SET value = 'held' WHERE name = 'a'")
@@ -344,7 +346,7 @@ def own_server(tmp_path, monkeypatch):
 
 async def test_every_entry_point_answers_an_outage_as_unavailable_and_recovers(own_server, clock) -> None:
     url = own_server.empty_database()
-    async with await Store.open(url, clock=clock) as store:
+    async with await open_store(url, clock=clock) as store:
         created, _ = await todos.create(store, NewTodo(queue="q", title="before"))
         await store.data_version()  # its listening connection is made
         calls = {
@@ -366,9 +368,9 @@ async def test_every_entry_point_answers_an_outage_as_unavailable_and_recovers(o
                     continue
                 pytest.fail(f"{name} answered while the server was down")
         with pytest.raises(Unavailable):
-            await Store.inspect(url)
+            await inspect_store(url)
         with pytest.raises(Unavailable):
-            await Store.open(url)
+            await open_store(url)
         own_server.resume()
         assert (await store.peek(lambda tx: tx.one(Q.get_todo, {"id": created.id})))["title"] == "before"
         assert (await todos.create(store, NewTodo(queue="q", title="after")))[0].id > created.id

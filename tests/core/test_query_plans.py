@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.queries import Q
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
 
 pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
 
@@ -86,7 +86,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory):
     path: Path = tmp_path_factory.mktemp("plans") / "switchboard.db"
 
     async def create() -> None:
-        async with await Store.open(path):
+        async with await open_store(path):
             pass
 
     asyncio.run(create())

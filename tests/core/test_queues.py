@@ -15,7 +15,7 @@ import pytest
 from switchboard_local.core import queues, routing, todos
 from switchboard_local.core.errors import Conflict, InvalidArgument
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 

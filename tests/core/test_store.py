@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import leadership, queues, sources, todos
-from switchboard_local.core import sqlite as store_module
 from switchboard_local.core.errors import (
     Conflict,
     InvalidArgument,
     StoreUnusable,
     Unavailable,
 )
-from switchboard_local.core.store import Store, default_path
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import default_path
+from switchboard_local.core.store.sqlite import migrations
+from switchboard_local.core.store.sqlite import store as store_module
 from switchboard_local.core.todo_model import NewTodo, hash_token
 from switchboard_local.core.todos import Lease
 
@@ -51,7 +54,7 @@ def permissive_umask():
 @pytest.mark.sqlite_only
 async def test_new_file_folder_and_wal_files_are_owner_only(tmp_path, clock, permissive_umask):
     path = tmp_path / "fresh" / "switchboard.db"
-    async with await Store.open(path, clock=clock) as opened:
+    async with await open_store(path, clock=clock) as opened:
         await todos.create(opened, NewTodo(queue="q", title="t"))  # a write makes -wal and -shm exist
         assert mode(path.parent) == 0o700
         assert mode(path) == 0o600
@@ -62,9 +65,9 @@ async def test_new_file_folder_and_wal_files_are_owner_only(tmp_path, clock, per
 
 
 async def test_reopening_a_file_keeps_its_data(db_path, clock):
-    async with await Store.open(db_path, clock=clock) as first:
+    async with await open_store(db_path, clock=clock) as first:
         todo, _ = await todos.create(first, NewTodo(queue="q", title="kept"))
-    async with await Store.open(db_path, clock=clock) as second:
+    async with await open_store(db_path, clock=clock) as second:
         assert (await todos.get(second, todo.id)).title == "kept"
 
 
@@ -86,10 +89,10 @@ async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(
 
 @pytest.mark.sqlite_only
 async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
-    async with await Store.open(db_path, synchronous="NORMAL") as opened:
+    async with await open_store(db_path, synchronous="NORMAL") as opened:
         assert await pragma(opened, "synchronous") == 1
     with pytest.raises(InvalidArgument):
-        await Store.open(db_path, synchronous="OFF")
+        await open_store(db_path, synchronous="OFF")
 
 
 @pytest.mark.sqlite_only
@@ -110,12 +113,12 @@ async def test_foreign_keys_are_enforced(store):
 async def test_new_file_gets_the_schema_and_the_current_version(store, db_path):
     tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"events", "todos", "attempts"} <= tables
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
 
 
 @pytest.mark.sqlite_only
 def test_schema_sql_is_the_repository_root_file():
-    assert store_module.schema_sql() == (REPO_ROOT / "schema.sql").read_text("utf-8")
+    assert migrations.schema_sql() == (REPO_ROOT / "schema.sql").read_text("utf-8")
 
 
 def make_v1_file(path: Path) -> None:
@@ -143,10 +146,10 @@ def make_v1_file(path: Path) -> None:
 @pytest.mark.sqlite_only
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, clock):
     make_v1_file(db_path)
-    async with await Store.open(db_path, clock=clock) as opened:
+    async with await open_store(db_path, clock=clock) as opened:
         assert [t.title for t in await todos.list_todos(opened)] == ["direct", "done derived", "live derived"]
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
-    assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA application_id") == [(migrations.APPLICATION_ID,)]
     keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")
     assert keys == [("live derived", "event:gh:d-1:default"), ("done derived", "event:gh:d-0:default"), ("direct", "mine")]
     assert rows(db_path, "SELECT name, create_queues, owner FROM agents") == [("reviewer", None, None)]
@@ -157,7 +160,7 @@ async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, 
     make_v1_file(db_path)
     run(db_path, "INSERT INTO adapters (name, family, kind, trust_mode, config, created_at, updated_at) "
                  "VALUES ('gh', 'webhook', 'github', 'github', '{\"queue\": \"review\"}', 0, 0)")  # fmt: skip
-    async with await Store.open(db_path, clock=clock) as opened:
+    async with await open_store(db_path, clock=clock) as opened:
         found = await sources.get(opened, "gh")
     assert (found.kind, found.config) == ("github", {"queue": "review"})
     tables = {name for (name,) in rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -167,7 +170,7 @@ async def test_a_file_from_before_the_sources_rename_keeps_its_sources(db_path, 
 @pytest.mark.sqlite_only
 async def test_a_version_1_file_upgraded_can_pause_a_queue(db_path, clock):
     make_v1_file(db_path)
-    async with await Store.open(db_path, clock=clock) as opened:
+    async with await open_store(db_path, clock=clock) as opened:
         await queues.pause(opened, "q", by="op")
         assert await todos.claim_next(opened, owner="w", queues=["q"]) is None
         assert (await todos.claim_next(opened, owner="w")).title == "live derived"
@@ -191,9 +194,9 @@ def shape(path: Path) -> dict[str, object]:
 @pytest.mark.sqlite_only
 async def test_a_file_upgraded_from_version_1_has_the_shape_of_a_new_one(db_path, tmp_path, clock):
     make_v1_file(db_path)
-    async with await Store.open(db_path, clock=clock):
+    async with await open_store(db_path, clock=clock):
         pass
-    async with await Store.open(tmp_path / "new.db", clock=clock):
+    async with await open_store(tmp_path / "new.db", clock=clock):
         pass
     assert shape(db_path) == shape(tmp_path / "new.db")
 
@@ -225,7 +228,7 @@ def make_v5_file(path: Path) -> None:
 @pytest.mark.sqlite_only
 async def test_migration_6_makes_a_todo_awaiting_its_retry_pending_and_keeps_every_row(db_path, clock):
     make_v5_file(db_path)
-    async with await Store.open(db_path, clock=clock) as upgraded:
+    async with await open_store(db_path, clock=clock) as upgraded:
         states = {t.title: (t.state, t.dead_letter, t.visible_at) for t in await todos.list_todos(upgraded)}
         assert states == {"retrying": ("pending", False, 5000), "dead": ("failed", True, None),
                           "done": ("done", False, None)}  # fmt: skip
@@ -236,7 +239,7 @@ async def test_migration_6_makes_a_todo_awaiting_its_retry_pending_and_keeps_eve
         assert not created
         newest, _ = await todos.create(upgraded, NewTodo(queue="q", title="after the migration"))
     assert newest.id == 41  # ids pruned before the migration are never reused
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
     assert rows(db_path, "PRAGMA foreign_key_check") == []
 
 
@@ -293,7 +296,7 @@ def make_v7_file(path: Path) -> None:
 async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_path, clock):
     make_v7_file(db_path)
     before = rows(db_path, "SELECT * FROM todos ORDER BY id")
-    async with await Store.open(db_path, clock=clock) as upgraded:
+    async with await open_store(db_path, clock=clock) as upgraded:
         for todo_id, history in V7_HISTORY.items():
             got = await todos.get(upgraded, todo_id)
             shown = [(a.attempt, a.owner, a.claimed_at, a.ended_at, a.outcome, a.error) for a in got.attempts]
@@ -312,7 +315,7 @@ async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_p
     # Every column version 7 had, as it was (completed_by is new, after completed_at); todo 2 was completed above.
     assert [(*r[:22], *r[23:]) for r in after if r[0] != 2] == [tuple(r) for r in before if r[0] != 2]
     assert [r[22] for r in after] == [None, "w2", "w3", None, None, None]  # completed_by
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
     assert rows(db_path, "PRAGMA foreign_key_check") == []
     assert rows(db_path, "PRAGMA integrity_check") == [("ok",)]
 
@@ -331,7 +334,7 @@ async def test_migration_9_keeps_the_leader_and_lets_it_say_which_variables_it_h
         conn.executescript(f"PRAGMA user_version = 8; {V8_LEADER};")
     finally:
         conn.close()
-    async with await Store.open(db_path, clock=clock) as upgraded:
+    async with await open_store(db_path, clock=clock) as upgraded:
         await sources.add(upgraded, "gh", family="webhook", kind="github", trust_mode="github", config={},
                           secrets=[sources.secret_ref(env="GH_SECRET")])  # fmt: skip
         leader = await leadership.current(upgraded)
@@ -339,7 +342,7 @@ async def test_migration_9_keeps_the_leader_and_lets_it_say_which_variables_it_h
         assert leader.has("GH_SECRET") is None  # version 8 recorded nothing of it
         assert await leadership.renew(upgraded, leadership.Lease(3, "holder-3"), environ={"GH_SECRET": "s"})
         assert (await leadership.current(upgraded)).has("GH_SECRET") is True
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
 
 
 @pytest.mark.sqlite_only
@@ -354,23 +357,23 @@ async def test_migration_4_adds_the_queues_table_to_a_version_3_file(db_path, cl
     run(db_path, "DROP TABLE queues")
     run(db_path, "ALTER TABLE agents DROP COLUMN owner")  # version 3's shape
     run(db_path, "PRAGMA user_version = 3")
-    async with await Store.open(db_path, clock=clock) as upgraded:
+    async with await open_store(db_path, clock=clock) as upgraded:
         paused = await queues.pause(upgraded, "q", by="op")
         assert (paused.paused, paused.has_todos) == (True, True)
         with pytest.raises(Conflict):
             await todos.claim(upgraded, 1, owner="w")
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
     assert rows(db_path, "SELECT name, paused_by FROM queues") == [("q", "op")]
 
 
 @pytest.mark.sqlite_only
 async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, monkeypatch):
-    async with await Store.open(db_path, clock=clock) as current:
+    async with await open_store(db_path, clock=clock) as current:
         todo, _ = await todos.create(current, NewTodo(queue="q", title="from now"))
-    next_version = store_module.SCHEMA_VERSION + 1
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", next_version)
-    monkeypatch.setitem(store_module.MIGRATIONS, next_version, "ALTER TABLE todos ADD COLUMN test_extra TEXT;")
-    async with await Store.open(db_path, clock=clock) as upgraded:
+    next_version = migrations.SCHEMA_VERSION + 1
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", next_version)
+    monkeypatch.setitem(migrations.MIGRATIONS, next_version, "ALTER TABLE todos ADD COLUMN test_extra TEXT;")
+    async with await open_store(db_path, clock=clock) as upgraded:
         assert (await todos.get(upgraded, todo.id)).title == "from now"
     columns = [row[1] for row in rows(db_path, "PRAGMA table_info(todos)")]
     assert "test_extra" in columns
@@ -379,17 +382,17 @@ async def test_an_older_file_runs_each_later_migration_in_order(db_path, clock, 
 
 @pytest.mark.sqlite_only
 async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, clock, monkeypatch):
-    async with await Store.open(db_path, clock=clock) as current:
+    async with await open_store(db_path, clock=clock) as current:
         await todos.create(current, NewTodo(queue="q", title="from now"))
-    old_version = store_module.SCHEMA_VERSION
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", old_version + 1)
+    old_version = migrations.SCHEMA_VERSION
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", old_version + 1)
     monkeypatch.setitem(
-        store_module.MIGRATIONS,
+        migrations.MIGRATIONS,
         old_version + 1,
         "ALTER TABLE todos ADD COLUMN half_done TEXT;\nALTER TABLE no_such_table ADD COLUMN x TEXT;",
     )
     with pytest.raises(StoreUnusable):
-        await Store.open(db_path, clock=clock)
+        await open_store(db_path, clock=clock)
     assert rows(db_path, "PRAGMA user_version") == [(old_version,)]
     assert "half_done" not in [row[1] for row in rows(db_path, "PRAGMA table_info(todos)")]
     assert rows(db_path, "SELECT title FROM todos") == [("from now",)]
@@ -397,14 +400,14 @@ async def test_failed_migration_leaves_the_file_at_its_old_version(db_path, cloc
 
 @pytest.mark.sqlite_only
 async def test_newer_file_is_refused_naming_both_versions(db_path, clock):
-    async with await Store.open(db_path, clock=clock):
+    async with await open_store(db_path, clock=clock):
         pass
     run(db_path, "PRAGMA user_version = 99")
     with pytest.raises(StoreUnusable) as refused:
-        await Store.open(db_path, clock=clock)
+        await open_store(db_path, clock=clock)
     message = str(refused.value).replace(str(db_path), "<path>")
     assert re.search(r"\b99\b", message)
-    assert re.search(rf"\b{store_module.SCHEMA_VERSION}\b", message)
+    assert re.search(rf"\b{migrations.SCHEMA_VERSION}\b", message)
     assert rows(db_path, "PRAGMA user_version") == [(99,)]
 
 
@@ -413,7 +416,7 @@ async def test_foreign_sqlite_file_is_refused(db_path):
     run(db_path, "CREATE TABLE notes (body TEXT)")
     before = db_path.read_bytes()
     with pytest.raises(StoreUnusable, match="application id 0, user version 0"):
-        await Store.open(db_path)
+        await open_store(db_path)
     assert db_path.read_bytes() == before  # a table at user version 0 is another program's: left byte for byte
     tables = [name for (name,) in rows(db_path, "SELECT name FROM sqlite_master")]
     assert tables == ["notes"]
@@ -441,10 +444,10 @@ async def test_a_new_file_another_process_gives_the_schema_while_we_look_at_it_i
         return connect(*args, **kwargs) if others or "factory" in kwargs else connect(*args, factory=Looking, **kwargs)
 
     monkeypatch.setattr(sqlite3, "connect", looking)
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         assert await todos.list_todos(store) == []
     assert [(o.returncode, o.stderr) for o in others] == [(0, "")]
-    assert rows(db_path, "PRAGMA user_version") == [(store_module.SCHEMA_VERSION,)]
+    assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
 
 
 @pytest.mark.sqlite_only
@@ -454,7 +457,7 @@ async def test_refused_foreign_file_is_left_in_its_own_journal_mode(db_path):
     run(db_path, "CREATE TABLE notes (body TEXT)")
     assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
     with pytest.raises(StoreUnusable):
-        await Store.open(db_path)
+        await open_store(db_path)
     assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
 
@@ -465,7 +468,7 @@ async def test_another_programs_file_at_user_version_1_is_refused_and_left_untou
     run(db_path, "PRAGMA user_version = 1")
     before = db_path.read_bytes()
     with pytest.raises(StoreUnusable, match="not a switchboard-local one"):
-        await Store.open(db_path)
+        await open_store(db_path)
     assert db_path.read_bytes() == before
     assert rows(db_path, "PRAGMA journal_mode") == [("delete",)]
 
@@ -481,16 +484,16 @@ async def test_a_refused_file_keeps_its_permissions(db_path, content):
         db_path.write_text("not a database\n")
     os.chmod(db_path, 0o644)
     with pytest.raises(StoreUnusable):
-        await Store.open(db_path)
+        await open_store(db_path)
     assert mode(db_path) == 0o644
 
 
 @pytest.mark.sqlite_only
 async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, permissive_umask):
-    async with await Store.open(db_path):
+    async with await open_store(db_path):
         pass
     os.chmod(db_path, 0o644)
-    async with await Store.open(db_path):
+    async with await open_store(db_path):
         pass
     assert mode(db_path) == 0o600
 
@@ -498,28 +501,28 @@ async def test_our_file_open_to_others_is_made_owner_only_when_opened(db_path, p
 @pytest.mark.sqlite_only
 async def test_a_file_marked_with_another_application_id_is_refused_and_left_untouched(db_path):
     run(db_path, "PRAGMA application_id = 1234")
-    run(db_path, f"PRAGMA user_version = {store_module.SCHEMA_VERSION}")
+    run(db_path, f"PRAGMA user_version = {migrations.SCHEMA_VERSION}")
     before = db_path.read_bytes()
     with pytest.raises(StoreUnusable, match="application id 1234"):
-        await Store.open(db_path)
+        await open_store(db_path)
     assert db_path.read_bytes() == before
 
 
 @pytest.mark.sqlite_only
 async def test_a_new_file_is_marked_with_our_application_id(store, db_path):
-    assert rows(db_path, "PRAGMA application_id") == [(store_module.APPLICATION_ID,)]
+    assert rows(db_path, "PRAGMA application_id") == [(migrations.APPLICATION_ID,)]
 
 
 @pytest.mark.sqlite_only
 async def test_a_device_is_refused_as_not_a_regular_file():
     with pytest.raises(StoreUnusable, match="not a regular file|system file system"):
-        await Store.open("/dev/null")
+        await open_store("/dev/null")
 
 
 @pytest.mark.sqlite_only
 async def test_a_path_under_proc_is_refused():
     with pytest.raises(StoreUnusable, match="system file system"):
-        await Store.open(f"/proc/{os.getpid()}/switchboard.db")
+        await open_store(f"/proc/{os.getpid()}/switchboard.db")
 
 
 @pytest.mark.sqlite_only
@@ -528,7 +531,7 @@ async def test_a_database_in_dev_shm_is_usable(clock):
     # /dev/shm is a tmpfs of regular files, not a device: a scratch database may live there.
     path = Path("/dev/shm") / f"switchboard-test-{os.getpid()}.db"
     try:
-        async with await Store.open(path, clock=clock) as opened:
+        async with await open_store(path, clock=clock) as opened:
             todo, _ = await todos.create(opened, NewTodo(queue="q", title="kept"))
             assert (await todos.get(opened, todo.id)).title == "kept"
     finally:
@@ -541,14 +544,14 @@ async def test_a_new_database_in_a_folder_that_cannot_be_created_is_unavailable(
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(Unavailable, match="a-file"):
-        await Store.open(blocker / "sub" / "switchboard.db")
+        await open_store(blocker / "sub" / "switchboard.db")
 
 
 @pytest.mark.sqlite_only
 async def test_a_file_that_is_not_sqlite_is_refused(db_path):
     db_path.write_bytes(b"this is a text file, not a database\n" * 50)
     with pytest.raises(StoreUnusable):
-        await Store.open(db_path)
+        await open_store(db_path)
 
 
 # ---------------------------------------------------------------- where the file lives
@@ -575,7 +578,7 @@ def test_default_path_without_the_environment_is_the_user_data_dir(monkeypatch):
 async def test_open_without_a_path_uses_the_environment(monkeypatch, tmp_path, clock):
     target = tmp_path / "env" / "switchboard.db"
     monkeypatch.setenv("SWITCHBOARD_DB", str(target))
-    async with await Store.open(clock=clock) as opened:
+    async with await open_store(clock=clock) as opened:
         assert opened.path == target
         await todos.create(opened, NewTodo(queue="q", title="t"))
     assert rows(target, "SELECT title FROM todos") == [("t",)]
@@ -638,7 +641,7 @@ async def test_many_reads_at_once_share_the_few_read_connections(store) -> None:
 
 @pytest.mark.sqlite_only
 async def test_a_closed_store_refuses_reads(db_path) -> None:
-    opened = await Store.open(db_path)
+    opened = await open_store(db_path)
     await opened.read_all("SELECT 1")
     await opened.close()
     with pytest.raises(RuntimeError, match="^the store is closed$"):
@@ -647,11 +650,12 @@ async def test_a_closed_store_refuses_reads(db_path) -> None:
 
 LEFT_OPEN = """
 import asyncio, sys
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core import queues, todos
 
 async def main():
-    store = await Store.open(sys.argv[1])
+    store = await open_store(sys.argv[1])
     await todos.list_todos(store)  # the readers are open
     raise SystemExit("left open")
 

@@ -1,4 +1,4 @@
-"""Reading a database file without changing it: ``Store.inspect`` and ``Store.open(read_only=True)``.
+"""Reading a database file without changing it: ``inspect_store`` and ``open_store(read_only=True)``.
 
 What `doctor` stands on: a missing file is never created, an older file is
 never migrated, a file open to others is never chmod-ed, and the folder is
@@ -15,8 +15,8 @@ import pytest
 
 from switchboard_local.core import sources
 from switchboard_local.core.errors import StoreUnusable, Unavailable
-from switchboard_local.core.sqlite import SCHEMA_VERSION
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import inspect_store, open_store
+from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support import sql
 
@@ -31,7 +31,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 
 async def new_file(path: Path) -> None:
-    async with await Store.open(path) as store:
+    async with await open_store(path) as store:
         await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github", config={},
                           secrets=[{"env": "GH_SECRET"}])  # fmt: skip
 
@@ -39,7 +39,7 @@ async def new_file(path: Path) -> None:
 async def test_inspect_reads_a_sound_file_and_leaves_its_folder_as_it_was(db_path: Path) -> None:
     await new_file(db_path)
     before = snapshot(db_path.parent)
-    state = await Store.inspect(db_path)
+    state = await inspect_store(db_path)
     assert state.database and state.ours and not state.empty
     assert (state.version, state.current) == (SCHEMA_VERSION, SCHEMA_VERSION)
     assert state.journal_mode == "wal" and state.problems == ()
@@ -49,7 +49,7 @@ async def test_inspect_reads_a_sound_file_and_leaves_its_folder_as_it_was(db_pat
 async def test_inspect_of_a_missing_file_is_unavailable_and_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "s.db"
     with pytest.raises(Unavailable):
-        await Store.inspect(missing)
+        await inspect_store(missing)
     assert not missing.parent.exists()
 
 
@@ -59,17 +59,17 @@ async def test_inspect_tells_a_newer_a_foreign_and_a_non_sqlite_file_apart(tmp_p
     sql.run(newer, f"PRAGMA user_version = {SCHEMA_VERSION + 3}")
     sql.run(foreign, "CREATE TABLE notes (body TEXT)")
     text.write_bytes(b"just some text, long enough to be more than a header " * 40)
-    got = await Store.inspect(newer)
+    got = await inspect_store(newer)
     assert got.ours and got.version == SCHEMA_VERSION + 3
-    got = await Store.inspect(foreign)
+    got = await inspect_store(foreign)
     assert got.database and not got.ours
-    got = await Store.inspect(text)
+    got = await inspect_store(text)
     assert not got.database and "not a database" in str(got.error)
 
 
 async def test_inspect_finds_a_corrupted_page(db_path: Path) -> None:
     await new_file(db_path)
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         for i in range(60):
             await sources.add(store, f"s{i}", family="webhook", kind="open", trust_mode="open",
                               config={"pad": "x" * 2000})  # fmt: skip
@@ -80,7 +80,7 @@ async def test_inspect_finds_a_corrupted_page(db_path: Path) -> None:
     middle = len(data) // page // 2
     data[middle * page : (middle + 1) * page] = b"\xa5" * page
     db_path.write_bytes(bytes(data))
-    state = await Store.inspect(db_path)
+    state = await inspect_store(db_path)
     assert state.database and state.problems
 
 
@@ -89,7 +89,7 @@ async def test_inspect_answers_while_another_process_holds_the_write_lock(db_pat
     blocker = sqlite3.connect(db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
-        state = await Store.inspect(db_path)
+        state = await inspect_store(db_path)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -100,7 +100,7 @@ async def test_a_read_only_store_reads_and_refuses_every_write(db_path: Path) ->
     await new_file(db_path)
     db_path.chmod(0o644)  # open to others: a read-write open would make it owner-only
     before = snapshot(db_path.parent)
-    async with await Store.open(db_path, read_only=True) as store:
+    async with await open_store(db_path, read_only=True) as store:
         assert [s.name for s in await sources.list_sources(store)] == ["gh"]
         with pytest.raises(Unavailable):
             await sources.remove(store, "gh")
@@ -110,7 +110,7 @@ async def test_a_read_only_store_reads_and_refuses_every_write(db_path: Path) ->
 async def test_a_read_only_store_never_creates_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "s.db"
     with pytest.raises(Unavailable):
-        await Store.open(missing, read_only=True)
+        await open_store(missing, read_only=True)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -118,5 +118,5 @@ async def test_a_read_only_store_refuses_an_older_file_and_leaves_it_unmigrated(
     await new_file(db_path)
     sql.run(db_path, f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
     with pytest.raises(StoreUnusable, match="upgraded when opened for writing"):
-        await Store.open(db_path, read_only=True)
+        await open_store(db_path, read_only=True)
     assert sql.value(db_path, "PRAGMA user_version") == SCHEMA_VERSION - 1

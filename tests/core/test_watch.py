@@ -9,7 +9,7 @@ import pytest
 
 from switchboard_local.core import events, todos, watch
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 
 from support import sql
@@ -114,12 +114,12 @@ async def test_follow_events_brings_events_stored_by_another_store_on_the_file(s
                         verified=True, body=b"{}")  # fmt: skip
 
     await events.ingest_many(store, [(event("d-0"), [])])
-    async with aclosing(watch.follow_events(store, source="gh", idle=0.05)) as feed:
+    async with aclosing(events.follow_events(store, source="gh", idle=0.05)) as feed:
         assert await anext(feed) == []  # it has started: "now" is taken
-        async with await Store.open(db_path) as other:
+        async with await open_store(db_path) as other:
             await events.ingest_many(other, [(event("d-1", source="elsewhere"), [])])
             await events.ingest_many(other, [(event("d-2"), [])])
         assert [e.external_id for e in await next_rows(feed)] == ["d-2"]
-    async with aclosing(watch.follow_events(store, from_id=1, idle=0.05)) as feed:
+    async with aclosing(events.follow_events(store, from_id=1, idle=0.05)) as feed:
         assert [e.external_id for e in await next_rows(feed)] == ["d-0", "d-1", "d-2"]
-    assert await watch.last_event_id(store) == 3
+    assert await events.last_event_id(store) == 3

@@ -17,7 +17,8 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from switchboard_local.core import events, todos
 from switchboard_local.core.events import NewEvent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -56,7 +57,7 @@ def on_the_file(db_path: Path, work: Callable[[Store], Awaitable[T]]) -> T:
     """``work`` on the database, on a thread of its own (playwright's sync API keeps a loop on this one)."""
 
     async def run() -> T:
-        store = await Store.open(db_path)
+        store = await open_store(db_path)
         try:
             return await work(store)
         finally:

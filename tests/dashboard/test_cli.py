@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from switchboard_local.core import access_token
-from switchboard_local.core.store import describe
+from switchboard_local.core.store.shared import describe
 
 from support.backends import PASSWORD, with_password
 from support.cli import as_json, invoke

@@ -501,7 +501,7 @@ def test_serve_stores_signed_deliveries_and_exits_0_on_a_stop_signal_finishing_t
 
 
 async def test_healthz_answers_503_when_the_disk_is_nearly_full(receiver, monkeypatch):
-    from switchboard_local.core import sqlite as store_module
+    from switchboard_local.core.store.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "MIN_FREE_BYTES", 2**62)  # no disk has that much free
     answer = await anyio.to_thread.run_sync(receiver.request, "GET", "/healthz")

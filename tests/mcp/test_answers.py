@@ -9,7 +9,8 @@ import json
 import pytest
 
 from switchboard_local.core import settings, todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import MAX_TITLE_LENGTH, NewTodo
 from switchboard_local.core.todos import MAX_BATCH, Lease
 from switchboard_local.mcp.answers import TEXT_COPY_LIMIT
@@ -35,7 +36,7 @@ async def big_todos(store: Store, count: int, size: int) -> list[int]:
 
 @pytest.mark.both_backends
 async def test_a_batch_claim_over_stdio_claims_only_what_its_answer_line_can_carry(db_path) -> None:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         made = await big_todos(store, 8, 3 * MiB)  # 24 MiB of payloads; 12 MiB fit the answer
     server = RawServer(db_path)
     try:
@@ -53,7 +54,7 @@ async def test_a_batch_claim_over_stdio_claims_only_what_its_answer_line_can_car
     # The payloads went once: the text beside them is a line about them.
     (text,) = result["content"]
     assert len(text["text"]) < 2000 and "structuredContent" in text["text"] and "ids 1, 2, 3" in text["text"]
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         states = [(await todos.get(store, todo_id)).state for todo_id in made]
     assert states == ["claimed"] * 3 + ["pending"] * 5  # claimed is exactly what was answered
 

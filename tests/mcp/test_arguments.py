@@ -12,7 +12,7 @@ import pytest
 
 from switchboard_local.core import todos
 from switchboard_local.core.errors import Busy, StoreUnusable, Unavailable
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 from support.mcp import RawServer, connect

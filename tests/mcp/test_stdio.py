@@ -17,7 +17,8 @@ import pytest
 from mcp import Client
 
 from switchboard_local.core import agents, todos
-from switchboard_local.core.store import Store, describe
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import describe
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.mcp.server import INSTRUCTIONS
 
@@ -30,10 +31,12 @@ pytestmark = pytest.mark.anyio
 INSERT_AND_TIME = """
 import asyncio, sys, time
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store, describe
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import describe
 from switchboard_local.core.todo_model import NewTodo
 async def main():
-    async with await Store.open(sys.argv[1]) as store:
+    async with await open_store(sys.argv[1]) as store:
         before = time.time()
         todo, _ = await todos.create(store, NewTodo(queue="q", title="from another process"))
         print(todo.id, before, flush=True)
@@ -74,7 +77,7 @@ async def test_stdio_round_trip_advertises_the_channel_and_rings_for_a_todo_from
 @pytest.mark.both_backends
 async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_path, monkeypatch) -> None:
     tried = claim_attempts(monkeypatch)
-    async with await Store.open(db_path) as store, connect(store) as client:  # the real clock, as the other process
+    async with await open_store(db_path) as store, connect(store) as client:  # the real clock, as the other process
         await call(client, "queue_stats")  # the first call of a connection pays one-off costs: not what is measured
         answer: dict = {}
 
@@ -94,7 +97,7 @@ async def test_claim_next_long_poll_wakes_on_an_insert_by_another_process(db_pat
 @pytest.mark.both_backends
 async def test_two_mcp_processes_drain_one_queue_and_never_claim_a_todo_twice(db_path) -> None:
     count = 60
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         await agents.add(store, "drainer", queues=["work"])
         for n in range(count):
             await todos.create(store, NewTodo(queue="work", title=f"job {n}"))

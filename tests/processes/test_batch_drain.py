@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 
 from support.store import create_jobs
 
@@ -22,7 +22,7 @@ WORKER = str(Path(__file__).parents[1] / "support" / "drain_worker.py")
 async def test_four_processes_draining_in_batches_complete_each_todo_exactly_once(db_path: Path | str,
                                                                                    tmp_path: Path) -> None:  # fmt: skip
     count = 400  # a hundred a process: every batch size collides with the others, as thousands would
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         created = await create_jobs(store, count)
 
     go = tmp_path / "go"
@@ -48,7 +48,7 @@ async def test_four_processes_draining_in_batches_complete_each_todo_exactly_onc
     # One claim per todo, ended by completion by the worker that reported it:
     # nobody else ever held it (read through the core, whatever the storage).
     owner_of = {todo_id: owner for owner, ids in reports.items() for todo_id in ids}
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         for todo_id in created:
             todo = await todos.get(store, todo_id)
             assert (todo.state, todo.attempt) == ("done", 1)

@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from switchboard_local import __version__
+from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support.mcp import RawServer
+from support.postgres import PostgresServer
 from support.receiver import serve_process
 from support.redis_server import started_redis_server
-from support.sql import value
+from support.sql import rows, value
 from support.waits import until
 
 pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
@@ -68,6 +70,22 @@ def test_a_todo_goes_round_trip_through_the_binary(binary: Path, bare_env: dict[
     assert shown["state"] == "done" and shown["result"] == {"ok": 1} and shown["attempt"] == 1
     assert value(db_path, "SELECT state FROM todos WHERE id = ?", [created["id"]]) == "done"  # in the file named
 
+
+
+def test_the_binary_gives_a_new_postgresql_database_its_schema_from_its_bundle(
+    binary: Path, bare_env: dict[str, str], postgres_server: PostgresServer
+) -> None:
+    # schema.postgres.sql and queries.postgres.sql are read from the bundle (core/store/postgres/), not the checkout.
+    url = postgres_server.empty_database()
+    try:
+        env = {**bare_env, "SWITCHBOARD_DB": url}
+        created = as_json(binary, env, "todo", "create", "--queue", "q", "--title", "on PostgreSQL")
+        shown = as_json(binary, env, "todo", "show", str(created["id"]))
+        versions = rows(url, "SELECT version FROM schema_migrations")
+    finally:
+        postgres_server.release(url)
+    assert created["created"] is True and shown["title"] == "on PostgreSQL"
+    assert versions == [(SCHEMA_VERSION,)]
 
 def test_the_binarys_mcp_answers_initialize_and_tool_calls_on_stdio(
     binary: Path, bare_env: dict[str, str], db_path: Path

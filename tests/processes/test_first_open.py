@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from switchboard_local.core.sqlite import APPLICATION_ID, SCHEMA_VERSION
+from switchboard_local.core.store.shared import SCHEMA_VERSION
+from switchboard_local.core.store.sqlite.migrations import APPLICATION_ID
 
 from support.cli import REPO_ROOT
 from support.receiver import ServeProcess

@@ -20,10 +20,10 @@ def test_the_wheel_ships_the_schema_and_runs_from_another_directory(tmp_path: Pa
     )  # fmt: skip
     (wheel,) = wheels.glob("switchboard_local-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        shipped = zf.read("switchboard_local/core/schema.sql").decode()
-        shipped_postgres = zf.read("switchboard_local/core/schema.postgres.sql").decode()
-        assert "switchboard_local/core/queries.sql" in zf.namelist()
-        assert "switchboard_local/core/queries.postgres.sql" in zf.namelist()
+        shipped = zf.read("switchboard_local/core/store/sqlite/schema.sql").decode()
+        shipped_postgres = zf.read("switchboard_local/core/store/postgres/schema.postgres.sql").decode()
+        assert "switchboard_local/core/store/sqlite/queries.sql" in zf.namelist()
+        assert "switchboard_local/core/store/postgres/queries.postgres.sql" in zf.namelist()
         for shipped_with_the_dashboard in ("templates/base.html", "templates/_ui.html", "templates/queues.html",
                                            "static/dashboard.js", "static/dashboard.css"):  # fmt: skip
             assert f"switchboard_local/dashboard/{shipped_with_the_dashboard}" in zf.namelist()

@@ -15,7 +15,7 @@ import pytest
 from switchboard_local.core import todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -39,7 +39,7 @@ def start_worker(db: Path | str, owner: str, queue: str, *extra: str) -> subproc
 async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db_path: Path | str,
                                                                                tmp_path: Path) -> None:  # fmt: skip
     count = 600  # some 150 a process: their claims collide all the while, as with thousands
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         created = await create_jobs(store, count)
 
     go = tmp_path / "go"
@@ -72,7 +72,7 @@ async def test_four_processes_drain_one_file_each_todo_completed_exactly_once(db
 
 
 async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path: Path) -> None:
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         todo, _ = await todos.create(store, NewTodo(queue="work", title="fragile"))
 
     # A short lease: the test waits it out on the real clock (what holds before the lapse is asked on a clock of its own).
@@ -87,7 +87,7 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     # millisecond on a clock of our own (a busy machine may already be past
     # it on the real one).
     expires = first["lease_expires_at"]
-    async with await Store.open(db_path, clock=ManualClock(expires - 1)) as store:
+    async with await open_store(db_path, clock=ManualClock(expires - 1)) as store:
         assert await todos.claim_next(store, owner="early", queues=["work"]) is None
         with pytest.raises(Conflict, match="claimed by crasher"):
             await todos.claim(store, todo.id, owner="early")
@@ -98,7 +98,7 @@ async def test_a_killed_agents_todo_is_taken_over_after_its_lease_lapses(db_path
     assert rescuer.returncode == 0, stderr
     assert [json.loads(line) for line in stdout.splitlines()] == [{"completed": todo.id, "attempt": 2}]
 
-    async with await Store.open(db_path) as store:
+    async with await open_store(db_path) as store:
         final = await todos.get(store, todo.id)
         with pytest.raises(Conflict):
             await todos.complete(store, Lease(todo.id, first["token"]))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.store import is_url
+from switchboard_local.core.store.shared import is_url
 
 PASSWORD = "hunter2-in-the-url"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.core import redis_config, sources
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 
 from support.sql import rows
 from support.waits import STALL, until_async

@@ -22,7 +22,8 @@ import sys
 import time
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todos import Lease
 
 
@@ -37,7 +38,7 @@ async def main() -> int:
     parser.add_argument("--max", type=int, default=None, help="claim and complete in batches of up to this many")
     parser.add_argument("--then", action="store_true", help="each complete claims the next todo (one commit per todo)")
     args = parser.parse_args()
-    async with await Store.open(args.db) as store:
+    async with await open_store(args.db) as store:
         if args.start_when:
             print(json.dumps({"ready": True}), flush=True)
             while not os.path.exists(args.start_when):

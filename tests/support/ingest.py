@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from switchboard_local.core.events import Derive, Ingested, NewEvent, ingest_many
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 

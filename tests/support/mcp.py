@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from switchboard_local.core import todos
 from switchboard_local.core.agents import Agent
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.mcp.server import build_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from typing import Any
 from switchboard_local import process
 from switchboard_local.core import sources, webhook_config
 from switchboard_local.core.sources import Source
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.http.limits import Limits
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from switchboard_local.core.store import is_url
+from switchboard_local.core.store.shared import is_url
 
 
 def rows(db: Path | str, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
@@ -67,7 +67,7 @@ def counts(db: Path | str) -> tuple[int, int]:
 
 
 def _pg(url: str, sql: str, params: Iterable[Any], *, records: bool) -> list[Any]:
-    from switchboard_local.core.postgres import convert_params
+    from switchboard_local.core.store.postgres.statements import convert_params
 
     with pg_connection(url, records=records) as conn, conn.cursor() as cursor:
         cursor.execute(convert_params(sql), tuple(params))  # type: ignore[arg-type]
@@ -87,7 +87,7 @@ def pg_connection(url: str, *, records: bool = True) -> Iterator[Any]:
 
     EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-    from switchboard_local.core.postgres import row_factory
+    from switchboard_local.core.store.postgres.statements import row_factory
 
     class Millis(Loader):
         def load(self, data: Any) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from switchboard_local.core import todos
-from switchboard_local.core.store import Store
+from switchboard_local.core.store.interface import Store
 from switchboard_local.core.todo_model import NewTodo
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import settings
 from ..errors import InvalidArgument, StoreFault, SwitchboardError
-from ..queries import Q
-from ..store import Store, Transaction
+from ..store.interface import Store, Transaction
+from ..store.queries import Q
 from ..todo_model import Todo, dump_json, hash_token
 from .claims import MAX_BATCH, ClaimedBatch, NextClaim, claim_many_body, require_max
 from .lifecycle import Lease, completing, fail_body

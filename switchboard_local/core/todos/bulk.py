@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import audit
 from ..errors import Conflict, InvalidArgument
-from ..queries import Q
-from ..store import Store, Transaction
+from ..store.interface import Store, Transaction
+from ..store.queries import Q
 from ..todo_model import MAX_LIST_LIMIT, require_int, require_name
 from .claims import recover_lapsed, settle_lapsed
 from .operator import cancel_params

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..clock import rfc3339
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
-from ..queries import Q
-from ..store import Store, Transaction, needs_transaction
+from ..store.interface import Store, Transaction, needs_transaction
+from ..store.queries import Q
 from ..todo_model import INT64_MAX, Todo, hash_token, lease_millis, require_int, require_name
 
 if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time

@@ -15,8 +15,8 @@ from typing import Any
 from .. import audit, settings
 from ..clock import rfc3339
 from ..errors import Conflict, InvalidArgument, NotFound
-from ..queries import Q
-from ..store import Store, Transaction
+from ..store.interface import Store, Transaction
+from ..store.queries import Q
 from ..todo_model import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,

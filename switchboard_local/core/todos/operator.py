@@ -9,8 +9,8 @@ from typing import Any
 
 from .. import audit
 from ..errors import Conflict, InvalidArgument, NotFound
-from ..queries import Q
-from ..store import Store, Transaction
+from ..store.interface import Store, Transaction
+from ..store.queries import Q
 from ..todo_model import Todo, require_name, require_text
 from .claims import recover_lapsed
 

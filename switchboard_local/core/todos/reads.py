@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import InvalidArgument, NotFound
-from ..queries import Q
-from ..store import Store
+from ..store.interface import Store
+from ..store.queries import Q
 from ..todo_model import MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
 from .claims import settle_lapsed
 

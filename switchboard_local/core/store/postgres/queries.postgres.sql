@@ -1,6 +1,7 @@
 -- Every statement of queries.sql, for PostgreSQL: the same names, the same
 -- parameters, the same result columns with the same Python values. Loaded by
--- queries.py (POSTGRES, by name); the schema is ../../schema.postgres.sql.
+-- store/queries.py (POSTGRES, by name); the schema is schema.postgres.sql, at
+-- the repository root.
 --
 -- The values the verbs see are SQLite's: times are integer milliseconds
 -- (parameters go in through sb_ts(:now), columns come out as sb_ms(col) AS

@@ -1,18 +1,16 @@
 """The store: the interface the verbs depend on, with its contract.
 
 ``Store`` and ``Transaction`` are Protocols: what a verb may ask of a
-database. ``SQLiteStore`` (sqlite.py, with group_commit.py for its writes)
-implements them on one SQLite file, ``PostgresStore`` (postgres.py) on a
-PostgreSQL database; ``Store.open`` picks one by what it is given (a
+database. ``SQLiteStore`` (sqlite/, with its group commit for writes)
+implements them on one SQLite file, ``PostgresStore`` (postgres/) on a
+PostgreSQL database; ``opener.open_store`` picks one by what it is given (a
 ``postgresql://`` or ``postgres://`` URL, else a file path). Verbs and edges
 annotate with these names, so they depend on the interface, never on a
-backend, and nothing here imports a database driver.
+backend; nothing here imports a backend or a database driver.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -20,109 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .clock import Clock
-from .errors import InvalidArgument, Unavailable
-from .text import decimal
+from ..clock import Clock
 
 if TYPE_CHECKING:
-    from .group_commit import Monotonic
-    from .tally import Tally
-
-APP_NAME = "switchboard-local"
-DB_ENV = "SWITCHBOARD_DB"
-BUSY_TIMEOUT_ENV = "SWITCHBOARD_BUSY_TIMEOUT"  # seconds a write waits for another writer's lock
-BUSY_TIMEOUT_MS = 30_000  # the default
+    from ..tally import Tally
 
 T = TypeVar("T")
 Params = Mapping[str, Any] | Sequence[Any]
 
 
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-Location = Path | str
-"""Where a database is: a file's path, or (a str) a PostgreSQL URL."""
-
-
-def is_url(location: object) -> bool:
-    """Whether ``location`` (a --db value, $SWITCHBOARD_DB) names a PostgreSQL database by URL."""
-    return isinstance(location, str) and location[:13].lower().startswith(URL_SCHEMES)
-
-
-def location(value: str | os.PathLike[str]) -> Location:
-    """A --db value or $SWITCHBOARD_DB as the store takes it: a URL as it is, else an expanded path."""
-    return value if is_url(value) else expanded(value)
-
-
-def describe(where: Location) -> str:
-    """A database's name for messages: a path, or a URL with its password hidden."""
-    if is_url(where):
-        assert isinstance(where, str)
-        return redacted(where)
-    return str(where)
-
-
-def local_path(where: Location) -> Path:
-    """The name beside which the files that go with a database (the dashboard token) are kept:
-    an SQLite database's own file; for a PostgreSQL URL, a name in the user data dir made of
-    the user, host, port and database (never the password)."""
-    if not is_url(where):
-        return Path(where)
-    import re
-
-    import platformdirs
-
-    from .pg_url import parse
-
-    parse(str(where))  # refused, naming what is wrong, unless it reads cleanly
-    params = parse(str(where).partition("?")[0])  # named by its user, host, port and path alone
-    user = params.get("user", "")
-    host = params.get("host", "local").lower()
-    port = str(int(params["port"])) if params.get("port", "").isdigit() else "5432"
-    database = params.get("dbname") or user or "postgres"
-    name = re.sub(r"[^A-Za-z0-9._@-]+", "_", f"{user}@{host}_{port}_{database}".lstrip("@"))
-    return platformdirs.user_data_path(APP_NAME) / "postgresql" / f"{name}.db"
-
-
-def redacted(url: str) -> str:
-    """A URL with its password (in the user part or a ``password=`` parameter) replaced by ``***``;
-    a malformed one shows no part of what may be a password (core/pg_url.py)."""
-    from .pg_url import redacted as hidden
-
-    return hidden(url)
-
-
-def default_path() -> Location:
-    """The database: $SWITCHBOARD_DB (a path or a PostgreSQL URL), else the platform's user data dir."""
-    from_env = os.environ.get(DB_ENV)
-    if from_env:
-        return location(from_env)
-    import platformdirs
-
-    return platformdirs.user_data_path(APP_NAME) / "switchboard.db"
-
-
-def busy_timeout_ms() -> int:
-    """How long a write waits for another writer's lock before it is refused as busy
-    ($SWITCHBOARD_BUSY_TIMEOUT seconds; both backends)."""
-    raw = os.environ.get(BUSY_TIMEOUT_ENV)
-    if not raw:
-        return BUSY_TIMEOUT_MS
-    seconds = decimal(raw.strip())
-    if seconds is None or not 0 <= seconds <= 3600:
-        raise InvalidArgument(f"${BUSY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {raw!r}")
-    return round(seconds * 1000)
-
-
-def expanded(path: str | os.PathLike[str]) -> Path:
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:  # ~user of a user that does not exist
-        raise Unavailable(f"{path}: no home folder for {Path(path).parts[0]}") from None
-
-
 @dataclass(frozen=True)
 class FileState:
-    """What a database file is, read without changing it (``Store.inspect``; `doctor` reports it).
+    """What a database file is, read without changing it (``opener.inspect_store``; `doctor` reports it).
 
     ``database`` is False for a file the backend cannot read as a database
     at all (``error`` says why); then nothing else is known. ``ours`` holds
@@ -163,7 +70,7 @@ def needs_transaction(tx: Transaction) -> None:
 
 
 class Transaction(Protocol):
-    """What a write's body (or a peek's) is handed: statements by name (core/queries.sql).
+    """What a write's body (or a peek's) is handed: statements by name (sqlite/queries.sql).
 
     A statement the schema refuses (a unique index, a CHECK) raises
     ``Conflict`` at once. ``memo`` is the verbs' own for one transaction (see
@@ -242,7 +149,7 @@ class Store(Protocol):
     # SQLite: the database file. PostgreSQL: a local file name, never the
     # database, beside which the files of a database (the dashboard token) go.
     path: Path
-    # The database's name for messages and output (``describe``): the file's
+    # The database's name for messages and output (``shared.describe``): the file's
     # path, or the URL with its password hidden; never the local file name.
     where: str
     clock: Clock
@@ -251,61 +158,6 @@ class Store(Protocol):
     cache: dict[Any, Any]
     # This process's counters (deliveries, claim and commit latencies): core/tally.py.
     tally: Tally
-
-    @classmethod
-    async def open(
-        cls,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        synchronous: str = "FULL",
-        monotonic: Monotonic | None = None,
-        read_only: bool = False,
-    ) -> Store:
-        """Open the store at ``path`` (default: $SWITCHBOARD_DB, else the user data dir):
-        a file path (SQLite), or a ``postgresql://`` URL (PostgreSQL).
-
-        ``clock`` is the verbs' time, ``rng`` their jitter, ``monotonic`` the
-        group commit's time budget (all injected so that tests move them).
-        ``read_only``: an existing file at the current schema version, read
-        and never changed (nothing created, migrated or chmod-ed; every write
-        refused with ``Unavailable``); anything else is refused as when opened.
-        """
-        if path is None:
-            path = default_path()
-        if is_url(path):
-            from .postgres import PostgresStore  # only when asked for: psycopg is imported there alone
-
-            assert isinstance(path, str)
-            return await PostgresStore.open(
-                path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
-            )
-        from .sqlite import SQLiteStore
-
-        return await SQLiteStore.open(
-            path, clock=clock, rng=rng, synchronous=synchronous, monotonic=monotonic, read_only=read_only
-        )
-
-    @classmethod
-    async def inspect(cls, path: Location) -> FileState:
-        """What the existing file at ``path`` is, without changing it: never created, migrated or chmod-ed.
-
-        Reads its identity, journal mode and integrity (which reads every
-        page). Raises ``Unavailable`` when it cannot be opened, ``Busy`` when
-        it stays locked. For a PostgreSQL URL: its schema version and whether
-        it is ours or empty (PostgreSQL checks its own pages).
-        """
-        if is_url(path):
-            from .postgres import inspect_url
-
-            assert isinstance(path, str)
-            return await asyncio.to_thread(inspect_url, path)
-        from .sqlite import inspect_file
-
-        assert isinstance(path, Path)
-
-        return await asyncio.to_thread(inspect_file, path)
 
     async def write(self, body: Callable[[Transaction], T], *, single: bool = False) -> T:
         """Run ``body`` in one transaction; answer after its commit (see above).
@@ -359,5 +211,3 @@ class Store(Protocol):
     async def __aenter__(self) -> Store: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
-
-

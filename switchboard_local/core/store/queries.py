@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-SQLITE_FILE = "queries.sql"
-POSTGRES_FILE = "queries.postgres.sql"
+# Each backend's statements, in its own folder of this package.
+SQLITE_FILE = "sqlite/queries.sql"
+POSTGRES_FILE = "postgres/queries.postgres.sql"
 
 
 class Statement(str):
@@ -74,7 +75,9 @@ class _Queries:
 
 
 def _load(file: str) -> dict[str, str]:
-    return _parse(resources.files(__package__).joinpath(file).read_text("utf-8"), file)
+    folder, name = file.split("/")
+    # A data file, found by its place: the backend's modules are not imported for it.
+    return _parse(resources.files(__package__).joinpath(folder).joinpath(name).read_text("utf-8"), file)
 
 
 _sqlite = _load(SQLITE_FILE)

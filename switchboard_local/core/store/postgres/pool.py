@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from .errors import Busy, Unavailable
+from ...errors import Busy, Unavailable
 
 MAX_AGE_SECONDS = 3600.0  # a connection older than this is closed when it comes back (as psycopg_pool's max_lifetime)
 

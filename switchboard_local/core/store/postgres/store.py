@@ -3,7 +3,7 @@ its transactions and reads, its change feed, and how the driver's errors
 become the core's.
 
 ``PostgresStore`` implements ``store.Store`` with psycopg 3: a pool of
-*synchronous* connections (core/pg_pool.py, which fails at once while the
+*synchronous* connections (pool.py, which fails at once while the
 server cannot be reached), driven from the event loop through a thread pool
 of the same size. Why sync connections and
 threads rather than psycopg's async API: the Transaction protocol is
@@ -37,7 +37,7 @@ loop uses itself (a point read costs less than a thread hop), and
 ``data_version`` on one that LISTENs. ``synchronous="NORMAL"`` (SQLite's name)
 is ``synchronous_commit=off``: a commit may be lost by a server crash.
 ``$SWITCHBOARD_BUSY_TIMEOUT`` is the ``lock_timeout``. A URL's password never
-leaves in a message: the URL is read by core/pg_url.py and libpq is handed its
+leaves in a message: the URL is read by store/url.py and libpq is handed its
 keywords (``Target``), never the URL, which libpq quotes in its errors; the
 URL is shown with its password hidden (``where``).
 """
@@ -47,13 +47,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -61,23 +58,16 @@ import psycopg.errors as pgerrors
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from . import pg_url
-from .clock import Clock, SystemClock
-from .errors import Busy, Conflict, InvalidArgument, StoreFault, StoreUnusable, SwitchboardError, Unavailable
-from .pg_pool import Pool
-from .store import (
-    APP_NAME,
-    FileState,
-    NeedsTransaction,
-    Params,
-    Transaction,
-    busy_timeout_ms,
-    is_url,
-    local_path,
-    needs_transaction,
-    redacted,
-)
-from .tally import Tally
+from ...clock import Clock, SystemClock
+from ...errors import InvalidArgument, StoreFault, Unavailable
+from ...tally import Tally
+from .. import url as pg_url
+from ..interface import FileState, NeedsTransaction, Params, Transaction, needs_transaction
+from ..shared import APP_NAME, SCHEMA_VERSION, busy_timeout_ms, is_url, local_path
+from .errors import RETRY, driver_errors, translate
+from .migrations import identity, migrate, refuse
+from .pool import Pool
+from .statements import PgRow, Statements, has_rows, row_factory
 
 T = TypeVar("T")
 
@@ -89,175 +79,6 @@ PEEK_TIMEOUT_MS = 2_000  # statement_timeout of peek's connection: the event loo
 RETRIES = 8  # reruns of a body after a serialization failure or a deadlock
 LISTEN_CHANNEL = "switchboard"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}  # SQLite's names, PostgreSQL's synchronous_commit
-MIGRATION_LOCK = 0x53424C51  # pg_advisory_xact_lock key ('SBLQ'): one opener creates or migrates at a time
-
-
-# ---------------------------------------------------------------- statements
-
-
-def convert_params(sql: str) -> str:
-    """``:name`` → ``%(name)s``, ``?`` → ``%s``, ``%`` → ``%%``; casts (``::``), strings,
-    quoted names, dollar quotes and comments are left alone."""
-    out: list[str] = []
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c == "'" or c == '"':
-            end = i + 1
-            while end < n:
-                if sql[end] == c:
-                    if end + 1 < n and sql[end + 1] == c:  # '' or "" inside
-                        end += 2
-                        continue
-                    break
-                end += 1
-            out.append(sql[i : end + 1].replace("%", "%%"))
-            i = end + 1
-        elif c == "-" and sql.startswith("--", i):
-            end = sql.find("\n", i)
-            end = n if end < 0 else end
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
-        elif c == "/" and sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
-        elif c == "$" and (m := re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", sql[i:])):
-            tag = m.group(0)
-            end = sql.find(tag, i + len(tag))
-            end = n if end < 0 else end + len(tag)
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
-        elif c == ":":
-            if sql.startswith("::", i):
-                out.append("::")
-                i += 2
-            elif m := re.match(r":([A-Za-z_][A-Za-z0-9_]*)", sql[i:]):
-                out.append(f"%({m.group(1)})s")
-                i += len(m.group(0))
-            else:
-                out.append(c)
-                i += 1
-        elif c == "?":
-            out.append("%s")
-            i += 1
-        elif c == "%":
-            out.append("%%")
-            i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-class Statements:
-    """The PostgreSQL text of each named statement, converted for psycopg once, when first used.
-
-    A statement is found by its name (``Q.name`` carries it); a plain string
-    is accepted only when it is the SQLite text of a named statement.
-    """
-
-    def __init__(self) -> None:
-        self._pg: Mapping[str, str] | None = None  # loaded at the first statement
-        self._names_by_text: dict[str, str] = {}
-        self._converted: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def _load(self) -> Mapping[str, str]:
-        from . import queries
-
-        with self._lock:
-            if self._pg is None:
-                self._names_by_text = {str(t): n for n, t in vars(queries.Q).items() if isinstance(t, str)}
-                self._pg = queries.POSTGRES
-            return self._pg
-
-    def __getitem__(self, sql: str) -> tuple[str, str]:
-        pg = self._pg if self._pg is not None else self._load()
-        name = getattr(sql, "name", None) or self._names_by_text.get(sql)
-        if name is None:
-            raise ValueError(
-                "the PostgreSQL store runs named statements only (Q.name from core/queries.sql), "
-                f"not SQL text: {sql[:80]!r}"
-            )
-        found = self._converted.get(name)
-        if found is None:
-            try:
-                text = pg[name]
-            except KeyError:
-                raise ValueError(f"queries.postgres.sql has no statement named {name!r}") from None
-            found = convert_params(str(text))
-            with self._lock:
-                self._converted[name] = found
-        return name, found
-
-
-# ---------------------------------------------------------------- rows
-
-
-class PgRow:
-    """A row as sqlite3.Row offers it: ``row["col"]``, ``row[0]``, ``keys()``, iteration, equality with tuples."""
-
-    __slots__ = ("_values", "_index")
-
-    def __init__(self, values: tuple[Any, ...], index: dict[str, int]) -> None:
-        self._values = values
-        self._index = index
-
-    def __getitem__(self, key: str | int | slice) -> Any:
-        if isinstance(key, str):
-            try:
-                return self._values[self._index[key]]
-            except KeyError:
-                lowered = {k.lower(): v for k, v in self._index.items()}
-                if key.lower() in lowered:
-                    return self._values[lowered[key.lower()]]
-                raise IndexError(f"No item with that key: {key!r}") from None
-        return self._values[key]
-
-    def keys(self) -> list[str]:
-        return list(self._index)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._values)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PgRow):
-            return self._values == other._values and self._index == other._index
-        if isinstance(other, tuple):
-            return self._values == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values)
-
-    def __repr__(self) -> str:
-        return f"PgRow({dict(zip(self._index, self._values))!r})"
-
-
-_INDEXES: dict[tuple[bytes, ...], dict[str, int]] = {}  # column names -> positions, one per result shape
-
-
-def row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
-    """Rows as PgRow. The column names are read from the result itself, not from
-    ``cursor.description`` (which builds a Column per column per statement: a third
-    of a point read's time in Python)."""
-    result = cursor.pgresult
-    names = tuple(result.fname(i) or b"" for i in range(result.nfields)) if result is not None else ()
-    index = _INDEXES.get(names)
-    if index is None:
-        index = _INDEXES[names] = {name.decode(): i for i, name in enumerate(names)}
-    return lambda values: PgRow(tuple(values), index)
-
-
-def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
-    """Whether the statement answered rows (a SELECT, a RETURNING), without building its description."""
-    result = cursor.pgresult
-    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 # ---------------------------------------------------------------- transactions
@@ -351,10 +172,10 @@ class PgTransaction:
             self.changed = True
 
     def one(self, sql: str, params: Params = ()) -> PgRow | None:
-        return self._execute(sql, params, lambda cursor: cursor.fetchone() if _has_rows(cursor) else None)
+        return self._execute(sql, params, lambda cursor: cursor.fetchone() if has_rows(cursor) else None)
 
     def all(self, sql: str, params: Params = ()) -> list[PgRow]:
-        return self._execute(sql, params, lambda cursor: cursor.fetchall() if _has_rows(cursor) else [])
+        return self._execute(sql, params, lambda cursor: cursor.fetchall() if has_rows(cursor) else [])
 
     def run(self, sql: str, params: Params = ()) -> int:
         return self._execute(sql, params, lambda cursor: max(cursor.rowcount, 0))
@@ -381,163 +202,14 @@ def _params(params: Params) -> Any:
     return tuple(params)
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-# ---------------------------------------------------------------- errors
-
-_RETRY = (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)
-_BUSY = (pgerrors.LockNotAvailable, pgerrors.QueryCanceled)  # lock_timeout, statement_timeout
-_UNUSABLE = (pgerrors.DataCorrupted, pgerrors.IndexCorrupted)
-
-
-def translate(exc: BaseException, where: str, hidden: Sequence[str] = ()) -> SwitchboardError | None:
-    """The core's error for a driver error, or None for a bug (bad SQL, a misused API).
-
-    libpq is handed a URL's keywords (core/pg_url.py), never the URL, so it has no URL
-    to quote; still, none of ``hidden`` (the password, the query's values) is shown
-    should the driver's text hold it."""
-    if not isinstance(exc, psycopg.Error):
-        return None
-    message = _scrubbed(_first_line(exc), hidden)
-    if isinstance(exc, psycopg.IntegrityError):
-        return Conflict(f"the database refused the change: {message}")
-    if isinstance(exc, _BUSY) or isinstance(exc, _RETRY):
-        return Busy(f"{where}: {message}; try again later")
-    if isinstance(exc, _UNUSABLE):
-        return StoreUnusable(f"{where} cannot be used: {message}")
-    if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (SQLite can): NUL in text, \u0000 in JSON
-        detail = getattr(getattr(exc, "diag", None), "message_detail", None)
-        return InvalidArgument(f"PostgreSQL cannot store a value given: {message}{f' ({detail})' if detail else ''}")
-    sqlstate = exc.sqlstate or ""
-    if isinstance(exc, psycopg.OperationalError) or sqlstate[:2] in ("08", "28", "3D", "53", "57", "58", "XX"):
-        return Unavailable(f"{where}: {message}")
-    if sqlstate in ("25006", "42501"):  # a read-only transaction or server; no privilege
-        return Unavailable(f"{where}: {message}")
-    if isinstance(exc, psycopg.InterfaceError):  # a closed connection
-        return Unavailable(f"{where}: {message}")
-    return None
-
-
-def _scrubbed(text: str, hidden: Sequence[str]) -> str:
-    """``text`` without any of ``hidden``: a long one wherever it is, a short one where it is quoted."""
-    for value in sorted(hidden, key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, "***")
-        else:
-            text = text.replace(f'"{value}"', '"***"').replace(f"'{value}'", "'***'")
-    return text
-
-
-@contextlib.contextmanager
-def driver_errors(where: str, hidden: Sequence[str] = ()) -> Iterator[None]:
-    """Driver errors leave the store as the core's errors, never as psycopg's (nor with ``hidden``: secrets)."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        translated = translate(exc, where, hidden)
-        if translated is None:
-            raise
-        raise translated from exc
-
-
-# ---------------------------------------------------------------- schema
-
-
-def schema_sql() -> str:
-    """schema.postgres.sql: the packaged copy in a wheel, else the repository root's."""
-    packaged = resources.files(__package__).joinpath("schema.postgres.sql")
-    if packaged.is_file():
-        return packaged.read_text("utf-8")
-    return (Path(__file__).resolve().parents[2] / "schema.postgres.sql").read_text("utf-8")
-
-
-# version -> SQL that upgrades a database from version - 1 (the PostgreSQL
-# schema starts at version 8, SQLite's when it was written).
-MIGRATIONS: dict[int, str] = {
-    # The leader says which of the sources' environment variables it has (`doctor` asks).
-    9: 'ALTER TABLE ingest_leader ADD COLUMN env text COLLATE "C";',
-}
-FIRST_VERSION = 8
-
-
-def _schema_version() -> int:
-    from .sqlite import SCHEMA_VERSION  # the one number both backends share
-
-    return SCHEMA_VERSION
-
-
-def _identity(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
-    """(ours, version, empty) of the database ``conn`` is on: read only, from one scan of the
-    catalog, so that a schema another opener commits meanwhile is seen whole or not at all."""
-    row = conn.execute(
-        "SELECT count(*) FILTER (WHERE c.relname = 'schema_migrations' AND c.relkind IN ('r', 'p')) > 0, count(*) "
-        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')"
-    ).fetchone()
-    assert row is not None
-    has_table, relations = bool(row[0]), int(row[1])
-    if not has_table:
-        return relations == 0, 0, relations == 0
-    version = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-    return True, int(version[0]) if version else 0, False
-
-
-def _refuse(where: str, ours: bool, version: int, current: int, *, read_only: bool) -> None:
-    if not ours:
-        raise StoreUnusable(
-            f"{where} is a PostgreSQL database but not a switchboard-local one "
-            "(it has tables and no schema_migrations); it was left as it is"
-        )
-    if version > current:
-        raise StoreUnusable(
-            f"{where} has schema version {version}, newer than this switchboard-local "
-            f"understands ({current}); upgrade switchboard-local to use it"
-        )
-    if read_only and version != current:
-        what = "no schema yet" if version == 0 else f"schema version {version}"
-        raise StoreUnusable(f"{where} has {what}; it is created or upgraded when opened for writing")
-
-
-def _migrate(conn: psycopg.Connection[Any], where: str) -> None:
-    """Bring the database to the current version, or refuse it and leave it untouched.
-
-    Read first without a lock (an up-to-date database costs one query); else,
-    in one transaction under an advisory lock (concurrent openers wait for
-    each other and find the work done), create the schema or run each step.
-    """
-    current = _schema_version()
-    ours, version, _ = _identity(conn)
-    _refuse(where, ours, version, current, read_only=False)
-    if version == current:
-        return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        ours, version, _ = _identity(conn)
-        _refuse(where, ours, version, current, read_only=False)
-        if version == current:
-            return
-        if version == 0:
-            conn.execute(schema_sql())  # type: ignore[arg-type]  # one script, no parameters
-            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (current,))
-            return
-        for target in range(version + 1, current + 1):
-            step = MIGRATIONS.get(target)
-            if step is None:
-                raise StoreUnusable(f"{where} has schema version {version}, which this switchboard-local cannot upgrade")
-            conn.execute(step)  # type: ignore[arg-type]
-            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (target,))
-
-
 class Target:
-    """Where a store connects: libpq's keywords read from its URL (core/pg_url.py), never the URL itself,
+    """Where a store connects: libpq's keywords read from its URL (store/url.py), never the URL itself,
     which libpq would quote in its errors; ``where``, the URL as it may be shown."""
 
     def __init__(self, url: str) -> None:
         if not is_url(url):
             raise InvalidArgument("a PostgreSQL database is named by a postgresql:// URL")
-        self.where = redacted(url)
+        self.where = pg_url.redacted(url)
         known = frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
         try:
             params, given = pg_url.read(url, known)
@@ -589,13 +261,13 @@ def _configure(conn: psycopg.Connection[Any], *, read_only: bool, **settings: st
 
 
 def inspect_url(url: str) -> FileState:
-    """``Store.inspect`` for a database URL: its identity, read with nothing changed."""
+    """``opener.inspect_store`` for a database URL: its identity, read with nothing changed."""
     target = Target(url)
-    current = _schema_version()
+    current = SCHEMA_VERSION
     with target.errors():
         conn = _connect(target, read_only=True)
         try:
-            ours, version, empty = _identity(conn)
+            ours, version, empty = identity(conn)
         finally:
             conn.close()
     return FileState(database=True, current=current, version=version, ours=ours, empty=empty, journal_mode="")
@@ -686,10 +358,10 @@ class PostgresStore:
             with target.errors():
                 try:
                     if read_only:
-                        ours, version, _ = _identity(conn)
-                        _refuse(where, ours, version, _schema_version(), read_only=True)
+                        ours, version, _ = identity(conn)
+                        refuse(where, ours, version, SCHEMA_VERSION, read_only=True)
                     else:
-                        _migrate(conn, where)
+                        migrate(conn, where)
                     # The connection that looked stays, as peek's (one connection fewer to make).
                     _configure(conn, read_only=True, statement_timeout=f"{PEEK_TIMEOUT_MS}ms")
                 except BaseException:
@@ -789,7 +461,7 @@ class PostgresStore:
                         raise RuntimeError("a statement left the transaction aborted inside a savepoint") from None
                     careful = True
                     continue
-                except _RETRY:
+                except RETRY:
                     attempt += 1
                     if attempt > RETRIES:
                         raise

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote, unquote_to_bytes
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 SCHEMES = ("postgresql://", "postgres://")
 # Query parameters whose value is a secret, shown as *** like the password.

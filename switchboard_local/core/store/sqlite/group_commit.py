@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .errors import Conflict
-from .store import Params
-from .tally import Tally
+from ...errors import Conflict
+from ...tally import Tally
+from ..interface import Params
 
 MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item

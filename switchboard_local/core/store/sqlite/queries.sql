@@ -1,5 +1,5 @@
--- Every statement the core runs, by name. Loaded by queries.py; the schema
--- they read and write is ../schema.sql. Parameters are named; times are
+-- Every statement the core runs, by name. Loaded by store/queries.py; the schema
+-- they read and write is schema.sql, at the repository root. Parameters are named; times are
 -- integer milliseconds from the core's clock (:now).
 
 -- name: insert_todo
