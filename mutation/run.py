@@ -151,9 +151,9 @@ def _in_area(name: str, area: str) -> bool:
 def _meta() -> dict[str, tuple[Path, dict]]:
     """mutant name -> (source path, {exit_code, ...}) from mutmut's .meta files."""
     found = {}
-    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+    for meta in (ROOT / "mutants" / PACKAGE).rglob("*.py.meta"):  # the package's folders too
         data = json.loads(meta.read_text())
-        source = Path(PACKAGE) / meta.name.removesuffix(".meta")
+        source = meta.relative_to(ROOT / "mutants").with_name(meta.name.removesuffix(".meta"))
         for name, code in data["exit_code_by_key"].items():
             found[name] = (source, code)
     return found
@@ -175,7 +175,7 @@ def _not_known_equivalent(names: list[str]) -> list[str]:
 
 def _forget_survivors(area: str) -> None:
     """Mark the area's survivors undecided, so that a resumed run tries them again with today's tests."""
-    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+    for meta in (ROOT / "mutants" / PACKAGE).rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
         for name, code in codes.items():
@@ -459,7 +459,7 @@ def _rest_estimate(area: str, left: int) -> str:
     stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
     reach, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
     seconds, worst = [], 0.0
-    for meta in (ROOT / "mutants" / PACKAGE).glob("*.py.meta"):
+    for meta in (ROOT / "mutants" / PACKAGE).rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         seconds += [t for name, t in data["durations_by_key"].items() if _in_area(name, area)]
         for name, code in data["exit_code_by_key"].items():
