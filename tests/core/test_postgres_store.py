@@ -312,7 +312,11 @@ async def test_writes_that_deadlock_are_run_again_and_both_commit(url) -> None:
         await store.write(lambda tx: tx.many(Q.set_setting, [{"name": n, "value": "-"} for n in "ab"]))
         done = await asyncio.gather(store.write(writes("a", "b", "a-then-b")), store.write(writes("b", "a", "b-then-a")))
     assert done == ["a-then-b", "b-then-a"]
-    assert sorted(runs.values()) == [1, 2]  # PostgreSQL broke the deadlock by failing one; it ran again
+    # PostgreSQL broke the deadlock by failing one, which ran again. Its rerun may
+    # meet the other once more (an upsert that waited on the failed one retries
+    # after it, and the rerun can lock its first row in between): then that deadlock
+    # is broken the same way, so either body may have run more than once.
+    assert min(runs.values()) >= 1 and max(runs.values()) >= 2
     assert len({v for (v,) in rows(url, "SELECT value FROM settings WHERE name IN ('a', 'b')")}) == 1
 
 
