@@ -197,7 +197,8 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         undecided = [n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None]
         undecided = _not_known_equivalent(undecided)
         if not undecided and _meta():
-            print(f"{area}: nothing left to run")
+            print(f"{area}: nothing left for mutmut to run")
+            run_by_copy(area, jobs, resume)  # mutmut leaves these undecided: they run in copies
             return
         names = undecided or names
     elif area == "store":
