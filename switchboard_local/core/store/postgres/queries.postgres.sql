@@ -219,63 +219,89 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason;
 
--- name: claim_next_any
--- The oldest highest-priority visible todo in any queue that is not paused.
--- The queues with pending todos are found by skipping along
--- todos_ready_by_queue (a recursive seek per queue); each queue's first
--- ready todos (64: more than the claimers racing on one queue) are the
--- candidates; the best candidate no other transaction holds is locked
--- (SKIP LOCKED) and claimed.
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-WHERE id = (
-    WITH RECURSIVE pending_queues (name) AS (
-        SELECT (SELECT queue FROM todos
-                WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT queue FROM todos
-                WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
-        FROM pending_queues WHERE pending_queues.name IS NOT NULL
-    )
-    SELECT candidate.id FROM todos AS candidate
+-- name: claim_next
+-- As queries.sql's claim_next: up to :max todos (1 for one) from every queue
+-- (:queues NULL) or those of :queues, as that many claims one after the
+-- other would take them, each under its own lease. Each queue's first ready
+-- todos (64 more than :max: more than the claimers racing on one queue) are
+-- the candidates; the best :max of them that no other transaction holds are
+-- locked (SKIP LOCKED) and claimed. With :budget the candidates are taken in
+-- that order while their sizes (payload and result as text, and last_error
+-- six times) add up to no more than it, the first always; each takes the
+-- hash of :hashes at its count of candidates after it.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    WHERE CAST(:queues AS jsonb) IS NULL
+    UNION ALL
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+claim_queues (name) AS (
+    SELECT name FROM pending_queues WHERE name IS NOT NULL
+    UNION ALL
+    SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))
+),
+locked AS (
+    SELECT candidate.id, candidate.priority FROM todos AS candidate
     WHERE candidate.id IN (
         SELECT head.id
-        FROM pending_queues AS q
+        FROM claim_queues AS q
         CROSS JOIN LATERAL (
             SELECT id FROM todos
             WHERE queue = q.name
               AND visible_at <= sb_ts(:now)
               AND (assignee IS NULL OR assignee = :agent)
             ORDER BY priority DESC, id
-            LIMIT 64) AS head
-        WHERE q.name IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
+            LIMIT 64 + CAST(:max AS integer)) AS head
+        WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
-    LIMIT 1
-    FOR UPDATE OF candidate SKIP LOCKED)
-RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+    LIMIT :max
+    FOR UPDATE OF candidate SKIP LOCKED
+),
+picked AS (
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
+                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason;
 
 -- name: claim_next_in_queue
--- The oldest highest-priority visible todo in one queue that no other
--- transaction holds (SKIP LOCKED), unless the queue is paused.
+-- One todo from one queue (:queues, a JSON array of that one name), the
+-- oldest highest-priority visible one that no other transaction holds (SKIP
+-- LOCKED), unless the queue is paused: its own statement as queries.sql's is.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 WHERE id = (
     SELECT id FROM todos
-    WHERE queue = :queue
+    WHERE queue = CAST(:queues AS jsonb) ->> 0
       AND visible_at <= sb_ts(:now)
       AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = CAST(:queues AS jsonb) ->> 0 AND queues.paused_at IS NOT NULL)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY priority DESC, id
     LIMIT 1
@@ -287,11 +313,13 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   completed_by, cancelled_by, cancel_reason;
 
 -- name: claim_next_in_queues
--- The oldest highest-priority visible todo in any of several queues (:queues,
--- a JSON array of names), as claim_next_any picks it among these queues.
+-- One todo from several queues (:queues, a JSON array of their names), as
+-- claim_next claims it with a max of 1: each queue's first ready todos (64)
+-- are the candidates, the best one no other transaction holds is locked
+-- (SKIP LOCKED) and claimed. Its own statement as queries.sql's is.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 WHERE id = (
     SELECT candidate.id FROM todos AS candidate
@@ -312,160 +340,6 @@ WHERE id = (
     LIMIT 1
     FOR UPDATE OF candidate SKIP LOCKED)
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_any
--- Up to :max todos as claim_next_any would claim them one after the other:
--- each pending queue's first ready todos (:max more than claim_next_any's
--- 64), the best :max of those no other transaction holds, each under its
--- own lease. One statement for a batch. With :budget (bytes, or NULL for
--- none) the candidates are taken in that order while their sizes add up to
--- no more than it (payload and result as text, and last_error six times:
--- the most JSON may escape it to); the first always is. Each candidate takes
--- the hash of :hashes (a JSON array of :max token hashes) at its count of
--- candidates after it, so the last one claimed tells how many were left.
-WITH RECURSIVE pending_queues (name) AS (
-    SELECT (SELECT queue FROM todos
-            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT queue FROM todos
-            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
-    FROM pending_queues WHERE pending_queues.name IS NOT NULL
-),
-locked AS (
-    SELECT candidate.id, candidate.priority FROM todos AS candidate
-    WHERE candidate.id IN (
-        SELECT head.id
-        FROM pending_queues AS q
-        CROSS JOIN LATERAL (
-            SELECT id FROM todos
-            WHERE queue = q.name
-              AND visible_at <= sb_ts(:now)
-              AND (assignee IS NULL OR assignee = :agent)
-            ORDER BY priority DESC, id
-            LIMIT 64 + CAST(:max AS integer)) AS head
-        WHERE q.name IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
-      AND candidate.visible_at <= sb_ts(:now)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY candidate.priority DESC, candidate.id
-    LIMIT :max
-    FOR UPDATE OF candidate SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_in_queue
--- Up to :max todos of one queue that no other transaction holds (SKIP
--- LOCKED), as claim_next_in_queue would claim them one after the other
--- (:budget and :hashes as for claim_many_any).
-WITH locked AS (
-    SELECT id, priority FROM todos
-    WHERE queue = :queue
-      AND visible_at <= sb_ts(:now)
-      AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY priority DESC, id
-    LIMIT :max
-    FOR UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_in_queues
--- Up to :max todos of several queues (:queues, a JSON array of names), as
--- claim_next_in_queues would claim them one after the other (:budget and
--- :hashes as for claim_many_any).
-WITH locked AS (
-    SELECT candidate.id, candidate.priority FROM todos AS candidate
-    WHERE candidate.id IN (
-        SELECT head.id
-        FROM jsonb_array_elements_text(CAST(:queues AS jsonb)) AS q(name)
-        CROSS JOIN LATERAL (
-            SELECT id FROM todos
-            WHERE queue = q.name
-              AND visible_at <= sb_ts(:now)
-              AND (assignee IS NULL OR assignee = :agent)
-            ORDER BY priority DESC, id
-            LIMIT 64 + CAST(:max AS integer)) AS head
-        WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
-      AND candidate.visible_at <= sb_ts(:now)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY candidate.priority DESC, candidate.id
-    LIMIT :max
-    FOR UPDATE OF candidate SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
