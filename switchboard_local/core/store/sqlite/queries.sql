@@ -475,9 +475,6 @@ RETURNING *;
 -- name: resume_queue
 UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name RETURNING *;
 
--- name: queue_has_todos
-SELECT 1 FROM todos WHERE queue = :queue LIMIT 1;
-
 -- name: insert_event
 -- A new event, unless the delivery was seen: a stored event with the same
 -- external id; the kept key of one pruned since (:pruned_key, 'id:' + the
@@ -548,13 +545,6 @@ INSERT INTO delivery_keys (source, key, event_id, seen_at)
 VALUES (:source, :key, :event_id, :now)
 ON CONFLICT (source, key) DO UPDATE SET event_id = excluded.event_id, seen_at = excluded.seen_at;
 
--- name: link_event_todo
-INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
-
--- name: todo_ids_of_event
--- The todos the event's first delivery answered with, in that order.
-SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY position;
-
 -- name: get_event
 SELECT * FROM events WHERE id = :id;
 
@@ -593,13 +583,6 @@ SELECT * FROM sources WHERE name = :name;
 
 -- name: list_sources
 SELECT * FROM sources WHERE (:family IS NULL OR family = :family) ORDER BY name;
-
--- name: delete_source
-DELETE FROM sources WHERE name = :name;
-
--- name: delete_rules_of_source
--- A removed source takes its rules along: a new source of the same name starts clean.
-DELETE FROM rules WHERE source = :name;
 
 -- name: set_source_enabled
 UPDATE sources SET enabled = :enabled, updated_at = :now WHERE name = :name RETURNING *;
@@ -662,12 +645,6 @@ LIMIT 1;
 -- connection's own commits; the store counts those itself).
 PRAGMA data_version;
 
--- name: last_todo_id
-SELECT COALESCE(MAX(id), 0) AS id FROM todos;
-
--- name: last_event_id
-SELECT COALESCE(MAX(id), 0) AS id FROM events;
-
 -- name: todos_after
 -- Todos created after :after_id (ids only grow, and a commit holds the write
 -- lock, so an id seen means every smaller one is committed or never will be),
@@ -708,12 +685,6 @@ SELECT * FROM rules WHERE (:source IS NULL OR source = :source) ORDER BY positio
 -- name: rules_of_source
 SELECT * FROM rules INDEXED BY rules_by_source WHERE source = :source ORDER BY position;
 
--- name: delete_rule
-DELETE FROM rules WHERE id = :id;
-
--- name: set_rule_position
-UPDATE rules SET position = :position WHERE id = :id;
-
 -- ---- retention ----
 
 -- name: prune_finished_todos
@@ -743,34 +714,6 @@ VALUES (:source, 'id:' || :external_id, :event_id, :received_at);
 -- Delivery keys older than the dedup horizon: a redelivery after it is new.
 DELETE FROM delivery_keys WHERE seen_at < :horizon;
 
--- ---- settings (settings.py; a missing row means the default) ----
-
--- name: get_setting
-SELECT value FROM settings WHERE name = :name;
-
--- name: list_settings
-SELECT name, value FROM settings ORDER BY name;
-
--- name: set_setting
-INSERT INTO settings (name, value) VALUES (:name, :value)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-
--- name: delete_setting
-DELETE FROM settings WHERE name = :name;
-
--- name: sources_generation
--- A token made anew in every transaction that changes a source or a rule
--- (new_sources_generation): what the delivery path's caches of sources and
--- rules are kept under, in every process on the file. No row: ''.
-SELECT coalesce((SELECT value FROM settings WHERE name = 'sources.generation'), '') AS generation;
-
--- name: new_sources_generation
--- A random token, not a count: a change rolled back can never leave a value
--- that a later change would take again (a cache filled inside the rolled-back
--- transaction could then pass for current).
-INSERT INTO settings (name, value) VALUES ('sources.generation', :token)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-
 -- ---- ingest leadership (leadership.py) ----
 
 -- name: get_leader
@@ -795,15 +738,9 @@ UPDATE ingest_leader SET renewed_at = :now, expires_at = :expires_at, env = :env
 WHERE fence = :fence AND holder = :holder AND expires_at > :now
 RETURNING *;
 
--- name: set_leader_http
-UPDATE ingest_leader SET http = :http WHERE fence = :fence AND holder = :holder;
-
 -- name: release_leadership
 -- The leader steps down: the row stays (its fence, and a take-over asked for), expired now.
 UPDATE ingest_leader SET expires_at = :now, http = NULL, env = NULL WHERE fence = :fence AND holder = :holder;
-
--- name: ask_handover
-UPDATE ingest_leader SET handover_to = :holder WHERE id = 1;
 
 -- name: check_fence
 -- Inside a consumer's batch: the caller still leads.
@@ -812,9 +749,6 @@ SELECT 1 FROM ingest_leader WHERE id = 1 AND fence = :fence AND holder = :holder
 -- name: seen_member
 INSERT INTO ingest_members (holder, pid, host, kind, seen_at) VALUES (:holder, :pid, :host, :kind, :now)
 ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at;
-
--- name: forget_member
-DELETE FROM ingest_members WHERE holder = :holder;
 
 -- name: forget_gone_members
 DELETE FROM ingest_members WHERE seen_at < :before;
@@ -904,7 +838,8 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
        (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;
 
--- name: copy_target_holds
+-- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----
+
 -- `switchboard-local db copy --to TARGET` (core/copy.py), the copy_ statements:
 -- every table of the data read in key order, a page after another (the
 -- after_ parameters are the last key of the page before; the first page
@@ -912,13 +847,6 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
 -- unchanged (ids kept) into an empty target. The reads answer this schema's
 -- shapes (times in ms, JSON as text, 0/1) whatever the backend, and the
 -- inserts take them.
--- This one: what a target holds: it must be empty (the leader's row: a process uses it).
-SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) AS rules,
-       (SELECT COUNT(*) FROM agents) AS agents, (SELECT COUNT(*) FROM settings) AS settings,
-       (SELECT COUNT(*) FROM queues) AS queues, (SELECT COUNT(*) FROM events) AS events,
-       (SELECT COUNT(*) FROM todos) AS todos, (SELECT COUNT(*) FROM event_todos) AS event_todos,
-       (SELECT COUNT(*) FROM attempts) AS attempts, (SELECT COUNT(*) FROM delivery_keys) AS delivery_keys,
-       (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
 
 -- name: copy_last_ids
 -- The last id each id sequence gave (pruned ids are never given again: ids
@@ -973,12 +901,6 @@ FROM agents WHERE name > :after_name ORDER BY name LIMIT :limit;
 INSERT INTO agents (name, queues, tools, created_at, create_queues, owner)
 VALUES (:name, :queues, :tools, :created_at, :create_queues, :owner);
 
--- name: copy_read_settings
-SELECT name, value FROM settings WHERE name > :after_name ORDER BY name LIMIT :limit;
-
--- name: copy_insert_settings
-INSERT INTO settings (name, value) VALUES (:name, :value);
-
 -- name: copy_read_queues
 SELECT name, paused_at, paused_by FROM queues WHERE name > :after_name ORDER BY name LIMIT :limit;
 
@@ -1023,14 +945,6 @@ VALUES (:id, :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency
         :attempt, :max_attempts, :owner, :lease_token_hash, :lease_expires_at, :visible_at, :result,
         :last_error, :created_at, :updated_at, :claimed_at, :completed_at, :completed_by,
         :cancelled_by, :cancel_reason);
-
--- name: copy_read_event_todos
-SELECT event_id, position, todo_id FROM event_todos
-WHERE (event_id, position) > (:after_event_id, :after_position)
-ORDER BY event_id, position LIMIT :limit;
-
--- name: copy_insert_event_todos
-INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
 
 -- name: copy_read_attempts
 SELECT todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error FROM attempts
