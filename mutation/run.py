@@ -58,7 +58,7 @@ AREAS: dict[str, tuple[str, list[str]]] = {
         "Webhook verifiers (http/verifiers.py, core/webhook_config.py)",
         [f"{PACKAGE}.http.verifiers.*", f"{PACKAGE}.core.webhook_config.*"],
     ),
-    "sql": ("SQL (queries.sql)", []),
+    "sql": ("SQL (shared.sql, sqlite/queries.sql)", []),
     "redis": (
         "Redis consumers (brokers/: loop.py and the Redis readers)",
         [f"{PACKAGE}.brokers.{module}.*" for module in ("loop", "redis_client", "redis_stream", "redis_list", "redis_pubsub")],
@@ -395,15 +395,14 @@ def _where(path: Path, name: str, diff: str) -> str:
 
 def sql_outcomes() -> list[Outcome]:
     results = json.loads(sql.RESULTS.read_text()) if sql.RESULTS.exists() else {}
-    text = sql.QUERIES.read_text("utf-8")
     outcomes = []
-    for mutant in sql.all_mutants(text):
+    for mutant in sql.all_mutants():
         result = results.get(mutant.key)
         status = result["status"] if result else "not run"
         outcome = Outcome(key=mutant.key, status=status)
         if status not in KILLED and status != "not run":
             outcome.diff = mutant.diff()
-            outcome.where = f"{PACKAGE}/core/store/sqlite/queries.sql:{_sql_line(mutant)}"
+            outcome.where = f"{mutant.file}:{_sql_line(mutant)}"
             outcome.group = mutant.statement
             outcome.label = mutant.description
         outcomes.append(outcome)

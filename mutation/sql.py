@@ -1,4 +1,5 @@
-"""Mutation testing for the SQL in switchboard_local/core/store/sqlite/queries.sql.
+"""Mutation testing for the SQL SQLite runs: switchboard_local/core/store/shared.sql
+(the statements both backends run as written) and core/store/sqlite/queries.sql.
 
 No Python mutation tool reads SQL, so this one does it for the statements that
 carry the lifecycle and ingestion rules (TARGETS). Each mutant changes one
@@ -10,8 +11,8 @@ state literal replaced, a conflict clause changed.
 Which tests run for a mutant: once, the suite runs with sql_recorder.py, which
 notes per test the named statements it executed (in the pytest process:
 statements run only by subprocesses it starts are not seen). A mutant runs
-those tests, fastest first, in a copy of the repository whose queries.sql is
-the mutant (PYTHONPATH and the working directory point at the copy, so the
+those tests, fastest first, in a copy of the repository whose file of that
+statement is the mutant (PYTHONPATH and the working directory point at the copy, so the
 subprocesses the tests start use it too). Tests that fail or time out: killed.
 """
 
@@ -30,7 +31,10 @@ from pathlib import Path
 import copies
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERIES = ROOT / "switchboard_local" / "core" / "store" / "sqlite" / "queries.sql"
+STORE = ROOT / "switchboard_local" / "core" / "store"
+SHARED = STORE / "shared.sql"
+QUERIES = STORE / "sqlite" / "queries.sql"
+FILES = (SHARED, QUERIES)  # the statements SQLite runs: each in one of them
 WORK = ROOT / "mutation" / ".work"
 COVERAGE = WORK / "sql-tests.json"
 RESULTS = WORK / "sql-results.json"
@@ -77,8 +81,9 @@ class Token:
 class Mutant:
     statement: str
     description: str  # stable: the statement and what changed, used by equivalent.toml
-    original: str
-    mutated: str
+    original: str  # the whole file, as it is
+    mutated: str  # the whole file, with the mutant
+    file: str = "switchboard_local/core/store/sqlite/queries.sql"  # the statement's file, from the repository
 
     @property
     def key(self) -> str:
@@ -87,14 +92,14 @@ class Mutant:
     def diff(self) -> str:
         return "\n".join(
             difflib.unified_diff(
-                self.original.splitlines(), self.mutated.splitlines(), f"queries.sql ({self.statement})",
-                f"queries.sql ({self.statement}, mutant)", lineterm="", n=1,
+                self.original.splitlines(), self.mutated.splitlines(), f"{self.file} ({self.statement})",
+                f"{self.file} ({self.statement}, mutant)", lineterm="", n=1,
             )
         )  # fmt: skip
 
 
 def statements(text: str) -> dict[str, tuple[int, int]]:
-    """name -> (start, end) offsets of its statement text in queries.sql (as queries.py parses it)."""
+    """name -> (start, end) offsets of its statement text in a file of statements (as queries.py parses it)."""
     spans: dict[str, tuple[int, int]] = {}
     name, start = None, 0
     offset = 0
@@ -128,7 +133,7 @@ def tokenize(sql: str) -> list[Token]:
             depth += 1
     covered = sum(len(m.group()) for m in _TOKEN.finditer(sql))
     if covered != len(sql):
-        raise ValueError("queries.sql has text the SQL mutator cannot read")
+        raise ValueError("a statement has text the SQL mutator cannot read")
     return tokens
 
 
@@ -311,9 +316,15 @@ def _conflict(sql: str, tokens: list[Token], at: int) -> Iterator[tuple[str, str
         yield "ON CONFLICT DO UPDATE -> DO NOTHING", sql[: action.start] + "NOTHING" + sql[end:]
 
 
-def all_mutants(text: str | None = None) -> list[Mutant]:
-    """Every mutant of the target statements, each with the whole file as it would be."""
-    text = QUERIES.read_text("utf-8") if text is None else text
+def all_mutants(texts: dict[Path, str] | None = None) -> list[Mutant]:
+    """Every mutant of the target statements (of FILES, or of the given texts by file),
+    each with the whole file as it would be."""
+    texts = {path: path.read_text("utf-8") for path in FILES} if texts is None else texts
+    return [mutant for path, text in texts.items() for mutant in _file_mutants(path, text)]
+
+
+def _file_mutants(path: Path, text: str) -> list[Mutant]:
+    file = path.resolve().relative_to(ROOT).as_posix() if path.is_absolute() else path.as_posix()
     found: list[Mutant] = []
     for name, (start, end) in statements(text).items():
         if not is_target(name):
@@ -325,13 +336,17 @@ def all_mutants(text: str | None = None) -> list[Mutant]:
         sql_start = start + skip
         sql = text[sql_start:end]
         seen: dict[str, int] = {}
+        after = sql[len(sql.rstrip()) :]  # the blank line before the next statement's name
         for description, mutated in mutants(name, sql):
+            # A mutant that ends the text where it cut keeps that line, or the next
+            # `-- name:` would join its last line and the next statement vanish.
+            mutated = mutated.rstrip() + after
             if mutated == sql:
                 continue
             seen[description] = seen.get(description, 0) + 1
             if seen[description] > 1:  # the same text twice in one statement
                 description += f" (occurrence {seen[description]})"
-            found.append(Mutant(name, description, text, text[:sql_start] + mutated + text[end:]))
+            found.append(Mutant(name, description, text, text[:sql_start] + mutated + text[end:], file))
     return found
 
 
@@ -384,7 +399,7 @@ def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survi
     def job_of(mutant: Mutant) -> copies.Job:
         tests = sorted(tests_of.get(mutant.statement, []), key=lambda t: durations.get(t, 0.0))
         budget = 120 + 4 * sum(durations.get(t, 1.0) for t in tests)
-        return copies.Job({"switchboard_local/core/store/sqlite/queries.sql": mutant.mutated}, tests, budget)
+        return copies.Job({mutant.file: mutant.mutated}, tests, budget)
 
     for n, (mutant, result) in enumerate(copies.run_all(todo, job_of, jobs), 1):
         results[mutant.key] = {**result, "statement": mutant.statement}

@@ -77,7 +77,7 @@ async def test_a_batch_claim_orders_as_the_same_number_of_single_claims_would(db
 
 @pytest.mark.parametrize("queues", [None, ["b"], ["a", "c"]], ids=["any queue", "one queue", "several queues"])
 async def test_a_batch_claim_takes_what_single_claims_in_a_row_would_in_each_form(store, clock, queues):
-    """One statement claims the batch (claim_many_*): the same todos, in the same
+    """One statement claims the batch (claim_next): the same todos, in the same
     order, as ``max`` claim_next calls in a row, with queues named or not and a
     paused queue left alone."""
     for i in range(18):

@@ -46,7 +46,8 @@ HOUR = 3600.0
 DAY = 24 * HOUR
 UNKNOWN_ID = 4242
 
-# The three claim statements (any queue, one queue, several queues), each with the todo's queue q1 in scope...
+# The three forms of the claim statement (claim_next: any queue, one queue, several queues), each with the todo's
+# queue q1 in scope...
 EVERY_CLAIM_STATEMENT = pytest.mark.parametrize(
     "queues", [None, ["q1"], ["q1", "q2"]], ids=["any queue", "one queue", "several queues"]
 )

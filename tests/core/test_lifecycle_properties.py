@@ -92,7 +92,7 @@ NEXT_CLAIMS = st.builds(
     NextClaim,
     owner=st.sampled_from(["x", "y"]),
     # None, one queue, or several (duplicates and a queue nobody uses included), as
-    # often each: claim_next_any, claim_next_in_queue, claim_next_in_queues.
+    # often each: claim_next's three forms.
     queues=st.one_of(
         st.none(),
         st.lists(st.sampled_from(QUEUES), min_size=1, max_size=1),

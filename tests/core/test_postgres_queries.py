@@ -1,7 +1,9 @@
-"""queries.postgres.sql against schema.postgres.sql on a real PostgreSQL server,
-beside queries.sql on schema.sql: the same statements, parameters and result
-columns, each one valid; and what the PostgreSQL schema promises of itself
-(times in milliseconds, notifications only for changes, the batch's ids)."""
+"""PostgreSQL's statements (shared.sql's and queries.postgres.sql's) against
+schema.postgres.sql on a real PostgreSQL server, beside SQLite's (shared.sql's
+and queries.sql's) on schema.sql: the same statements, parameters and result
+columns, each one valid; which statements have twins, and why; and what the
+PostgreSQL schema promises of itself (times in milliseconds, notifications only
+for changes, the batch's ids)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import pytest
 from psycopg import pq
 
 from switchboard_local.core.store import queries
-from switchboard_local.core.store.queries import POSTGRES, Q, _parse, same_names
+from switchboard_local.core.store.queries import POSTGRES, SHARED, Q, _parse, apart, same_names
+from switchboard_local.core.store.queries import TWINS as TWINS_LOADED
 
 from support.postgres import PostgresServer
 from support.waits import until
@@ -103,6 +106,106 @@ def test_loading_refuses_two_files_that_name_different_statements() -> None:
     assert "queries.postgres.sql lacks b" in told
     assert "queries.postgres.sql has c, which queries.sql does not" in told
     same_names(sqlite, _parse("-- name: b\nSELECT 4;\n-- name: a\nSELECT 5;\n"), names=("x", "y"))
+
+
+def test_loading_refuses_a_statement_both_shared_and_a_twin() -> None:
+    shared = _parse("-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n", "shared.sql")
+    with pytest.raises(ValueError) as refused:
+        apart(shared, _parse("-- name: b\nSELECT 3;\n-- name: c\nSELECT 4;\n"), names=("shared.sql", "queries.sql"))
+    assert str(refused.value).startswith("shared.sql and queries.sql both name b:")
+    apart(shared, _parse("-- name: c\nSELECT 4;\n"), names=("shared.sql", "queries.sql"))
+
+
+# The statements whose texts differ between SQLite and PostgreSQL, by why: each
+# has a twin in each dialect's file; every other statement is written once, in
+# shared.sql. A twin may differ for more reasons than the one it is listed under;
+# that one is checked on its texts (DIFFERS_BY).
+# fmt: off
+TWINS: dict[str, list[str]] = {
+    # PostgreSQL calls a function of schema.postgres.sql that does what SQLite's one writer made
+    # safe by itself: ids drawn under the id lock, a look for a delivery or a new row that waits
+    # for the transactions that could still commit a smaller id.
+    "a server function": [
+        "insert_todo", "insert_todo_id", "insert_todo_with_id", "insert_event", "insert_event_with_id",
+        "seen_deliveries", "insert_operator_event", "todos_after", "todo_arrivals",
+    ],
+    # JSON: SQLite's json_each and json_extract, PostgreSQL's jsonb functions and operators.
+    "json": [
+        "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
+        "complete_many", "event_in_scope", "list_events", "event_in_queues",
+    ],
+    # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
+    # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.
+    "sqlite's own": [
+        "next_todo_id", "claim_next", "cancel_pending", "count_pending", "next_event_id", "data_version",
+        "rules_of_source", "keep_pruned_delivery", "copy_last_ids", "copy_seed_sequences",
+        "copy_move_sequences",
+    ],
+    # Times: integer milliseconds in SQLite; timestamptz in PostgreSQL, each parameter through
+    # sb_ts() and each column back through sb_ms() (and a todo's payload and result: jsonb there).
+    "times": [
+        "set_todo_event", "live_todo_by_key", "get_todo", "attempts_of_todo", "any_lapsed_lease",
+        "claim_by_id", "heartbeat", "complete", "fail", "release", "force_release", "cancel",
+        "last_ended_attempt", "redrive", "dead_letters", "count_dead_letters", "count_purgeable", "stats",
+        "get_queue", "pause_queue", "resume_queue", "seen_delivery", "remember_delivery", "get_event",
+        "todos_of_event", "recent_events", "insert_source", "get_source", "list_sources",
+        "set_source_enabled", "set_source_secrets", "record_source_health", "insert_agent", "get_agent",
+        "list_agents", "delete_agent", "insert_rule", "list_rules", "prune_finished_todos", "prune_events",
+        "forget_delivery_keys", "get_leader", "take_leadership", "renew_leadership", "release_leadership",
+        "check_fence", "seen_member", "forget_gone_members", "members", "browse_todos",
+        "browse_todos_in_queue", "browse_events", "queue_minutes", "done_since", "dead_groups",
+        "deliveries_by_source", "browse_fingerprint", "copy_read_sources", "copy_insert_sources",
+        "copy_read_rules", "copy_insert_rules", "copy_read_agents", "copy_insert_agents",
+        "copy_read_queues", "copy_insert_queues", "copy_read_events", "copy_insert_events",
+        "copy_read_todos", "copy_insert_todos", "copy_read_attempts", "copy_insert_attempts",
+        "copy_read_delivery_keys", "copy_insert_delivery_keys",
+    ],
+    # Locks: a row another transaction may be ending or recovering is locked (FOR UPDATE, SKIP
+    # LOCKED) where SQLite's one writer needed nothing.
+    "locks": [
+        "end_lapsed_attempts", "end_attempt", "purge_todos",
+    ],
+    # PostgreSQL recovers lapsed leases in one statement (end_lapsed_attempts): this one is a no-op there.
+    "done by another statement": ["recover_lapsed_leases"],
+    # NULL equal to NULL: SQLite's `IS :x`, PostgreSQL's IS NOT DISTINCT FROM.
+    "null equality": ["dead_letters_with_error"],
+    # A size in bytes: SQLite's length() of text counts characters, so a BLOB cast; PostgreSQL's octet_length.
+    "bytes": ["copy_sizes_events", "copy_sizes_todos"],
+}
+# fmt: on
+
+DIFFERS_BY = {
+    "a server function": lambda sqlite, pg: re.search(r"\bsb_(?!ts\b|ms\b)\w+\(", pg),
+    "json": lambda sqlite, pg: re.search(r"\bjson_(each|extract)\(", sqlite) and "jsonb" in pg,
+    "sqlite's own": lambda sqlite, pg: re.search(r"PRAGMA|sqlite_sequence|INDEXED BY|OR IGNORE", sqlite),
+    "times": lambda sqlite, pg: re.search(r"\bsb_(ts|ms)\(", pg),
+    "locks": lambda sqlite, pg: re.search(r"FOR UPDATE|SKIP LOCKED", pg),
+    "done by another statement": lambda sqlite, pg: pg.startswith("SELECT WHERE"),
+    "null equality": lambda sqlite, pg: " IS :" in sqlite and "IS NOT DISTINCT FROM" in pg,
+    "bytes": lambda sqlite, pg: "length(" in sqlite and "octet_length(" in pg,
+}
+
+
+def code(text: str) -> str:
+    """A statement without its comments, its words one space apart."""
+    return " ".join(" ".join(line.split("--")[0] for line in text.splitlines()).split())
+
+
+def test_the_twins_are_the_listed_ones_each_differing_for_its_reason() -> None:
+    listed = [name for names in TWINS.values() for name in names]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == TWINS_LOADED == set(vars(Q)) - set(SHARED)
+    for reason, names in TWINS.items():
+        for name in names:
+            assert DIFFERS_BY[reason](code(getattr(Q, name)), code(POSTGRES[name])), (reason, name)
+
+
+def test_a_statement_the_same_on_both_backends_is_written_once() -> None:
+    # A twin whose two texts are the same but for comments and spacing belongs in shared.sql.
+    alike = [name for name in TWINS_LOADED if code(getattr(Q, name)) == code(POSTGRES[name])]
+    assert not alike, f"the same text on both backends, to be written once in shared.sql: {alike}"
+    for name, text in SHARED.items():
+        assert getattr(Q, name) == POSTGRES[name] == text
 
 
 def test_every_statement_knows_its_name_and_has_a_postgresql_text() -> None:

@@ -1,6 +1,7 @@
 """Every hot statement on todos is served by an index, and every index on todos
-serves one: the plans SQLite makes for queries.sql on a real file (EXPLAIN
-QUERY PLAN), not timings.
+serves one: the plans SQLite makes for its statements on a real file (EXPLAIN
+QUERY PLAN), and for the claims the work each form does (its virtual machine's
+steps) over a shallow backlog and one a hundred times deeper; never timings.
 
 A job's commit pays a page for each index entry it changes, so an index that
 no plan uses is pure cost; a statement whose plan walks every todo grows with
@@ -11,6 +12,7 @@ why that is accepted.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -25,12 +27,9 @@ pytestmark = pytest.mark.sqlite_only  # the SQLite store itself
 # statement -> the index (or primary key) its plan must search todos or attempts by.
 PLANS = {
     # claiming, and lapse recovery inside every claim
+    "claim_next": "todos_ready_by_queue",
     "claim_next_in_queue": "todos_ready_by_queue",
     "claim_next_in_queues": "todos_ready_by_queue",
-    "claim_next_any": "todos_ready_by_queue",
-    "claim_many_in_queue": "todos_ready_by_queue",
-    "claim_many_in_queues": "todos_ready_by_queue",
-    "claim_many_any": "todos_ready_by_queue",
     "claim_by_id": "INTEGER PRIMARY KEY",
     "any_lapsed_lease": "todos_leases",
     "end_lapsed_attempts": "todos_leases",
@@ -113,13 +112,84 @@ def test_a_hot_statement_searches_an_index_and_never_scans_todos(conn, name: str
     assert not full_scans_of_todos(lines), f"{name} scans todos: {lines}"
 
 
-@pytest.mark.parametrize("name", ["claim_next_any", "claim_many_any"])
-def test_claiming_across_queues_never_sorts_the_backlog(conn, name: str) -> None:
-    # The queues are found by skipping along the per-queue index, then the
-    # head (or the first :max) of each: the only sort is of those heads.
-    lines = plan(conn, name)
+def test_claiming_never_sorts_the_backlog(conn) -> None:
+    # The queues are found by skipping along the per-queue index (when none
+    # are named), then the first :max of each: the only sort is of those heads.
+    lines = plan(conn, "claim_next")
     assert "SEARCH todos USING INDEX todos_ready_by_queue (queue>?)" in lines
     assert "SEARCH todos USING INDEX todos_ready_by_queue (queue=?)" in lines
+
+
+# The claims of the next in line: claim_next in each form (every queue, one,
+# several; one todo, a batch, a batch with a budget), and the leaner ones for
+# one todo from named queues (the commonest claim, chosen over claim_next).
+QUEUES = {"every queue": None, "one queue": ["b"], "several queues": ["a", "c"]}
+SIZES = {"one todo": (1, None), "a batch": (10, None), "a batch with a budget": (10, 2_000)}
+CLAIMS = [("claim_next", queues, size) for queues in QUEUES for size in SIZES] + [
+    ("claim_next_in_queue", "one queue", "one todo"),
+    ("claim_next_in_queues", "several queues", "one todo"),
+]
+
+
+@pytest.fixture(scope="module")
+def backlogs(tmp_path_factory: pytest.TempPathFactory):
+    """Two files, each with three queues of pending todos (mixed priorities): 50 a queue, and 5,000."""
+    made = {}
+    for depth in (50, 5_000):
+        path: Path = tmp_path_factory.mktemp(f"backlog-{depth}") / "switchboard.db"
+
+        async def create(path: Path) -> None:
+            async with await open_store(path):
+                pass
+
+        asyncio.run(create(path))
+        connection = sqlite3.connect(path, isolation_level=None)
+        rows = [(queue, f"t{i}", '{"n": 1}', i % 3) for queue in "abc" for i in range(depth)]
+        with connection:
+            connection.execute("BEGIN")
+            connection.executemany(
+                "INSERT INTO todos (queue, title, payload, state, priority, max_attempts, visible_at, created_at,"
+                " updated_at) VALUES (?, ?, ?, 'pending', ?, 5, 0, 0, 0)", rows)  # fmt: skip
+        made[depth] = connection
+    yield made
+    for connection in made.values():
+        connection.close()
+
+
+def claim_steps(conn: sqlite3.Connection, statement: str, queues: list[str] | None, max: int,
+                budget: int | None) -> tuple[int, int]:  # fmt: skip
+    """The virtual machine's steps of one claim (a progress handler called at each:
+    a count, not a timing), and how many todos it claimed; then rolled back."""
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    params = {"owner": "w", "agent": "w", "hashes": json.dumps([f"h{i}" for i in range(max)]), "max": max,
+              "budget": budget, "lease_expires_at": 60_000, "now": 1_000,
+              "queues": None if queues is None else json.dumps(queues)}  # fmt: skip
+    conn.execute("BEGIN")
+    try:
+        conn.set_progress_handler(step, 1)
+        claimed = conn.execute(getattr(Q, statement), params).fetchall()
+    finally:
+        conn.set_progress_handler(None, 1)
+        conn.execute("ROLLBACK")
+    return steps, len(claimed)
+
+
+@pytest.mark.parametrize("statement, queues, size", CLAIMS, ids=[" - ".join(claim) for claim in CLAIMS])
+def test_each_form_of_claim_does_the_same_work_over_a_backlog_a_hundred_times_deeper(
+    backlogs, statement: str, queues: str, size: str
+) -> None:
+    # Whatever the queues (every one, one, several) and however many it takes:
+    # no walk and no sort of a backlog, or the deeper one would cost more steps.
+    max, budget = SIZES[size]
+    shallow, deep = (claim_steps(backlogs[depth], statement, QUEUES[queues], max, budget) for depth in (50, 5_000))
+    assert shallow[1] == deep[1] > 0
+    assert shallow[0] == deep[0]
 
 
 def test_every_index_on_todos_serves_a_plan(conn) -> None:

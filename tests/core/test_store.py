@@ -88,6 +88,13 @@ async def test_connection_runs_wal_with_foreign_keys_busy_timeout_and_full_sync(
 
 
 @pytest.mark.sqlite_only
+async def test_the_write_connection_keeps_temporary_tables_in_memory(store):
+    # A claim's candidates and their sort are temporary tables: in a temporary
+    # file's pager each costs the claim more than the rest of it.
+    assert await pragma(store, "temp_store") == 2  # MEMORY
+
+
+@pytest.mark.sqlite_only
 async def test_the_faster_mode_is_normal_sync_and_others_are_refused(db_path):
     async with await open_store(db_path, synchronous="NORMAL") as opened:
         assert await pragma(opened, "synchronous") == 1

@@ -22,6 +22,7 @@ def test_the_wheel_ships_the_schema_and_runs_from_another_directory(tmp_path: Pa
     with zipfile.ZipFile(wheel) as zf:
         shipped = zf.read("switchboard_local/core/store/sqlite/schema.sql").decode()
         shipped_postgres = zf.read("switchboard_local/core/store/postgres/schema.postgres.sql").decode()
+        assert "switchboard_local/core/store/shared.sql" in zf.namelist()
         assert "switchboard_local/core/store/sqlite/queries.sql" in zf.namelist()
         assert "switchboard_local/core/store/postgres/queries.postgres.sql" in zf.namelist()
         for shipped_with_the_dashboard in ("templates/base.html", "templates/_ui.html", "templates/queues.html",

@@ -70,7 +70,7 @@ def needs_transaction(tx: Transaction) -> None:
 
 
 class Transaction(Protocol):
-    """What a write's body (or a peek's) is handed: statements by name (sqlite/queries.sql).
+    """What a write's body (or a peek's) is handed: statements by name (store/queries.py's Q).
 
     A statement the schema refuses (a unique index, a CHECK) raises
     ``Conflict`` at once. ``memo`` is the verbs' own for one transaction (see

@@ -1,12 +1,16 @@
 """Claims: a todo taken under a lease, by id or the next in line, one or many, now or after a wait.
 
-``_claim_statement`` is the one place the statement of a claim of the next in
-line is chosen (one todo or many; every queue, one, or several); a claim by id
-has its own (claim_by_id). Each claim statement claims nothing
-while a lease has lapsed; ``_claiming`` then takes lapsed leases back
-(``recover_lapsed``) and claims again, so takeover never waits for a sweeper.
-The other verbs recover first too (reads: ``settle_lapsed``), so that what
-they see is what the next claim would find.
+One statement claims the next in line (claim_next), one todo or many, from
+every queue, one or several; one todo from named queues, the commonest claim,
+has leaner ones (claim_next_in_queue, claim_next_in_queues), all with the same
+parameters. ``_claim_statement`` is the one place that chooses;
+``claim_next_body`` (one todo) and ``claim_many_body`` run what it chose. A
+claim by id has its own (claim_by_id): PostgreSQL waits there for a todo
+another transaction holds, where the others skip it. Each claim statement
+claims nothing while a lease has lapsed; ``_claiming`` then takes lapsed
+leases back (``recover_lapsed``) and claims again, so takeover never waits
+for a sweeper. The other verbs recover first too (reads: ``settle_lapsed``),
+so that what they see is what the next claim would find.
 """
 
 from __future__ import annotations
@@ -192,19 +196,8 @@ async def claim_next_waiting(
 # ---------------------------------------------------------------- the statements
 
 
-def _claim_statement(claim: NextClaim, *, many: bool) -> tuple[str, dict[str, Any]]:
-    """A claim's arguments checked (before its transaction); the statement that
-    claims from its queues (one todo, or ``many``) and that statement's queue parameter."""
-    queues = _claim_queues(claim)
-    if queues is None:
-        return (Q.claim_many_any if many else Q.claim_next_any), {}
-    if len(queues) == 1:
-        return (Q.claim_many_in_queue if many else Q.claim_next_in_queue), {"queue": queues[0]}
-    return (Q.claim_many_in_queues if many else Q.claim_next_in_queues), {"queues": json.dumps(queues)}
-
-
 def _claim_queues(claim: NextClaim) -> list[str] | None:
-    """The claim's owner and queues checked; its queues as a list (None: every queue)."""
+    """A claim's owner and queues checked (before its transaction); its queues as a list (None: every queue)."""
     require_name("owner", claim.owner)
     queues = claim.queues
     if queues is None:
@@ -219,48 +212,64 @@ def _claim_queues(claim: NextClaim) -> list[str] | None:
     return list(dict.fromkeys(queues))  # a queue named twice is one queue
 
 
+def _claim_statement(queues: list[str] | None, max: int) -> str:
+    """The one choice of a claim of the next in line's statement: claim_next, but for
+    one todo from named queues, the commonest claim, which has leaner ones of its own
+    (claim_next_in_queue, claim_next_in_queues: queries.sql says why). All take the
+    same parameters."""
+    if max == 1 and queues is not None:
+        return Q.claim_next_in_queue if len(queues) == 1 else Q.claim_next_in_queues
+    return Q.claim_next
+
+
 def claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], Todo | None]:
     """claim_next's body; a finish's ``then`` runs it after the finish, in the same transaction."""
-    owner, agent = claim.owner, claim.agent
-    statement, where = _claim_statement(claim, many=False)
+    queues = _claim_queues(claim)
+    statement = _claim_statement(queues, 1)
+    params = _next_params(claim, queues, 1, None)  # the first is always taken: no budget to weigh
     lease_ms = lease_millis(claim.lease)
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
         token = secrets.token_urlsafe(24)
-        params = {**_claim_params(owner, agent, token, now, lease_ms), **where}
-        row = _claiming(tx, now, lambda: tx.one(statement, params))
-        if row is None:
-            return None
-        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
+        # A token hash is hex: the one-item JSON array needs no encoder.
+        values = {**params, "hashes": f'["{hash_token(token)}"]', "lease_expires_at": now + lease_ms, "now": now}
+        rows = _claiming(tx, now, lambda: tx.all(statement, values))
+        return Todo.from_row(rows[0], lease_token=token) if rows else None  # the open attempt is the claimed row itself
 
     return body
 
 
 def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Transaction], ClaimedBatch]:
-    """Up to ``max`` claims in one statement: what ``max`` claim_next calls in a row would claim, in their order."""
-    owner, agent, budget = claim.owner, claim.agent, claim.budget
-    statement, where = _claim_statement(claim, many=True)
+    """Up to ``max`` claims in one statement: what ``max`` claims in a row would claim, in their order."""
+    queues = _claim_queues(claim)
+    statement = _claim_statement(queues, max)
+    params = _next_params(claim, queues, max, claim.budget)
     lease_ms = lease_millis(claim.lease)
-    if budget is not None:
-        require_int("budget", budget, low=0, high=INT64_MAX)
+    if claim.budget is not None:
+        require_int("budget", claim.budget, low=0, high=INT64_MAX)
 
     def body(tx: Transaction) -> ClaimedBatch:
         now = store.clock.now_ms()
         tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
         hashes = list(tokens)
-        params = {"owner": owner, "agent": agent or owner, "hashes": json.dumps(hashes), "max": max,
-                  "budget": budget, "lease_expires_at": now + lease_ms, "now": now, **where}  # fmt: skip
-        rows = _claiming(tx, now, lambda: tx.all(statement, params))
+        values = {**params, "hashes": json.dumps(hashes), "lease_expires_at": now + lease_ms, "now": now}
+        rows = _claiming(tx, now, lambda: tx.all(statement, values))
         claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         # A candidate takes the hash at its count of candidates after it, so the
-        # last one claimed tells how many the budget left (see claim_many_any).
+        # last one claimed tells how many the budget left (see claim_next).
         position = {h: n for n, h in enumerate(hashes)}
         left = min((position[row["lease_token_hash"]] for row in rows), default=0)
         return ClaimedBatch(claimed, over_budget=left)
 
     return body
+
+
+def _next_params(claim: NextClaim, queues: list[str] | None, max: int, budget: int | None) -> dict[str, Any]:
+    """A claim of the next in line's parameters but its time and token hashes."""
+    return {"owner": claim.owner, "agent": claim.agent or claim.owner, "max": max, "budget": budget,
+            "queues": None if queues is None else json.dumps(queues)}  # fmt: skip
 
 
 def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms: int) -> dict[str, Any]:

@@ -219,63 +219,89 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason;
 
--- name: claim_next_any
--- The oldest highest-priority visible todo in any queue that is not paused.
--- The queues with pending todos are found by skipping along
--- todos_ready_by_queue (a recursive seek per queue); each queue's first
--- ready todos (64: more than the claimers racing on one queue) are the
--- candidates; the best candidate no other transaction holds is locked
--- (SKIP LOCKED) and claimed.
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-WHERE id = (
-    WITH RECURSIVE pending_queues (name) AS (
-        SELECT (SELECT queue FROM todos
-                WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT queue FROM todos
-                WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
-        FROM pending_queues WHERE pending_queues.name IS NOT NULL
-    )
-    SELECT candidate.id FROM todos AS candidate
+-- name: claim_next
+-- As queries.sql's claim_next: up to :max todos (1 for one) from every queue
+-- (:queues NULL) or those of :queues, as that many claims one after the
+-- other would take them, each under its own lease. Each queue's first ready
+-- todos (64 more than :max: more than the claimers racing on one queue) are
+-- the candidates; the best :max of them that no other transaction holds are
+-- locked (SKIP LOCKED) and claimed. With :budget the candidates are taken in
+-- that order while their sizes (payload and result as text, and last_error
+-- six times) add up to no more than it, the first always; each takes the
+-- hash of :hashes at its count of candidates after it.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    WHERE CAST(:queues AS jsonb) IS NULL
+    UNION ALL
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+claim_queues (name) AS (
+    SELECT name FROM pending_queues WHERE name IS NOT NULL
+    UNION ALL
+    SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))
+),
+locked AS (
+    SELECT candidate.id, candidate.priority FROM todos AS candidate
     WHERE candidate.id IN (
         SELECT head.id
-        FROM pending_queues AS q
+        FROM claim_queues AS q
         CROSS JOIN LATERAL (
             SELECT id FROM todos
             WHERE queue = q.name
               AND visible_at <= sb_ts(:now)
               AND (assignee IS NULL OR assignee = :agent)
             ORDER BY priority DESC, id
-            LIMIT 64) AS head
-        WHERE q.name IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
+            LIMIT 64 + CAST(:max AS integer)) AS head
+        WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY candidate.priority DESC, candidate.id
-    LIMIT 1
-    FOR UPDATE OF candidate SKIP LOCKED)
-RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+    LIMIT :max
+    FOR UPDATE OF candidate SKIP LOCKED
+),
+picked AS (
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
+                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason;
 
 -- name: claim_next_in_queue
--- The oldest highest-priority visible todo in one queue that no other
--- transaction holds (SKIP LOCKED), unless the queue is paused.
+-- One todo from one queue (:queues, a JSON array of that one name), the
+-- oldest highest-priority visible one that no other transaction holds (SKIP
+-- LOCKED), unless the queue is paused: its own statement as queries.sql's is.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 WHERE id = (
     SELECT id FROM todos
-    WHERE queue = :queue
+    WHERE queue = CAST(:queues AS jsonb) ->> 0
       AND visible_at <= sb_ts(:now)
       AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = CAST(:queues AS jsonb) ->> 0 AND queues.paused_at IS NOT NULL)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY priority DESC, id
     LIMIT 1
@@ -287,11 +313,13 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   completed_by, cancelled_by, cancel_reason;
 
 -- name: claim_next_in_queues
--- The oldest highest-priority visible todo in any of several queues (:queues,
--- a JSON array of names), as claim_next_any picks it among these queues.
+-- One todo from several queues (:queues, a JSON array of their names), as
+-- claim_next claims it with a max of 1: each queue's first ready todos (64)
+-- are the candidates, the best one no other transaction holds is locked
+-- (SKIP LOCKED) and claimed. Its own statement as queries.sql's is.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
+    lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
     visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
 WHERE id = (
     SELECT candidate.id FROM todos AS candidate
@@ -312,160 +340,6 @@ WHERE id = (
     LIMIT 1
     FOR UPDATE OF candidate SKIP LOCKED)
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_any
--- Up to :max todos as claim_next_any would claim them one after the other:
--- each pending queue's first ready todos (:max more than claim_next_any's
--- 64), the best :max of those no other transaction holds, each under its
--- own lease. One statement for a batch. With :budget (bytes, or NULL for
--- none) the candidates are taken in that order while their sizes add up to
--- no more than it (payload and result as text, and last_error six times:
--- the most JSON may escape it to); the first always is. Each candidate takes
--- the hash of :hashes (a JSON array of :max token hashes) at its count of
--- candidates after it, so the last one claimed tells how many were left.
-WITH RECURSIVE pending_queues (name) AS (
-    SELECT (SELECT queue FROM todos
-            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT queue FROM todos
-            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
-    FROM pending_queues WHERE pending_queues.name IS NOT NULL
-),
-locked AS (
-    SELECT candidate.id, candidate.priority FROM todos AS candidate
-    WHERE candidate.id IN (
-        SELECT head.id
-        FROM pending_queues AS q
-        CROSS JOIN LATERAL (
-            SELECT id FROM todos
-            WHERE queue = q.name
-              AND visible_at <= sb_ts(:now)
-              AND (assignee IS NULL OR assignee = :agent)
-            ORDER BY priority DESC, id
-            LIMIT 64 + CAST(:max AS integer)) AS head
-        WHERE q.name IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
-      AND candidate.visible_at <= sb_ts(:now)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY candidate.priority DESC, candidate.id
-    LIMIT :max
-    FOR UPDATE OF candidate SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_in_queue
--- Up to :max todos of one queue that no other transaction holds (SKIP
--- LOCKED), as claim_next_in_queue would claim them one after the other
--- (:budget and :hashes as for claim_many_any).
-WITH locked AS (
-    SELECT id, priority FROM todos
-    WHERE queue = :queue
-      AND visible_at <= sb_ts(:now)
-      AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = :queue AND queues.paused_at IS NOT NULL)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY priority DESC, id
-    LIMIT :max
-    FOR UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
-  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
-  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
-  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
-
--- name: claim_many_in_queues
--- Up to :max todos of several queues (:queues, a JSON array of names), as
--- claim_next_in_queues would claim them one after the other (:budget and
--- :hashes as for claim_many_any).
-WITH locked AS (
-    SELECT candidate.id, candidate.priority FROM todos AS candidate
-    WHERE candidate.id IN (
-        SELECT head.id
-        FROM jsonb_array_elements_text(CAST(:queues AS jsonb)) AS q(name)
-        CROSS JOIN LATERAL (
-            SELECT id FROM todos
-            WHERE queue = q.name
-              AND visible_at <= sb_ts(:now)
-              AND (assignee IS NULL OR assignee = :agent)
-            ORDER BY priority DESC, id
-            LIMIT 64 + CAST(:max AS integer)) AS head
-        WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
-      AND candidate.visible_at <= sb_ts(:now)
-      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
-    ORDER BY candidate.priority DESC, candidate.id
-    LIMIT :max
-    FOR UPDATE OF candidate SKIP LOCKED
-),
-picked AS (
-    SELECT id, behind FROM (
-        SELECT locked.id,
-               row_number() OVER w AS n,
-               count(*) OVER () - row_number() OVER w AS behind,
-               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
-                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
-        FROM locked
-        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
-    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
-)
-UPDATE todos
-SET state = 'claimed', owner = :owner, attempt = attempt + 1,
-    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
-    lease_expires_at = sb_ts(:lease_expires_at),
-    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
-FROM picked
-WHERE todos.id = picked.id
-RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
@@ -718,9 +592,6 @@ RETURNING name, sb_ms(paused_at) AS paused_at, paused_by;
 UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name
 RETURNING name, sb_ms(paused_at) AS paused_at, paused_by;
 
--- name: queue_has_todos
-SELECT 1 AS "1" FROM todos WHERE queue = :queue LIMIT 1;
-
 -- name: insert_event
 -- A new event, unless the delivery was seen (see queries.sql): then it
 -- inserts nothing and returns no row. A race with another transaction storing
@@ -795,13 +666,6 @@ INSERT INTO delivery_keys (source, key, event_id, seen_at)
 VALUES (:source, :key, :event_id, sb_ts(:now))
 ON CONFLICT (source, key) DO UPDATE SET event_id = excluded.event_id, seen_at = excluded.seen_at;
 
--- name: link_event_todo
-INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
-
--- name: todo_ids_of_event
--- The todos the event's first delivery answered with, in that order.
-SELECT todo_id AS id FROM event_todos WHERE event_id = :event_id ORDER BY position;
-
 -- name: get_event
 SELECT id, source, family, type, external_id, trust_mode, CAST(verified AS integer) AS verified, verify_detail,
   content_type, CAST(headers AS text) AS headers, body, size, sb_ms(received_at) AS received_at
@@ -857,13 +721,6 @@ SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
   sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
 FROM sources WHERE (CAST(:family AS text) IS NULL OR family = :family) ORDER BY name;
-
--- name: delete_source
-DELETE FROM sources WHERE name = :name;
-
--- name: delete_rules_of_source
--- A removed source takes its rules along: a new source of the same name starts clean.
-DELETE FROM rules WHERE source = :name;
 
 -- name: set_source_enabled
 UPDATE sources SET enabled = CAST(:enabled AS integer) <> 0, updated_at = sb_ts(:now) WHERE name = :name
@@ -945,12 +802,6 @@ LIMIT 1;
 -- nothing here did.
 SELECT hashtext(CAST(pg_current_snapshot() AS text)) AS data_version;
 
--- name: last_todo_id
-SELECT COALESCE(MAX(id), 0) AS id FROM todos;
-
--- name: last_event_id
-SELECT COALESCE(MAX(id), 0) AS id FROM events;
-
 -- name: todos_after
 -- Todos created after :after_id, in :queue (NULL: every queue), oldest first,
 -- as they are now: what `todo watch` follows. An id seen means every smaller
@@ -993,12 +844,6 @@ SELECT id, position, source, type, CAST(conditions AS text) AS conditions, actio
   priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at
 FROM rules WHERE source = :source ORDER BY position;
 
--- name: delete_rule
-DELETE FROM rules WHERE id = :id;
-
--- name: set_rule_position
-UPDATE rules SET position = :position WHERE id = :id;
-
 -- ---- retention ----
 
 -- name: prune_finished_todos
@@ -1027,29 +872,6 @@ ON CONFLICT (source, key) DO NOTHING;
 -- name: forget_delivery_keys
 -- Delivery keys older than the dedup horizon: a redelivery after it is new.
 DELETE FROM delivery_keys WHERE seen_at < sb_ts(:horizon);
-
--- ---- settings (settings.py; a missing row means the default) ----
-
--- name: get_setting
-SELECT value FROM settings WHERE name = :name;
-
--- name: list_settings
-SELECT name, value FROM settings ORDER BY name;
-
--- name: set_setting
-INSERT INTO settings (name, value) VALUES (:name, :value)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-
--- name: delete_setting
-DELETE FROM settings WHERE name = :name;
-
--- name: sources_generation
--- A token made anew in every transaction that changes a source or a rule. No row: ''.
-SELECT coalesce((SELECT value FROM settings WHERE name = 'sources.generation'), '') AS generation;
-
--- name: new_sources_generation
-INSERT INTO settings (name, value) VALUES ('sources.generation', :token)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
 -- ---- ingest leadership (leadership.py) ----
 
@@ -1081,15 +903,9 @@ WHERE fence = :fence AND holder = :holder AND expires_at > sb_ts(:now)
 RETURNING id, fence, holder, pid, host, kind, http, sb_ms(since) AS since, sb_ms(renewed_at) AS renewed_at,
   sb_ms(expires_at) AS expires_at, handover_to, env;
 
--- name: set_leader_http
-UPDATE ingest_leader SET http = :http WHERE fence = :fence AND holder = :holder;
-
 -- name: release_leadership
 -- The leader steps down: the row stays (its fence, and a take-over asked for), expired now.
 UPDATE ingest_leader SET expires_at = sb_ts(:now), http = NULL, env = NULL WHERE fence = :fence AND holder = :holder;
-
--- name: ask_handover
-UPDATE ingest_leader SET handover_to = :holder WHERE id = 1;
 
 -- name: check_fence
 -- Inside a consumer's batch: the caller still leads.
@@ -1099,9 +915,6 @@ WHERE id = 1 AND fence = :fence AND holder = :holder AND expires_at > sb_ts(:now
 -- name: seen_member
 INSERT INTO ingest_members (holder, pid, host, kind, seen_at) VALUES (:holder, :pid, :host, :kind, sb_ts(:now))
 ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at;
-
--- name: forget_member
-DELETE FROM ingest_members WHERE holder = :holder;
 
 -- name: forget_gone_members
 DELETE FROM ingest_members WHERE seen_at < sb_ts(:before);
@@ -1211,17 +1024,12 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT string_agg(name || '=' || COALESCE(CAST(sb_ms(paused_at) AS text), ''), ',' ORDER BY name)
         FROM queues) AS queues_setting;
 
--- name: copy_target_holds
--- core/copy.py's copy_ statements (see queries.sql): reads answer the SQLite
+-- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----
+
+-- core/copy.py's copy_ statements (see sqlite/queries.sql): reads answer the SQLite
 -- shapes (ms, JSON text, 0/1), inserts take them; ids are given explicitly
 -- (the identities are GENERATED BY DEFAULT), and copy_move_sequences moves
 -- each identity past them.
-SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) AS rules,
-       (SELECT COUNT(*) FROM agents) AS agents, (SELECT COUNT(*) FROM settings) AS settings,
-       (SELECT COUNT(*) FROM queues) AS queues, (SELECT COUNT(*) FROM events) AS events,
-       (SELECT COUNT(*) FROM todos) AS todos, (SELECT COUNT(*) FROM event_todos) AS event_todos,
-       (SELECT COUNT(*) FROM attempts) AS attempts, (SELECT COUNT(*) FROM delivery_keys) AS delivery_keys,
-       (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
 
 -- name: copy_last_ids
 -- The last id each identity gave (or the max id, if more: ids inserted as given).
@@ -1279,12 +1087,6 @@ INSERT INTO agents (name, queues, tools, created_at, create_queues, owner)
 VALUES (:name, CAST(:queues AS jsonb), CAST(:tools AS jsonb), sb_ts(:created_at), CAST(:create_queues AS jsonb),
         :owner);
 
--- name: copy_read_settings
-SELECT name, value FROM settings WHERE name > :after_name ORDER BY name LIMIT :limit;
-
--- name: copy_insert_settings
-INSERT INTO settings (name, value) VALUES (:name, :value);
-
 -- name: copy_read_queues
 SELECT name, sb_ms(paused_at) AS paused_at, paused_by FROM queues
 WHERE name > :after_name ORDER BY name LIMIT :limit;
@@ -1329,14 +1131,6 @@ VALUES (:id, :queue, :assignee, :title, :kind, CAST(:payload AS jsonb), :event_i
         :priority, :attempt, :max_attempts, :owner, :lease_token_hash, sb_ts(:lease_expires_at),
         sb_ts(:visible_at), CAST(:result AS jsonb), :last_error, sb_ts(:created_at), sb_ts(:updated_at),
         sb_ts(:claimed_at), sb_ts(:completed_at), :completed_by, :cancelled_by, :cancel_reason);
-
--- name: copy_read_event_todos
-SELECT event_id, position, todo_id FROM event_todos
-WHERE (event_id, position) > (:after_event_id, :after_position)
-ORDER BY event_id, position LIMIT :limit;
-
--- name: copy_insert_event_todos
-INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
 
 -- name: copy_read_attempts
 SELECT todo_id, seq, attempt, owner, sb_ms(claimed_at) AS claimed_at, sb_ms(ended_at) AS ended_at, outcome, error

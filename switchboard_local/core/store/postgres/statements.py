@@ -1,5 +1,5 @@
 """What a PostgreSQL statement is sent as and what comes back: the named statements'
-texts (queries.postgres.sql) with their parameters in psycopg's style, converted once;
+texts (shared.sql's and queries.postgres.sql's) with their parameters in psycopg's style, converted once;
 and rows that read as sqlite3.Row's do, so that a verb cannot tell the backends apart.
 """
 
@@ -96,16 +96,13 @@ class Statements:
         pg = self._pg if self._pg is not None else self._load()
         name = getattr(sql, "name", None) or self._names_by_text.get(sql)
         if name is None:
-            raise ValueError(
-                "the PostgreSQL store runs named statements only (Q.name from sqlite/queries.sql), "
-                f"not SQL text: {sql[:80]!r}"
-            )
+            raise ValueError(f"the PostgreSQL store runs named statements only (Q.name), not SQL text: {sql[:80]!r}")
         found = self._converted.get(name)
         if found is None:
             try:
                 text = pg[name]
             except KeyError:
-                raise ValueError(f"queries.postgres.sql has no statement named {name!r}") from None
+                raise ValueError(f"no PostgreSQL statement is named {name!r}") from None
             found = convert_params(str(text))
             with self._lock:
                 self._converted[name] = found

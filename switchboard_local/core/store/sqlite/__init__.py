@@ -1,3 +1,3 @@
 """The SQLite backend: SQLiteStore on one file (store.py), its writes (group_commit.py), its
 checkpoints (checkpoints.py), its migrations (migrations.py), its driver's errors (errors.py) and
-its statements (queries.sql). Only these modules import sqlite3 and aiosqlite."""
+its statements' texts where PostgreSQL's differ (queries.sql; the others: ../shared.sql). Only these modules import sqlite3 and aiosqlite."""

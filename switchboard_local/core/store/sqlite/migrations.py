@@ -278,6 +278,10 @@ def pragmas(synchronous: str, busy_ms: int) -> list[str]:
         # Checkpoints run beside the commits (checkpoints.py); a commit folds
         # the log into the file itself only should that fall this far behind.
         f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}",
+        # A write's temporary tables (claim_next's candidates, their sort) in
+        # memory: each one's temporary file would cost the claim more than the
+        # rest of it (0.2 to 0.5 ms a statement, measured). A write's are small.
+        "PRAGMA temp_store = MEMORY",
     ]
 
 
