@@ -228,7 +228,7 @@ RETURNING *;
 -- because it is the commonest claim (an agent that names its queue) and its
 -- plan is the least there is: one seek down todos_ready_by_queue, no sort and
 -- no temporary table. claim_next's way to the same todo runs 1.7 times its
--- instructions (valgrind: 448,000 against 259,000 a claim with its commit);
+-- instructions (valgrind: 448,000 against 259,000 a claim with its commit).
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = json_extract(:hashes, '$[0]'), lease_expires_at = :lease_expires_at,
