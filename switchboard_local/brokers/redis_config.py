@@ -37,16 +37,16 @@ GUARANTEES = {
 }
 
 OPTIONS = (
-    Option("mode", "redis: stream (a consumer group; recommended), list (a reliable list, via KEY:processing) or "
+    Option("mode", "stream (a consumer group; recommended), list (a reliable list, via KEY:processing) or "
            "pubsub (a channel: loss-tolerant only).", required=True, choices=MODES),  # fmt: skip
-    Option("key", "redis: the stream, list or channel.", required=True),
-    Option("group", "redis stream: consumer group (default switchboard)."),
-    Option("consumer", "redis stream: consumer name (default: this host's name)."),
-    Option("claim_idle", "redis stream: take over others' entries idle this many seconds (default 60, at most a "
+    Option("key", "the stream, list or channel.", required=True),
+    Option("group", "--mode stream: the consumer group (default switchboard)."),
+    Option("consumer", "--mode stream: the consumer's name (default: this host's name)."),
+    Option("claim_idle", "--mode stream: take over others' entries idle this many seconds (default 60, at most a "
            "year).", type=int, min=1, max=MAX_CLAIM_IDLE),  # fmt: skip
     # Their names before there were several brokers: --url and --url-env by their old names.
-    Option("redis_url", "redis: the same as --url.", secret=True),
-    Option("redis_url_env", "redis: the same as --url-env.", metavar="VAR"),
+    Option("redis_url", "the same as --url (its name before there were other brokers).", secret=True),
+    Option("redis_url_env", "the same as --url-env.", metavar="VAR"),
 )
 _BY_NAME = {o.name: o for o in OPTIONS}
 

@@ -107,18 +107,19 @@ class Registry:
     default = DEFAULT
 
     def __init__(self, modules: Mapping[str, str] = MODULES) -> None:
-        self._modules = dict(modules)
+        self._modules = modules  # read at each question: a test adds its broker's line to MODULES
         self._entries: dict[str, Entry] = {}
 
     def names(self) -> tuple[str, ...]:
         return (self.default, *sorted(n for n in self._modules if n != self.default))
 
     def get(self, name: str) -> Entry:
-        if name not in self._entries:
-            if name not in self._modules:
-                raise InvalidArgument(f"no broker {name!r}: the brokers are {', '.join(self.names())}")
-            self._entries[name] = Entry.of(name, importlib.import_module(self._modules[name]))
-        return self._entries[name]
+        if name not in self._modules:
+            raise InvalidArgument(f"no broker {name!r}: the brokers are {', '.join(self.names())}")
+        found = self._entries.get(name)
+        if found is None or found.module.__name__ != self._modules[name]:
+            found = self._entries[name] = Entry.of(name, importlib.import_module(self._modules[name]))
+        return found
 
     def of(self, source: Source) -> Entry | None:
         name = broker_name(source, self)

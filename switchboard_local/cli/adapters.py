@@ -45,6 +45,16 @@ def _url(config: dict[str, Any]) -> str:
     return f"from ${config['url_env']}" if config.get("url_env") else "-"
 
 
+def _own(a: Source) -> list[tuple[str, Any]]:
+    """The broker's own options as the adapter's config holds them (a secret one masked)."""
+    try:
+        entry = process.brokers().of(a)
+    except SwitchboardError:
+        entry = None
+    options = [] if entry is None else [o for o in entry.options if o.name in a.config]
+    return [(o.name.replace("_", " "), "****" if o.secret else a.config[o.name]) for o in options]
+
+
 def _text(a: Source) -> str:
     c, said = a.to_dict()["config"], adapters.describe(a, process.brokers())  # .get: a row edited by hand may lack any of it
     reads = f" {said['reads']}" if said["reads"] else ""
@@ -55,6 +65,7 @@ def _text(a: Source) -> str:
         f"  guarantee    {said['guarantee']}",
         f"  queue        {c.get('queue') or a.name} (when no rule matches)",
         f"  batch        {c.get('batch')}",
+        *(f"  {name:<12} {value}" for name, value in _own(a)),
         f"  last poll    {when(a.last_poll_at)}",
         f"  last error   {_last_error(a)}",
         f"  failures     {a.consecutive_failures} in a row",
@@ -99,15 +110,22 @@ def _broker_options() -> list[click.Option]:
 
 class BrokerCommand(click.Command):
     """`adapter add`: the shared options, then every broker's own, read from the registry when the
-    command is first parsed or its help shown (so no other command imports a broker's driver)."""
+    command is parsed or its help shown (so no other command imports a broker's driver)."""
 
-    _with_brokers = False
+    _brokers: tuple[str, ...] = ()
+    _added: tuple[click.Parameter, ...] = ()
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        if not self._with_brokers:
-            self._with_brokers = True
+        names = process.brokers().names()
+        if names != self._brokers:  # the first time, or a broker was added to the registry since
+            self._brokers = names
+            self.params = [p for p in self.params if p not in self._added]
+            for param in self.params:
+                if param.name == "broker":
+                    param.type = click.Choice(names)
+            self._added = tuple(_broker_options())
             at = next(i for i, p in enumerate(self.params) if p.name == "db")  # before --db and --json
-            self.params[at:at] = _broker_options()
+            self.params[at:at] = self._added
         return super().get_params(ctx)
 
 
