@@ -27,9 +27,9 @@ from .redis_list import processing_key
 
 async def probe(config: Mapping[str, Any], env: Mapping[str, str], timeout: float) -> Backlog:
     """PING, then the backlog of the adapter's mode; each connect and reply within ``timeout`` s, no retries."""
-    url = adapters.url(config, env)
+    url, name = adapters.url(config, env), adapters.url_env(config)
     if url is None:
-        return Backlog(reachable=False, error=f"${adapters.url_env(config)} is not set here")
+        return Backlog(reachable=False, error=f"${name} is not set here" if name else "no URL in its config")
     try:
         client = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)

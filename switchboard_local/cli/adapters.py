@@ -102,7 +102,8 @@ def _broker_options() -> list[click.Option]:
     for name, owners in declared.items():
         first = owners[0][1]
         choices = list(dict.fromkeys(c for _, o in owners for c in (o.choices or ())))
-        help_text = "; ".join(f"{entry.name}: {option.help}" for entry, option in owners)
+        help_text = "; ".join(f"{entry.name}: {option.help}" + (" [required]" if option.required else "")
+                              for entry, option in owners)  # fmt: skip
         made.append(click.Option([first.flag, name], type=_click_type(first, choices), default=None,
                                  metavar=first.metavar, help=help_text))  # fmt: skip
     return made

@@ -167,7 +167,8 @@ async def backlog(source: Source, brokers: Brokers | None, timeout: float = PROB
         return {"waiting": None, "unacked": None, "lag_error": f"no broker {broker_name(source, brokers)!r} here"}
     name = url_env(source.config)
     if broker.takes_url and url(source.config, env) is None:
-        return {"waiting": None, "unacked": None, "lag_error": f"${name} is not set here"}
+        why = f"${name} is not set here" if name else "no URL in its config"
+        return {"waiting": None, "unacked": None, "lag_error": why}
     found = await broker.probe(source.config, env, timeout)
     error = found.error if found.reachable else f"unreachable ({found.error})"
     return {"waiting": found.waiting, "unacked": found.unacked, "lag_error": error}

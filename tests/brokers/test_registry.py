@@ -126,7 +126,7 @@ def test_a_required_option_of_the_chosen_broker_is_named_when_missing(fake, cli)
 def test_each_broker_s_options_are_in_adapter_add_s_help_under_its_name(fake, cli) -> None:
     shown = " ".join(cli("adapter", "add", "--help").out.split())
     assert "--topic TEXT fake: the topic to read." in shown
-    assert "--key TEXT redis: the stream, list or channel." in shown
+    assert "--key TEXT redis: the stream, list or channel. [required]" in shown
     assert "--broker [redis|fake]" in shown
 
 

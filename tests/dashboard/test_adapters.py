@@ -31,6 +31,8 @@ async def test_an_adapter_s_backlog_is_shown_and_exported(store, board, redis_se
     (shown,) = board.get_json("/api/adapters")["items"]
     assert (shown["name"], shown["enabled"], shown["waiting"], shown["lag_error"]) == ("jobs", False, 3, None)
     assert "password" not in shown["config"].get("url", "")
+    assert (shown["broker"], shown["reads"]) == ("redis", "list 'jobs'")  # what its broker's entry says of it
+    assert shown["guarantee"].startswith("durable: removed from KEY:processing (LREM) only after the commit")
 
     scraped = board.get("/metrics").body.decode()
     families = {f.name: f for f in text_string_to_metric_families(scraped)}
