@@ -85,7 +85,8 @@ def number(option: Option, value: Any) -> int | float | None:
     kind = int if option.type is int else float
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
         raise InvalidArgument(f"{option.flag} must be a {'whole ' if kind is int else ''}number")
-    if math.isnan(value) or (option.min is not None and value < option.min) or (option.max is not None and value > option.max):
+    below = option.min is not None and value < option.min
+    if math.isnan(value) or below or (option.max is not None and value > option.max):
         low = "" if option.min is None else f" from {option.min:g}"
         high = "" if option.max is None else f" to {option.max:g}"
         raise InvalidArgument(f"{option.flag} must be a number{low}{high}")

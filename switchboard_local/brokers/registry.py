@@ -6,7 +6,8 @@ module level:
     NAME          "nats": the name `adapter add --broker` takes, kept in each config as ``broker``
     DESCRIPTION   one line: what its adapters read ("NATS JetStream: a durable pull consumer")
     OPTIONS       tuple of core.adapters.Option: what `adapter add` takes beyond the shared
-                  --url/--url-env/--batch/--queue (CLI ``--stream``, config key ``stream``)
+                  --url/--url-env/--batch/--queue (CLI ``--stream``, config key ``stream``);
+                  no name of SHARED below; a help that does not name the broker (the CLI does)
     URL           False when its adapters name no URL (SQS: the AWS environment says where);
                   left out, it is True: exactly one of --url and --url-env is required
     configure(options) -> dict

@@ -56,7 +56,8 @@ def _own(a: Source) -> list[tuple[str, Any]]:
 
 
 def _text(a: Source) -> str:
-    c, said = a.to_dict()["config"], adapters.describe(a, process.brokers())  # .get: a row edited by hand may lack any of it
+    # Read with .get: a row edited by hand may lack any of it.
+    c, said = a.to_dict()["config"], adapters.describe(a, process.brokers())
     reads = f" {said['reads']}" if said["reads"] else ""
     lines = [
         f"adapter {a.name}: {said['broker']}{reads} ({'enabled' if a.enabled else 'disabled'})",
@@ -133,7 +134,8 @@ class BrokerCommand(click.Command):
 @adapter.command("add", cls=BrokerCommand)
 @click.argument("name", help="The adapter's name: 1-64 letters, digits, '.', '_' or '-'.")
 @click.option("--broker", type=click.Choice(process.brokers().names()), default=process.brokers().default,
-              show_default=True, help="The broker its messages are read from; each takes its own options below.")  # fmt: skip
+              show_default=True,
+              help="The broker its messages are read from; each takes its own options below.")  # fmt: skip
 @click.option("--url", default=None, help="The broker's URL (kept in the owner-only database, shown with its password "
               "masked).")  # fmt: skip
 @click.option("--url-env", default=None, metavar="VAR", help="Read the URL from this environment variable of `serve`.")

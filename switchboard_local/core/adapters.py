@@ -40,7 +40,8 @@ class Option:
     checked by the CLI before ``configure`` sees them (``configure`` checks again: it
     is also called without the CLI). ``required``: ``configure`` refuses a missing one
     (the CLI cannot: the option belongs to one broker of several). ``secret``: its value
-    is kept in the database but never shown back.
+    is kept in the database but never shown back. ``help``: one sentence that does not
+    name the broker (`adapter add --help` puts "BROKER: " before it, and "[required]" after).
     """
 
     name: str

@@ -460,7 +460,8 @@ async def _adapter_check(ctx: Context, source: Source) -> Check:
     broker = brokers.of(source)
     if broker is None:
         return Check(name, FAIL, f"its broker {queue_family.broker_name(source, brokers)!r} is not one this "
-                     "switchboard-local runs", "pip install --upgrade switchboard-local  (or remove the adapter)")  # fmt: skip
+                     "switchboard-local runs",
+                     "pip install --upgrade switchboard-local  (or remove the adapter)")  # fmt: skip
     reads = f"{broker.name} {broker.where(config)}"
     url, var = queue_family.url(config, ctx.env), queue_family.url_env(config)
     if broker.takes_url and url is None:

@@ -23,7 +23,7 @@ from support import fake_broker
 from support.brokers import Running
 from support.cli import as_json
 from support.dashboard import serving_dashboard
-from support.sql import rows, value
+from support.sql import rows, run, value
 from support.waits import until
 
 pytestmark = pytest.mark.anyio
@@ -168,3 +168,13 @@ async def test_a_backlog_is_never_asked_where_the_url_is_missing(fake) -> None:
     assert said == {"waiting": None, "unacked": None, "lag_error": "$FEED_URL is not set here"}
     assert await BROKERS.get("fake").probe(source.config, {"FEED_URL": "fake://local"}, 1.0) == Backlog(
         reachable=True, waiting=0, unacked=0)  # fmt: skip
+
+
+def test_an_adapter_of_a_broker_this_version_lacks_is_still_shown_and_doctor_names_it(cli, db_path) -> None:
+    as_json(cli, "adapter", "add", "orders", "--url", "redis://127.0.0.1:6399/0", "--mode", "list", "--key", "k")
+    run(db_path, "UPDATE sources SET config = json_set(config, '$.broker', 'carrier')")  # a later version's broker
+    (listed,) = as_json(cli, "adapter", "list")
+    assert (listed["broker"], listed["guarantee"]) == ("carrier", "unknown: no broker 'carrier' in this version")
+    assert cli("adapter", "show", "orders").out.startswith("adapter orders: carrier (enabled)")
+    check = {c["name"]: c for c in as_json_any(cli, "doctor")["checks"]}["adapter orders"]
+    assert check["status"] == "fail" and "its broker 'carrier' is not one this switchboard-local runs" in check["detail"]
