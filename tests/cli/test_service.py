@@ -23,8 +23,8 @@ import pytest
 
 from switchboard_local.cli import service, service_managers, service_units
 
-from support.backends import PASSWORD, with_password
 from support import fake_broker
+from support.backends import PASSWORD, with_password
 from support.cli import REPO_ROOT, Result, invoke, run_cli
 from support.postgres import PostgresServer
 
