@@ -137,7 +137,7 @@ async def add_sources_reading_env(store) -> None:
     await sources.add(store, "gh", family="webhook", kind="github", trust_mode="github",
                       config=webhook_config.source_config("github", {}), secrets=[sources.secret_ref(env="GH_SECRET")])
     await sources.add(store, "orders", family="queue", kind="redis", trust_mode="queue",
-                      config={"redis_url_env": "ORDERS_URL", "mode": "list", "key": "orders"})  # fmt: skip
+                      config={"url_env": "ORDERS_URL", "mode": "list", "key": "orders"})  # fmt: skip
 
 
 async def test_the_leader_says_which_of_the_sources_variables_it_has_and_never_a_value(store, db_path) -> None:
