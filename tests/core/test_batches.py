@@ -397,7 +397,8 @@ async def test_an_item_out_of_the_lease_scope_is_answered_like_an_unknown_one(st
 async def test_a_result_json_cannot_hold_is_refused_in_completes_words_and_its_todo_stays_claimed(store):
     a, b = await new(store, "a"), await new(store, "b")
     ca, cb = [await todos.claim(store, t.id, owner="w") for t in (a, b)]
-    outcomes = await todos.complete_many(store, [Completion(Lease.of(ca), float("nan")), Completion(Lease.of(cb), "fine")])
+    items = [Completion(Lease.of(ca), float("nan")), Completion(Lease.of(cb), "fine")]
+    outcomes = await todos.complete_many(store, items)
     with pytest.raises(InvalidArgument) as single:
         await todos.complete(store, Lease.of(ca), result=float("nan"))
     assert (outcomes[0].todo_id, outcomes[0].todo, outcomes[0].error.message) == (a.id, None, single.value.message)

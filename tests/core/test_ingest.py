@@ -241,9 +241,11 @@ BATCHES = {
 STORED = {
     "events": "SELECT * FROM events ORDER BY id",
     # Every column but the lease token's hash: a claim's token is random.
-    "todos": "SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt, "
-             "max_attempts, owner, lease_expires_at, visible_at, result, last_error, created_at, updated_at, claimed_at, "
-             "completed_at, cancelled_by, cancel_reason FROM todos ORDER BY id",
+    "todos": (
+        "SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt, "
+        "max_attempts, owner, lease_expires_at, visible_at, result, last_error, created_at, updated_at, claimed_at, "
+        "completed_at, cancelled_by, cancel_reason FROM todos ORDER BY id"
+    ),
     "event_todos": "SELECT * FROM event_todos ORDER BY event_id, position",
     "delivery_keys": "SELECT * FROM delivery_keys ORDER BY source, key",
 }
@@ -269,7 +271,8 @@ async def test_a_batch_todo_whose_key_a_lapsed_last_attempt_held_is_made_for_its
     last, _ = await todos.create(store, job("last attempt", "lapsed", max_attempts=1))
     await todos.claim(store, last.id, owner="w", lease=30)
     clock.advance(60)
-    a, b = await events.ingest_many(store, [(signed("a"), [job("a1", "lapsed"), job("a2")]), (signed("b"), [job("b1")])])
+    batch = [(signed("a"), [job("a1", "lapsed"), job("a2")]), (signed("b"), [job("b1")])]
+    a, b = await events.ingest_many(store, batch)
     made = await todos.get(store, a.todo_ids[0])
     assert (made.title, made.event_id, made.state, made.created_at) == ("a1", a.event_id, "pending", clock.now_ms())
     assert made.id not in (last.id, *a.todo_ids[1:], *b.todo_ids)

@@ -229,8 +229,11 @@ async def test_a_bulk_jobs_batch_is_between_1_and_1000_todos_per_transaction(sto
         ("cancel_many", {"queue": "q", "by": "alice", "kind": " "}, "kind must be a non-empty string"),
         ("redrive_many", {"queue": "q", "kind": ""}, "kind must be a non-empty string"),
         ("purge", {"queue": "", "state": "cancelled"}, "queue must be a non-empty string"),
-        ("purge", {"queue": "q", "state": "pending"},
-         "only finished todos can be purged: state must be one of done, failed, cancelled"),
+        (
+            "purge",
+            {"queue": "q", "state": "pending"},
+            "only finished todos can be purged: state must be one of done, failed, cancelled",
+        ),
     ],
     ids=["cancel-queue", "cancel-kind", "redrive-kind", "purge-queue", "purge-state"],
 )
