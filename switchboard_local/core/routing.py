@@ -216,7 +216,7 @@ def _routes(tx: Transaction, source: str) -> tuple[list[Rule], str]:
 _GENERATION = ("sources", "generation")
 
 
-def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool = False) -> list[NewTodo]:
+def _route_in(tx: Transaction, delivery: Delivery, *, replay: bool) -> list[NewTodo]:
     rules, default_queue = _routes(tx, delivery.source)
     return plan(
         rules,

@@ -318,7 +318,7 @@ async def test_a_todo_twice_in_one_batch_first_with_a_stale_token_is_finished_by
     claimed = await todos.claim(store, todo.id, owner="w")
     stale = Lease(todo.id, "not the token")
     outcomes = await todos.complete_many(store, [Completion(stale, 1), Completion(Lease.of(claimed), 2)])
-    assert [o.ok for o in outcomes] == [False, True]
+    assert [(o.todo_id, o.ok) for o in outcomes] == [(todo.id, False), (todo.id, True)]
     assert (await todos.get(store, todo.id)).result == 2
 
 
@@ -392,6 +392,18 @@ async def test_an_item_out_of_the_lease_scope_is_answered_like_an_unknown_one(st
     assert outcomes[0].ok
     assert isinstance(outcomes[1].error, NotFound) and "does not exist" in outcomes[1].error.message
     assert (await todos.get(store, outside.id)).state == "claimed"
+
+
+async def test_a_result_json_cannot_hold_is_refused_in_completes_words_and_its_todo_stays_claimed(store):
+    a, b = await new(store, "a"), await new(store, "b")
+    ca, cb = [await todos.claim(store, t.id, owner="w") for t in (a, b)]
+    items = [Completion(Lease.of(ca), float("nan")), Completion(Lease.of(cb), "fine")]
+    outcomes = await todos.complete_many(store, items)
+    with pytest.raises(InvalidArgument) as single:
+        await todos.complete(store, Lease.of(ca), result=float("nan"))
+    assert (outcomes[0].todo_id, outcomes[0].todo, outcomes[0].error.message) == (a.id, None, single.value.message)
+    assert outcomes[1].ok and outcomes[1].todo.result == "fine"
+    assert (await todos.get(store, a.id)).state == "claimed"
 
 
 async def test_a_result_over_the_payload_cap_refuses_that_item_only(store):
@@ -492,8 +504,9 @@ async def test_the_fused_claim_keeps_to_the_budget_of_its_next_claim(store):
 
 
 async def test_max_goes_with_then_and_within_its_bounds(store):
-    with pytest.raises(InvalidArgument, match="max goes with then"):
+    with pytest.raises(InvalidArgument) as alone:
         await todos.complete_many(store, [Completion(Lease(1, "x"))], max=3)
+    assert alone.value.message == "max goes with then (the next claim)"
     with pytest.raises(InvalidArgument, match="max must be between 1 and 100"):
         await todos.complete_many(store, [Completion(Lease(1, "x"))], then=NextClaim("w"), max=101)
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from switchboard_local.core import events, todos
+from switchboard_local.core import events, retention, todos
+from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
+from switchboard_local.core.store.interface import Store, Transaction
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -150,6 +155,128 @@ async def test_store_stays_usable_after_a_failed_ingest(store, db_path):
     sql.drop_trigger(db_path, "fail_all", "todos")
     todo, created = await todos.create(store, NewTodo(queue="q", title="after"))
     assert created and (await todos.get(store, todo.id)).title == "after"
+
+
+# ---------------------------------------------------------------- a batch is its deliveries one by one
+
+DAY = 86_400.0
+
+
+def signed(external_id: str, body: bytes = b"{}", *, window: float = 0.0, verified: bool = True) -> NewEvent:
+    return NewEvent(source="github", family="webhook", type="push", external_id=external_id, trust_mode="hmac-sha256",
+                    verified=verified, body=body, content_type="application/json", replay_window=window)  # fmt: skip
+
+
+def job(title: str, key: str | None = None, **fields) -> NewTodo:
+    return NewTodo(queue="builds", title=title, idempotency_key=key, **fields)
+
+
+def titled_by_its_event(tx: Transaction, event_id: int, event: NewEvent) -> list[NewTodo]:
+    """A Derive: the todos are known once the event is (routing's way), and name its id."""
+    return [job(f"made for event {event_id}", f"derived:{event.external_id}")]
+
+
+async def history(store: Store, clock: ManualClock) -> None:
+    """What the store saw before the batch: a delivery pruned to its key, one still
+    stored (in a replay window), a live todo holding a key, a finished one that
+    freed its key, and a claimed todo whose lease lapsed (it keeps its key: it
+    has attempts left)."""
+    gone = await ingest(store, signed("gone", b"gone"), [job("gone")])
+    await todos.complete(store, Lease.of(await todos.claim(store, gone.todo_ids[0], owner="w")))
+    await retention.prune(store, max_events=0)
+    await ingest(store, signed("old", b"old", window=DAY), [job("old", "old")])
+    await todos.create(store, job("holder", "held"))
+    finished, _ = await todos.create(store, job("finished", "done"))
+    await todos.complete(store, Lease.of(await todos.claim(store, finished.id, owner="w")))
+    lapsing, _ = await todos.create(store, job("retried", "lapsed"))
+    await todos.claim(store, lapsing.id, owner="w", lease=30)
+    clock.advance(60)
+
+
+BATCHES = {
+    "new deliveries and their todos, keyed or not": [
+        (signed("a"), [job("a1", "a1"), job("a2"), job("a3")]),
+        (signed("b"), []),
+        (signed("c"), [job("c1"), job("c2", "c2")]),
+    ],
+    "repeats within the batch": [
+        (signed("a"), [job("a1", "a1")]),
+        (signed("a", b"another body"), [job("again", "again")]),
+        (signed("b"), [job("b1")]),
+        (signed("a"), []),
+        (signed("b"), [job("b2")]),
+    ],
+    "deliveries seen before the batch, stored or pruned": [
+        (signed("old", b"old", window=DAY), [job("old again", "old again")]),
+        (signed("new"), [job("new")]),
+        (signed("gone", b"gone"), [job("gone again")]),
+        (signed("old"), []),
+    ],
+    "the same body under new ids within the replay window": [
+        (signed("forged", b"old", window=DAY), [job("forged")]),
+        (signed("x", b"X", window=DAY), [job("x", "x")]),
+        (signed("forged-x", b"X", window=DAY), [job("forged x")]),
+        (signed("y", b"Y", window=DAY), [job("y")]),
+        (signed("unverified", b"X", window=DAY, verified=False), [job("unverified")]),
+        (signed("outside", b"Y"), [job("outside")]),
+    ],
+    "a stored delivery again, with the body of a new one of the batch": [
+        (signed("n", b"N", window=DAY), [job("n")]),
+        (signed("old", b"N", window=DAY), [job("old with n's body")]),
+        (signed("m"), [job("m")]),
+    ],
+    "todo keys held, taken earlier in the batch, or freed": [
+        (signed("a"), [job("a1", "held"), job("a2", "shared"), job("a3")]),
+        (signed("b"), [job("b1", "shared"), job("b2", "done"), job("b3")]),
+        (signed("c"), [job("c1", "lapsed"), job("c2", "twice"), job("c3", "twice"), job("c4")]),
+        (signed("d"), [job("d1", "c-less")]),
+    ],
+    "todos derived once the event is known": [
+        (signed("a"), titled_by_its_event),
+        (signed("b"), [job("b")]),
+        (signed("a"), titled_by_its_event),
+        (signed("c"), titled_by_its_event),
+    ],
+}
+STORED = {
+    "events": "SELECT * FROM events ORDER BY id",
+    # Every column but the lease token's hash: a claim's token is random.
+    "todos": (
+        "SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt, "
+        "max_attempts, owner, lease_expires_at, visible_at, result, last_error, created_at, updated_at, claimed_at, "
+        "completed_at, cancelled_by, cancel_reason FROM todos ORDER BY id"
+    ),
+    "event_todos": "SELECT * FROM event_todos ORDER BY event_id, position",
+    "delivery_keys": "SELECT * FROM delivery_keys ORDER BY source, key",
+}
+
+
+@pytest.mark.parametrize("batch", BATCHES.values(), ids=BATCHES)
+async def test_a_batch_answers_and_stores_exactly_what_its_deliveries_one_by_one_would(db_path, other_db_path, batch):
+    answers, stored = {}, {}
+    for way, database in (("batch", db_path), ("one by one", other_db_path)):
+        clock = ManualClock()
+        async with await open_store(database, clock=clock, rng=random.Random(0)) as store:
+            await history(store, clock)
+            if way == "batch":
+                answers[way] = await events.ingest_many(store, batch)
+            else:
+                answers[way] = [await ingest(store, event, todo_list) for event, todo_list in batch]
+        stored[way] = {table: rows(database, query) for table, query in STORED.items()}
+    assert answers["batch"] == answers["one by one"]
+    assert stored["batch"] == stored["one by one"]
+
+
+async def test_a_batch_todo_whose_key_a_lapsed_last_attempt_held_is_made_for_its_event(store, clock):
+    last, _ = await todos.create(store, job("last attempt", "lapsed", max_attempts=1))
+    await todos.claim(store, last.id, owner="w", lease=30)
+    clock.advance(60)
+    batch = [(signed("a"), [job("a1", "lapsed"), job("a2")]), (signed("b"), [job("b1")])]
+    a, b = await events.ingest_many(store, batch)
+    made = await todos.get(store, a.todo_ids[0])
+    assert (made.title, made.event_id, made.state, made.created_at) == ("a1", a.event_id, "pending", clock.now_ms())
+    assert made.id not in (last.id, *a.todo_ids[1:], *b.todo_ids)
+    assert (await todos.get(store, last.id)).dead_letter
 
 
 @pytest.mark.parametrize(

@@ -1474,3 +1474,29 @@ async def test_bulk_redrive_holds_back_a_dead_letter_whose_key_a_newer_todo_hold
     assert (done.matched, done.redriven, done.skipped) == (1, 0, 1)
     assert (await todos.get(store, old.id)).dead_letter and (await todos.get(store, newer.id)).state == "pending"
 
+
+async def test_bulk_redrive_counts_a_held_back_dead_letter_once_and_records_each_batch_on_the_queue(store, db_path):
+    dead = [(await _dead_letter(store, await new(store, f"dead {i}", idempotency_key=f"k{i}", max_attempts=1))).id
+            for i in range(5)]  # fmt: skip
+    await new(store, "newer", idempotency_key="k2")  # holds the key of the third dead letter
+    done = await todos.redrive_many(store, queue="q", by="alice", batch=3)
+    assert (done.matched, done.redriven, done.skipped) == (5, 4, 1)
+    bodies = rows(db_path, "SELECT body FROM events WHERE source = 'operator' ORDER BY id")
+    assert [json.loads(bytes(body)) for (body,) in bodies] == [
+        {"by": "alice", "action": "todo.redrive", "subject": "q", "ids": [dead[0], dead[1]], "skipped": 1},
+        {"by": "alice", "action": "todo.redrive", "subject": "q", "ids": [dead[3], dead[4]], "skipped": 0},
+    ]
+    assert (await todos.get(store, dead[2])).dead_letter
+
+
+async def test_bulk_redrive_filters_by_kind_and_by_when_the_todo_died(store, clock):
+    await _dead_letter(store, await new(store, "old deploy", kind="deploy", max_attempts=1))
+    clock.advance(600)
+    cutoff = clock.now_ms()
+    await _dead_letter(store, await new(store, "new build", kind="build", max_attempts=1))
+    bad = await _dead_letter(store, await new(store, "new deploy", kind="deploy", max_attempts=1))
+    assert await todos.count_dead_letters(store, queue="q", kind="deploy", since=cutoff) == 1
+    done = await todos.redrive_many(store, queue="q", kind="deploy", since=cutoff)
+    assert (done.matched, done.redriven, done.skipped) == (1, 1, 0)
+    assert [t.id for t in await todos.list_todos(store, state="pending")] == [bad.id]
+

@@ -176,7 +176,10 @@ async def test_bulk_cancel_takes_a_queues_pending_todos_a_batch_per_transaction(
     seen: list[int] = []
     done = await todos.cancel_many(store, queue="q", by="alice", reason="bad deploy", batch=2, progress=seen.append)
     assert done == 5 and seen == [2, 4, 5]
-    assert [a["ids"] for a in audited(db_path, "todo.cancel")] == [pending[:2], pending[2:4], pending[4:]]
+    assert audited(db_path, "todo.cancel") == [
+        {"by": "alice", "action": "todo.cancel", "subject": "q", "ids": ids, "reason": "bad deploy"}
+        for ids in (pending[:2], pending[2:4], pending[4:])
+    ]
     assert (await todos.get(store, held.id)).state == "claimed"
     assert (await todos.get(store, elsewhere.id)).state == "pending"
     assert {t.cancel_reason for t in await todos.list_todos(store, state="cancelled")} == {"bad deploy"}
@@ -198,6 +201,50 @@ async def test_bulk_cancel_of_nothing_records_nothing(store, db_path) -> None:
     assert audited(db_path, "todo.cancel") == []
 
 
+async def test_bulk_cancel_takes_a_todo_whose_lease_lapsed_with_attempts_left(store, clock) -> None:
+    todo = await new(store, max_attempts=3)
+    await todos.claim(store, todo.id, owner="crashed", lease=60)
+    clock.advance(61)
+    assert await todos.cancel_many(store, queue="q", by="alice") == 1
+    assert (await todos.get(store, todo.id)).state == "cancelled"
+
+
+async def test_a_bulk_jobs_batch_is_between_1_and_1000_todos_per_transaction(store, db_path) -> None:
+    pending = [(await new(store, f"p{i}")).id for i in range(3)]
+    for batch in (0, 1001):
+        with pytest.raises(InvalidArgument) as refused:
+            await todos.cancel_many(store, queue="q", by="alice", batch=batch)
+        assert refused.value.message == f"batch must be between 1 and 1000, got {batch}"
+    assert audited(db_path, "todo.cancel") == []
+    seen: list[int] = []
+    assert await todos.cancel_many(store, queue="q", by="alice", batch=1, progress=seen.append) == 3
+    assert seen == [1, 2, 3]
+    assert [a["ids"] for a in audited(db_path, "todo.cancel")] == [[todo_id] for todo_id in pending]
+
+
+@pytest.mark.parametrize(
+    ("verb", "arguments", "message"),
+    [
+        ("cancel_many", {"queue": "", "by": "alice"}, "queue must be a non-empty string"),
+        ("cancel_many", {"queue": "q", "by": "alice", "kind": " "}, "kind must be a non-empty string"),
+        ("redrive_many", {"queue": "q", "kind": ""}, "kind must be a non-empty string"),
+        ("purge", {"queue": "", "state": "cancelled"}, "queue must be a non-empty string"),
+        (
+            "purge",
+            {"queue": "q", "state": "pending"},
+            "only finished todos can be purged: state must be one of done, failed, cancelled",
+        ),
+    ],
+    ids=["cancel-queue", "cancel-kind", "redrive-kind", "purge-queue", "purge-state"],
+)
+async def test_a_bulk_job_refuses_a_bad_filter_naming_it_and_changes_nothing(store, verb, arguments, message) -> None:
+    todo = await new(store)
+    with pytest.raises(InvalidArgument) as refused:
+        await getattr(todos, verb)(store, **arguments)
+    assert refused.value.message == message
+    assert (await todos.get(store, todo.id)).state == "pending"
+
+
 # ---------------------------------------------------------------- purge of cancelled todos
 
 
@@ -208,6 +255,34 @@ async def test_purge_deletes_cancelled_todos_and_leaves_the_rest(store) -> None:
     assert await todos.count_purgeable(store, queue="q", state="cancelled") == 1
     assert await todos.purge(store, queue="q", state="cancelled") == 1
     assert [t.id for t in await todos.list_todos(store)] == [kept.id]
+
+
+async def test_purge_records_each_batch_with_its_state_count_and_first_and_last_ids(store, db_path) -> None:
+    cancelled = []
+    for i in range(5):
+        todo = await new(store, f"c{i}")
+        await todos.cancel(store, todo.id, by="alice")
+        cancelled.append(todo.id)
+    seen: list[int] = []
+    assert await todos.purge(store, queue="q", state="cancelled", by="bob", batch=3, progress=seen.append) == 5
+    assert seen == [3, 5]
+    batch = {"by": "bob", "action": "todo.purge", "subject": "q", "state": "cancelled"}
+    assert audited(db_path, "todo.purge") == [
+        {**batch, "count": 3, "first_id": cancelled[0], "last_id": cancelled[2]},
+        {**batch, "count": 2, "first_id": cancelled[3], "last_id": cancelled[4]},
+    ]
+
+
+async def test_purge_takes_only_todos_last_touched_before_the_cutoff(store, clock) -> None:
+    old = await new(store, "old")
+    await todos.cancel(store, old.id, by="alice")
+    clock.advance(60)
+    cutoff = clock.now_ms()
+    recent = await new(store, "recent")
+    await todos.cancel(store, recent.id, by="alice")
+    assert await todos.count_purgeable(store, queue="q", state="cancelled", before=cutoff) == 1
+    assert await todos.purge(store, queue="q", state="cancelled", before=cutoff) == 1
+    assert [t.id for t in await todos.list_todos(store, state="cancelled")] == [recent.id]
 
 
 # ---------------------------------------------------------------- direct creates come from an event

@@ -23,7 +23,7 @@ from switchboard_local.core.todos import Lease
 from switchboard_local.http import verifiers as webhooks
 
 from support.cli import as_json
-from support.sql import count, counts
+from support.sql import count, counts, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -512,6 +512,27 @@ async def test_a_dry_run_of_a_stored_event_shows_the_todos_it_would_make(store) 
     (planned,) = await routing.dry_run(store, event_id=first.event_id)
     assert (planned.queue, planned.title, planned.payload["delivery_id"]) == ("review", "PR 42", "d-5")
     assert planned.payload["event_id"] == first.event_id
+
+
+async def test_a_dry_run_of_a_stored_event_uses_its_sources_default_queue_or_the_sources_name_once_it_is_gone(store):
+    await add_source(store, queue="inbox")
+    first = await routing.deliver(store, event(PR))
+    assert [(await todos.get(store, i)).queue for i in first.todo_ids] == ["inbox"]
+    assert [t.queue for t in await routing.dry_run(store, event_id=first.event_id)] == ["inbox"]
+    await sources.remove(store, "gh")
+    assert [t.queue for t in await routing.dry_run(store, event_id=first.event_id)] == ["gh"]
+
+
+async def test_a_replay_by_someone_is_recorded_with_the_todos_it_answered(store, db_path: Path) -> None:
+    await add_source(store)
+    first = await routing.deliver(store, event(PR))
+    await todos.complete(store, Lease.of(await todos.claim(store, first.todo_ids[0], owner="w")))
+    assert await routing.replay(store, first.event_id) != []  # nobody named: nothing recorded
+    replayed = await routing.replay(store, first.event_id, by="alice")
+    recorded = rows(db_path, "SELECT type, body FROM events WHERE source = 'operator'")
+    assert [(kind, json.loads(bytes(body))) for kind, body in recorded] == [
+        ("event.replay", {"by": "alice", "action": "event.replay", "subject": first.event_id, "todos": replayed})
+    ]
 
 
 async def test_a_dry_run_names_what_is_missing(store) -> None:

@@ -108,11 +108,12 @@ async def test_a_quiet_feed_yields_empty_batches_so_its_reader_can_look_around(s
             assert await anext(feed) == []
 
 
-async def test_follow_events_brings_events_stored_by_another_store_on_the_file(store, db_path) -> None:
-    def event(delivery: str, source: str = "gh") -> NewEvent:
-        return NewEvent(source=source, family="webhook", type="push", external_id=delivery, trust_mode="github",
-                        verified=True, body=b"{}")  # fmt: skip
+def event(delivery: str, source: str = "gh") -> NewEvent:
+    return NewEvent(source=source, family="webhook", type="push", external_id=delivery, trust_mode="github",
+                    verified=True, body=b"{}")  # fmt: skip
 
+
+async def test_follow_events_brings_events_stored_by_another_store_on_the_file(store, db_path) -> None:
     await events.ingest_many(store, [(event("d-0"), [])])
     async with aclosing(events.follow_events(store, source="gh", idle=0.05)) as feed:
         assert await anext(feed) == []  # it has started: "now" is taken
@@ -123,3 +124,11 @@ async def test_follow_events_brings_events_stored_by_another_store_on_the_file(s
     async with aclosing(events.follow_events(store, from_id=1, idle=0.05)) as feed:
         assert [e.external_id for e in await next_rows(feed)] == ["d-0", "d-1", "d-2"]
     assert await events.last_event_id(store) == 3
+
+
+async def test_follow_events_from_an_id_brings_the_backlog_from_that_event_a_bounded_batch_at_a_time(store) -> None:
+    stored = await events.ingest_many(store, [(event(f"d-{n}"), []) for n in range(watch.FOLLOW_BATCH + 2)])
+    async with aclosing(events.follow_events(store, from_id=stored[1].event_id, idle=0.05)) as feed:
+        first, second = await next_rows(feed), await next_rows(feed)
+    assert (len(first), len(second)) == (watch.FOLLOW_BATCH, 1)
+    assert [e.id for e in first + second] == [s.event_id for s in stored[1:]]
