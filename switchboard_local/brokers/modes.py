@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .nats_jetstream import JetStreamReader
 from .reader import ReaderFactory
 from .redis_list import ListReader
 from .redis_pubsub import PubSubReader
@@ -11,4 +12,5 @@ READERS: dict[str, ReaderFactory] = {
     "stream": StreamReader,
     "list": ListReader,
     "pubsub": PubSubReader,
+    "nats": JetStreamReader,  # by the config's "broker" until the registry replaces this table
 }
