@@ -16,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +29,9 @@ from switchboard_local.brokers import nats_jetstream
 from switchboard_local.core import sources
 from switchboard_local.core.store.interface import Store
 
+from support.brokers import Running, ended, health
 from support.redis_server import free_port, in_ci
+from support.waits import POLL, Wait
 
 MISSING = "nats-server is not installed (apt-get install nats-server, brew install nats-server, or run scripts/test.sh)"
 T = TypeVar("T")
@@ -117,6 +119,19 @@ async def consumer_counts(client: Client, stream: str, durable: str = "switchboa
 
 async def consumer_info(client: Client, stream: str, durable: str = "switchboard") -> api.ConsumerInfo:
     return await client.jetstream().consumer_info(stream, durable)
+
+
+async def until_server(look: Callable[[], Awaitable[Any]], want: Any, running: Running | None = None) -> None:
+    """``until_async`` for what only an async call shows (the server's consumer info); with ``running``,
+    a failure at once if the adapter has ended, with the adapters' health."""
+    options: dict[str, Any] = {}
+    if running is not None:
+        options = {"dead": ended(running.task, running.what), "context": lambda: health(running.path)}
+    seen = [await look()]
+    wait = Wait(lambda: seen[0], want, **options)
+    while not wait.done():
+        await asyncio.sleep(POLL)
+        seen[0] = await look()
 
 
 def nats_config(url: str, stream: str, **options: Any) -> dict[str, Any]:
