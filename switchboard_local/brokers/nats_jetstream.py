@@ -45,6 +45,7 @@ API_TIMEOUT = 5.0  # seconds the server has to answer a JetStream API request, a
 SCHEMES = ("nats", "tls")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MSG_ID = "Nats-Msg-Id"  # the publisher's id, the stream's own duplicate window keys on it
+NO_JETSTREAM = "JetStream does not answer on this server (is it started with -js?)"
 CONSUMER_NOT_FOUND = 10014  # JetStream's err_code: tells a missing consumer from a missing stream
 
 
@@ -292,7 +293,10 @@ class JetStreamReader:
     async def _start(self) -> None:
         self._client = await self._connect(self._url)
         js = self._client.jetstream(timeout=API_TIMEOUT)
-        await self._ensure_stream(js)
+        try:
+            await self._ensure_stream(js)
+        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+            raise Misfit(NO_JETSTREAM) from None
         info = await self._ensure_consumer(js)
         # Renew within the consumer's own AckWait, which may differ from ours when it was made elsewhere.
         self._renew_every = max((info.config.ack_wait or DEFAULT_ACK_WAIT) / 3, 0.1)
@@ -385,8 +389,8 @@ async def probe(config: Mapping[str, Any], environ: Mapping[str, str], timeout: 
                 return Backlog(reachable=False, error=_said(exc, url))
             try:
                 return await _backlog(client.jetstream(timeout=timeout), config)
-            except nats.errors.NoRespondersError:
-                return Backlog(reachable=True, error="JetStream is not enabled on this server")
+            except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                return Backlog(reachable=True, error=NO_JETSTREAM)
             except nats.errors.Error as exc:
                 return Backlog(reachable=True, error=_said(exc, url))
     except TimeoutError:

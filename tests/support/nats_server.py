@@ -38,25 +38,26 @@ T = TypeVar("T")
 
 
 class NatsServer:
-    """nats-server with JetStream on, storing in ``workdir``/jetstream (kept across a stop and start)."""
+    """nats-server with JetStream on, storing in ``workdir``/jetstream (kept across a stop and start);
+    with ``jetstream=False``, core NATS only."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, jetstream: bool = True) -> None:
         binary = shutil.which("nats-server")
         if binary is None:
             raise RuntimeError(MISSING)
         self.binary = binary
         self.store_dir = workdir / "jetstream"
+        self.jetstream = jetstream
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> NatsServer:
-        self.proc = subprocess.Popen(
-            [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        jetstream = ["-js", "-sd", str(self.store_dir)] if self.jetstream else []
+        self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port), *jetstream],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         deadline = time.monotonic() + 10
-        while not self._serves_jetstream():
+        while not self._serves():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited with status {self.proc.returncode}")
             if time.monotonic() > deadline:
@@ -64,14 +65,14 @@ class NatsServer:
             time.sleep(0.02)
         return self
 
-    def _serves_jetstream(self) -> bool:
-        """The server's INFO line (the first thing it sends a client) says JetStream is on."""
+    def _serves(self) -> bool:
+        """The server's INFO line (the first thing it sends a client) came, and says JetStream is on when it should be."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
                 line = s.makefile("rb").readline()
         except OSError:
             return False
-        return line.startswith(b"INFO ") and json.loads(line[5:]).get("jetstream") is True
+        return line.startswith(b"INFO ") and bool(json.loads(line[5:]).get("jetstream")) == self.jetstream
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -80,14 +81,14 @@ class NatsServer:
             self.proc = None
 
 
-def started_nats_server(workdir: Path) -> NatsServer:
+def started_nats_server(workdir: Path, *, jetstream: bool = True) -> NatsServer:
     """A started nats-server for a test. Without the binary the test fails when CI is set (CI must run
     every real-server test), and is skipped, saying why, when not."""
     if shutil.which("nats-server") is None:
         if in_ci():
             pytest.fail(f"{MISSING}; CI is set, so the NATS tests must run", pytrace=False)
         pytest.skip(f"{MISSING}; NATS test skipped because CI is not set")
-    return NatsServer(workdir).start()
+    return NatsServer(workdir, jetstream=jetstream).start()
 
 
 @contextlib.asynccontextmanager
