@@ -65,10 +65,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("stream", "The JetStream stream to consume.", required=True),
     Option("subject", "Only the stream's messages on this subject (wildcards * and > allowed; default: all of it)."),
     Option("durable", f"The durable consumer's name (default {DEFAULT_DURABLE}); created when missing."),
-    Option("create_stream", "Create the stream (on --subject) when it is missing; without it, a missing stream "
-                            "is an error.", type=bool, default=False),  # fmt: skip
-    Option("ack_wait", f"Seconds the server waits for an ack before it redelivers, for a consumer this adapter "
-                       f"creates (default {DEFAULT_ACK_WAIT}).", type=int),  # fmt: skip
+    Option(
+        "create_stream", "Create the stream on --subject when it is missing (else a missing one is an error).", bool
+    ),
+    Option("ack_wait", f"Seconds before an unacked message is redelivered (default {DEFAULT_ACK_WAIT}).", int),
 )
 
 

@@ -37,7 +37,9 @@ def bodies(db_path) -> list[str]:
 
 
 @pytest.mark.both_backends
-async def test_every_published_message_becomes_one_event_and_todo_and_is_acked(real_store, nats_server, db_path) -> None:
+async def test_every_published_message_becomes_one_event_and_todo_and_is_acked(
+    real_store, nats_server, db_path
+) -> None:
     async with connected(nats_server.url) as client:
         await add_stream(client, "ORDERS", ["orders.>"])
         await publish(client, "orders.new", [json.dumps({"order": i}).encode() for i in range(2000)])
@@ -71,7 +73,9 @@ async def test_the_message_id_is_nats_msg_id_when_present_else_the_stream_sequen
     assert second.idempotency_key == "event:redis:orders:2:default"
 
 
-async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after(real_store, nats_server, db_path) -> None:
+async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after(
+    real_store, nats_server, db_path
+) -> None:
     refuse_inserts(db_path, "boom", "events", "injected")  # a real fault in the real database
     async with connected(nats_server.url) as client:
         await add_stream(client, "ORDERS", ["orders.>"])
@@ -92,7 +96,9 @@ async def test_a_failing_commit_acks_nothing_and_everything_is_stored_once_after
 
 
 async def test_a_message_that_cannot_be_stored_is_not_acked_and_the_rest_are(real_store, nats_server, db_path) -> None:
-    refuse_inserts(db_path, "unstorable", "events", "this message cannot be stored", when="CAST(NEW.body AS TEXT) LIKE '%poison%'")
+    refuse_inserts(
+        db_path, "unstorable", "events", "this message cannot be stored", when="CAST(NEW.body AS TEXT) LIKE '%poison%'"
+    )
     async with connected(nats_server.url) as client:
         await add_stream(client, "ORDERS", ["orders.>"])
         await publish(client, "orders.new", [b'"one"', b'"poison"', b'"three"', b'"four"'])
@@ -124,7 +130,9 @@ async def test_a_redelivery_after_a_crash_between_commit_and_ack_collapses_into_
         crashed = asyncio.create_task(
             Consumer(real_store, adapter, stop, Faults(pause_after_commit=True), connect=keep).run()
         )
-        await until_async(lambda: value(db_path, "SELECT count(*) FROM events"), 10, dead=ended(crashed, "the consumer"))
+        await until_async(
+            lambda: value(db_path, "SELECT count(*) FROM events"), 10, dead=ended(crashed, "the consumer")
+        )
         keys = sorted(r[0] for r in rows(db_path, "SELECT idempotency_key FROM todos"))
         await clients[0].close()  # the process is gone: its connection closes, nothing acked, nothing nak'd
         crashed.cancel()
@@ -154,7 +162,7 @@ async def test_a_batch_committing_longer_than_ack_wait_is_kept_in_progress_not_r
         renewals += 1
         await real_in_progress(self)
 
-    async def slow_commit(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202  (a fault hook)
+    async def slow_commit(*args, **kwargs):  # a fault hook: the commit waits for the test
         await release.wait()
         return await real_accept(*args, **kwargs)
 

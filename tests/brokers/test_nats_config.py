@@ -54,7 +54,9 @@ def test_a_bad_option_is_refused_naming_it_and_never_quoting_the_url(options, me
 
 
 def test_the_guarantee_where_and_environment_say_what_the_adapter_does() -> None:
-    config = nats_jetstream.configure({"url_env": "NATS_URL", "stream": "ORDERS", "subject": "orders.>", "ack_wait": 45})
+    config = nats_jetstream.configure(
+        {"url_env": "NATS_URL", "stream": "ORDERS", "subject": "orders.>", "ack_wait": 45}
+    )
     assert nats_jetstream.where(config) == "stream ORDERS subject orders.> durable switchboard"
     assert "redelivered after AckWait (45 s)" in nats_jetstream.guarantee(config)
     assert "redis" not in nats_jetstream.guarantee(config).lower()

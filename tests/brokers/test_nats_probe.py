@@ -95,4 +95,7 @@ async def test_a_server_without_jetstream_is_said(tmp_path) -> None:
         found = await nats_jetstream.probe(nats_config(server.url, "ORDERS"), {}, 1.0)
     finally:
         server.stop()
-    assert (found.reachable, found.error) == (True, "JetStream does not answer on this server (is it started with -js?)")
+    assert (found.reachable, found.error) == (
+        True,
+        "JetStream does not answer on this server (is it started with -js?)",
+    )
