@@ -268,3 +268,21 @@ async def test_an_existing_consumer_that_does_not_fit_is_refused_naming_why(cons
         await running.finish()
     assert why in (await sources.get(real_store, "orders")).last_error
     assert value(db_path, "SELECT count(*) FROM events") == 0
+
+
+async def test_a_restarted_nats_server_is_survived_and_drained_without_loss(real_store, nats_server, db_path) -> None:
+    async with connected(nats_server.url) as client:
+        await add_stream(client, "ORDERS", ["orders.>"])
+        await publish(client, "orders.new", [json.dumps({"order": i}).encode() for i in range(3000)])
+    adapter = await add_nats_adapter(real_store, nats_server.url, "ORDERS", batch=1, ack_wait=2)
+    running = Running(real_store, adapter)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), lambda n: n >= 200)
+    nats_server.stop()  # mid-run: its JetStream store stays in its folder
+    await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
+    nats_server.start()
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3000)
+    async with connected(nats_server.url) as client:
+        await until_server(lambda: consumer_counts(client, "ORDERS"), (0, 0), running)
+    await running.finish()
+    assert value(db_path, "SELECT count(*) FROM todos") == 3000
+    assert value(db_path, "SELECT consecutive_failures FROM sources") == 0
