@@ -41,6 +41,7 @@ DEFAULT_BATCH = 64
 DEFAULT_ACK_WAIT = 30  # seconds: the server's own default; a crash's redelivery waits this long
 MAX_ACK_WAIT = 12 * 3600
 FETCH_WAIT = 1.0  # how long one read may wait for messages: also how soon a stop is noticed
+PING_EVERY = 10  # seconds: a connection that went silent is noticed within three of these, and made anew
 API_TIMEOUT = 5.0  # seconds the server has to answer a JetStream API request, an ack's flush
 SCHEMES = ("nats", "tls")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,7 +73,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-class Misfit(Exception):
+class CannotConsume(Exception):
     """The server's stream or consumer is not one this adapter can consume safely (or is missing)."""
 
 
@@ -199,7 +200,8 @@ async def new_client(url: str, timeout: float = 5.0) -> Client:
 
     try:
         return await nats.connect(url, connect_timeout=timeout, allow_reconnect=False, max_reconnect_attempts=1,
-                                  reconnect_time_wait=0, error_cb=keep, name="switchboard-local")  # fmt: skip
+                                  reconnect_time_wait=0, error_cb=keep, name="switchboard-local",
+                                  ping_interval=PING_EVERY, max_outstanding_pings=3)  # fmt: skip
     except nats.errors.NoServersError:
         if last:
             raise last[0] from None
@@ -211,7 +213,7 @@ def url_of(config: Mapping[str, Any], environ: Mapping[str, str]) -> str:
         return config["url"]
     value = environ.get(str(config.get("url_env")))
     if not value:
-        raise Misfit(f"environment variable {config.get('url_env')} is not set")
+        raise CannotConsume(f"environment variable {config.get('url_env')} is not set")
     return value
 
 
@@ -231,7 +233,7 @@ def url_secrets(url: str) -> tuple[str, ...]:
 class JetStreamReader:
     """One adapter's durable pull consumer: fetch a batch, ack each stored message after the commit."""
 
-    faults: tuple[type[Exception], ...] = (nats.errors.Error, OSError, Misfit)
+    faults: tuple[type[Exception], ...] = (nats.errors.Error, OSError, CannotConsume)
 
     def __init__(self, source: Source, connect: Connect | None = None) -> None:
         config = source.config
@@ -258,7 +260,9 @@ class JetStreamReader:
             await self._start()
         try:
             msgs = await self._sub.fetch(self.batch, timeout=FETCH_WAIT)
-        except nats.errors.TimeoutError:  # nothing came within FETCH_WAIT
+        except TimeoutError:  # nothing came within FETCH_WAIT (nats-py raises its own, or asyncio's, subclass)
+            return []
+        if not msgs:
             return []
         self._held = msgs
         self._renewing = asyncio.create_task(self._renew(msgs), name=f"adapter:{self.name}:in-progress")
@@ -296,7 +300,7 @@ class JetStreamReader:
         try:
             await self._ensure_stream(js)
         except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
-            raise Misfit(NO_JETSTREAM) from None
+            raise CannotConsume(NO_JETSTREAM) from None
         info = await self._ensure_consumer(js)
         # Renew within the consumer's own AckWait, which may differ from ours when it was made elsewhere.
         self._renew_every = max((info.config.ack_wait or DEFAULT_ACK_WAIT) / 3, 0.1)
@@ -308,12 +312,15 @@ class JetStreamReader:
             return
         except nats.js.errors.NotFoundError:
             if not self.create_stream:
-                raise Misfit(f"no stream {self.stream!r} on the server (create it, or re-add the adapter with "
+                raise CannotConsume(f"no stream {self.stream!r} on the server (create it, or re-add the adapter with "
                              "--create-stream)") from None  # fmt: skip
         try:
             await js.add_stream(name=self.stream, subjects=[self.subject])
-        except nats.js.errors.BadRequestError:  # made meanwhile by another process: the same stream, or a clash
-            await js.stream_info(self.stream)
+        except nats.js.errors.BadRequestError as refused:  # made meanwhile by another process, or refused
+            try:
+                await js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                raise refused from None
 
     async def _ensure_consumer(self, js: Any) -> api.ConsumerInfo:
         try:
@@ -332,12 +339,14 @@ class JetStreamReader:
         """A consumer made elsewhere: take it only if it is pulled, acked one by one, on our subject."""
         name = f"consumer {self.durable!r} of stream {self.stream!r}"
         if config.deliver_subject:
-            raise Misfit(f"{name} is a push consumer; this adapter needs a pull consumer (another --durable)")
+            raise CannotConsume(f"{name} is a push consumer; this adapter needs a pull consumer (another --durable)")
         if config.ack_policy != api.AckPolicy.EXPLICIT:
-            raise Misfit(f"{name} acks {config.ack_policy}, not explicitly: messages could be lost (another --durable)")
+            raise CannotConsume(
+                f"{name} acks {config.ack_policy}, not explicitly: messages could be lost (another --durable)"
+            )
         filters = set(config.filter_subjects or ([config.filter_subject] if config.filter_subject else []))
         if filters != ({self.subject} if self.subject else set()):
-            raise Misfit(f"{name} filters {sorted(filters) or 'nothing'}, not {self.subject or 'nothing'} "
+            raise CannotConsume(f"{name} filters {sorted(filters) or 'nothing'}, not {self.subject or 'nothing'} "
                          "(another --durable, or the same --subject)")  # fmt: skip
 
     def _message(self, msg: Msg) -> Message:
@@ -378,7 +387,7 @@ async def probe(config: Mapping[str, Any], environ: Mapping[str, str], timeout: 
     """
     try:
         url = url_of(config, environ)
-    except Misfit as exc:
+    except CannotConsume as exc:
         return Backlog(reachable=False, error=str(exc))
     client: Client | None = None
     try:

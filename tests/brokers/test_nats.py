@@ -10,8 +10,9 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import api
+from nats.js import JetStreamContext, api
 
+from switchboard_local.brokers import nats_jetstream
 from switchboard_local.brokers.loop import Consumer, Faults
 from switchboard_local.brokers.nats_jetstream import new_client
 from switchboard_local.core import routing, sources, todos
@@ -125,7 +126,7 @@ async def test_a_redelivery_after_a_crash_between_commit_and_ack_collapses_into_
     async with connected(nats_server.url) as client:
         await add_stream(client, "ORDERS", ["orders.>"])
         await publish(client, "orders.new", [json.dumps({"order": i}).encode() for i in range(10)])
-        adapter = await add_nats_adapter(real_store, nats_server.url, "ORDERS", batch=10, ack_wait=1)
+        adapter = await add_nats_adapter(real_store, nats_server.url, "ORDERS", batch=10, ack_wait=2)
         stop = asyncio.Event()
         crashed = asyncio.create_task(
             Consumer(real_store, adapter, stop, Faults(pause_after_commit=True), connect=keep).run()
@@ -171,10 +172,10 @@ async def test_a_batch_committing_longer_than_ack_wait_is_kept_in_progress_not_r
     async with connected(nats_server.url) as client:
         await add_stream(client, "ORDERS", ["orders.>"])
         await publish(client, "orders.new", [json.dumps({"order": i}).encode() for i in range(5)])
-        running = Running(real_store, await add_nats_adapter(real_store, nats_server.url, "ORDERS", ack_wait=1))
-        # Renewed every third of AckWait: 9 renewals of each message span three AckWaits, past the
-        # server's own check of expired acks (it runs once per AckWait).
-        await running.until(lambda: renewals >= 9 * 5, True)
+        running = Running(real_store, await add_nats_adapter(real_store, nats_server.url, "ORDERS", ack_wait=2))
+        # Renewed every third of AckWait: 7 renewals of each message span more than two AckWaits, past
+        # the server's own check of expired acks (it runs once per AckWait).
+        await running.until(lambda: renewals >= 7 * 5, True)
         other = await client.jetstream().pull_subscribe_bind(consumer="switchboard", stream="ORDERS")
         with pytest.raises(nats.errors.TimeoutError):  # a second puller on the durable is given nothing back
             await other.fetch(5, timeout=0.5)
@@ -286,3 +287,26 @@ async def test_a_restarted_nats_server_is_survived_and_drained_without_loss(real
     await running.finish()
     assert value(db_path, "SELECT count(*) FROM todos") == 3000
     assert value(db_path, "SELECT consecutive_failures FROM sources") == 0
+
+
+async def test_a_fetch_that_times_out_at_any_point_is_an_idle_poll_not_a_failure(real_store, nats_server, db_path,
+                                                                                 monkeypatch) -> None:  # fmt: skip
+    # nats-py ends a fetch that found nothing with its own TimeoutError or asyncio's, depending on when the
+    # deadline passes; a fetch this short meets both, hundreds of times.
+    fetches = 0
+    real_fetch = JetStreamContext.PullSubscription.fetch
+
+    async def counted(self, *args, **kwargs):  # counts, then fetches
+        nonlocal fetches
+        fetches += 1
+        return await real_fetch(self, *args, **kwargs)
+
+    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", counted)
+    monkeypatch.setattr(nats_jetstream, "FETCH_WAIT", 0.002)
+    async with connected(nats_server.url) as client:
+        await add_stream(client, "ORDERS", ["orders.>"])
+    running = Running(real_store, await add_nats_adapter(real_store, nats_server.url, "ORDERS"))
+    await running.until(lambda: fetches >= 500, True)
+    await running.finish()
+    adapter = await sources.get(real_store, "orders")
+    assert (adapter.consecutive_failures, adapter.last_error) == (0, None)
