@@ -105,6 +105,8 @@ def test_killing_serve_at_random_points_while_messages_arrive_stores_each_once(n
         left = MESSAGES - events(db_path)
         proc = ServeProcess(db_path)  # a fresh one: what the kills left unacked is redelivered after AckWait
         procs.append(proc)
+        # Started before it is asked to stop: the kills may have left it nothing to do.
+        until(lines_with(proc, "adapter work: started"), lambda n: n > 0, **watching(proc))
         until(lambda: events(db_path), MESSAGES, **watching(proc))
         until(lambda: nats.run(consumer_counts(nats.client, "WORK")), (0, 0), **watching(proc))
         assert proc.stop() == 0, log(proc)
