@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -27,50 +25,40 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
+from ..core import adapters
+from ..core.adapters import Backlog, Option
 from ..core.errors import InvalidArgument
-from ..core.health import RedisProbe as Backlog  # the registry's neutral Backlog once it lands: the same fields
-from ..core.sources import Source, require_queue
+from ..core.sources import Source
 from ..core.text import first_control
+from . import options as shared_options
 from .reader import Message
 
 NAME = "nats"
 DESCRIPTION = "NATS JetStream: a durable pull consumer on a stream"
 
 DEFAULT_DURABLE = "switchboard"
-DEFAULT_BATCH = 64
 DEFAULT_ACK_WAIT = 30  # seconds: the server's own default; a crash's redelivery waits this long
 MAX_ACK_WAIT = 12 * 3600
 FETCH_WAIT = 1.0  # how long one read may wait for messages: also how soon a stop is noticed
 PING_EVERY = 10  # seconds: a connection that went silent is noticed within three of these, and made anew
 API_TIMEOUT = 5.0  # seconds the server has to answer a JetStream API request, an ack's flush
 SCHEMES = ("nats", "tls")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEFAULT_PORT = 4222
 MSG_ID = "Nats-Msg-Id"  # the publisher's id, the stream's own duplicate window keys on it
 NO_JETSTREAM = "JetStream does not answer on this server (is it started with -js?)"
 CONSUMER_NOT_FOUND = 10014  # JetStream's err_code: tells a missing consumer from a missing stream
 
-
-@dataclass(frozen=True)
-class Option:
-    """One `adapter add` option of this broker (the registry's Option, once it lands)."""
-
-    name: str
-    help: str
-    type: type = str
-    default: Any = None
-    required: bool = False
-    secret: bool = False
-
-
 OPTIONS: tuple[Option, ...] = (
-    Option("stream", "The JetStream stream to consume.", required=True),
-    Option("subject", "Only the stream's messages on this subject (wildcards * and > allowed; default: all of it)."),
-    Option("durable", f"The durable consumer's name (default {DEFAULT_DURABLE}); created when missing."),
-    Option(
-        "create_stream", "Create the stream on --subject when it is missing (else a missing one is an error).", bool
-    ),
-    Option("ack_wait", f"Seconds before an unacked message is redelivered (default {DEFAULT_ACK_WAIT}).", int),
-)
+    Option("stream", "the stream to consume.", required=True),
+    Option("subject", "only the stream's messages on this subject (wildcards * and >; default: all of it)."),
+    Option("durable", f"the durable pull consumer's name (default {DEFAULT_DURABLE}); created when missing.",
+           default=DEFAULT_DURABLE),
+    Option("create_stream", "create the stream on --subject when it is missing (else a missing stream is an error).",
+           type=bool),
+    Option("ack_wait", f"seconds before an unacked message is redelivered, for a consumer it creates (default "
+           f"{DEFAULT_ACK_WAIT}).", type=int, min=1, max=MAX_ACK_WAIT),
+)  # fmt: skip
+_BY_NAME = {o.name: o for o in OPTIONS}
 
 
 class CannotConsume(Exception):
@@ -80,50 +68,32 @@ class CannotConsume(Exception):
 # ------------------------------------------------------------------ configuration (adapter add)
 
 
-def configure(options: dict[str, Any]) -> dict[str, Any]:
+def configure(options: Mapping[str, Any]) -> dict[str, Any]:
     """`adapter add`'s options validated into the stored config; no network I/O, no URL quoted."""
-    url, url_env = options.get("url"), options.get("url_env")
-    if (url is None) == (url_env is None):
-        raise InvalidArgument("give exactly one of --url and --url-env")
-    if url is not None:
-        check_url(url)
-    if url_env is not None and not ENV_NAME.fullmatch(url_env):
-        raise InvalidArgument("--url-env must name an environment variable (letters, digits and '_')")
-    stream = options.get("stream")
-    if not stream:
-        raise InvalidArgument("--stream must name the JetStream stream to consume")
+    config = shared_options.shared(options)
+    if "url" in config:
+        check_url(config["url"])
+    stream = shared_options.text(_BY_NAME["stream"], options.get("stream"))
     _check_name("--stream", stream)
-    durable = options.get("durable") or DEFAULT_DURABLE
+    durable = shared_options.text(_BY_NAME["durable"], options.get("durable")) or DEFAULT_DURABLE
     _check_name("--durable", durable)
-    subject = options.get("subject")
+    subject = shared_options.text(_BY_NAME["subject"], options.get("subject"))
     if subject is not None:
         check_subject(subject)
-    create = bool(options.get("create_stream"))
+    create = shared_options.flag(_BY_NAME["create_stream"], options.get("create_stream"))
     if create and subject is None:
         raise InvalidArgument("--create-stream needs --subject: the subject the new stream takes")
-    ack_wait = options.get("ack_wait")
-    if ack_wait is not None and not (isinstance(ack_wait, int) and 1 <= ack_wait <= MAX_ACK_WAIT):
-        raise InvalidArgument(f"--ack-wait must be a whole number of seconds from 1 to {MAX_ACK_WAIT}")
-    batch = options.get("batch")
-    if batch is not None and not (isinstance(batch, int) and 1 <= batch <= 10_000):
-        raise InvalidArgument("--batch must be a whole number from 1 to 10000")
-    config: dict[str, Any] = {
-        "stream": stream,
-        "subject": subject,
-        "durable": durable,
-        "create_stream": create,
-        "ack_wait": ack_wait or DEFAULT_ACK_WAIT,
-        "batch": batch or DEFAULT_BATCH,
-    }
-    config["url" if url is not None else "url_env"] = url if url is not None else url_env
-    if options.get("queue") is not None:
-        require_queue("--queue", options["queue"])
-        config["queue"] = options["queue"]
+    ack_wait = shared_options.number(_BY_NAME["ack_wait"], options.get("ack_wait"))
+    config.update({"stream": stream, "subject": subject, "durable": durable, "create_stream": create,
+                   "ack_wait": ack_wait or DEFAULT_ACK_WAIT})  # fmt: skip
     return config
 
 
 def check_url(url: str) -> None:
-    """Refuse a URL nats-py would refuse or read otherwise: scheme, host, port. No message quotes it."""
+    """Refuse a URL nats-py would refuse or read otherwise: scheme, host, port. No message quotes it.
+
+    A token in the user part (``nats://TOKEN@host``) is taken: it is shown masked, as a password is.
+    """
     if first_control(url) is not None or " " in url:
         raise InvalidArgument("--url must not hold spaces or control characters (percent-encode them)")
     if not url.startswith(tuple(f"{s}://" for s in SCHEMES)):
@@ -132,16 +102,13 @@ def check_url(url: str) -> None:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
     except ValueError:  # a port that is no number or out of range, a broken [IPv6] literal
-        raise InvalidArgument("--url: not a URL nats can read (nats://[user:password@]host[:port])") from None
+        raise InvalidArgument("--url: not a URL nats can read (nats://[user:password@|token@]host[:port])") from None
     if not host:
         raise InvalidArgument("--url: no host (nats://HOST[:PORT])")
     if port == 0:
         raise InvalidArgument("--url: the port must be a number between 1 and 65535")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise InvalidArgument("--url: nats takes no path or query (nats://[user:password@]host[:port])")
-    if parts.username is not None and parts.password is None:
-        # A token as the user part would be shown as it is (only a password is masked).
-        raise InvalidArgument("--url: a token in the URL would be shown in lists; give the URL with --url-env")
+        raise InvalidArgument("--url: nats takes no path or query (nats://[user:password@|token@]host[:port])")
 
 
 def check_subject(subject: str) -> None:
@@ -158,9 +125,9 @@ def check_subject(subject: str) -> None:
             raise InvalidArgument("--subject: > may only be the last token")
 
 
-def _check_name(option: str, value: str) -> None:
+def _check_name(option: str, value: str | None) -> None:
     # JetStream's own rule for stream and consumer names (they become subject tokens).
-    if len(value) > 255 or first_control(value) is not None or any(c in value for c in " .*>/\\"):
+    if value is None or len(value) > 255 or any(c in value for c in " .*>/\\"):
         raise InvalidArgument(f"{option} must be at most 255 characters, without spaces, '.', '*', '>', '/' or '\\'")
 
 
@@ -176,8 +143,8 @@ def where(config: Mapping[str, Any]) -> str:
 
 
 def env(config: Mapping[str, Any]) -> list[str]:
-    var = config.get("url_env")
-    return [var] if isinstance(var, str) else []
+    name = adapters.url_env(config)
+    return [name] if name else []
 
 
 # ------------------------------------------------------------------ the connection
@@ -209,12 +176,12 @@ async def new_client(url: str, timeout: float = 5.0) -> Client:
 
 
 def url_of(config: Mapping[str, Any], environ: Mapping[str, str]) -> str:
-    if isinstance(config.get("url"), str):
-        return config["url"]
-    value = environ.get(str(config.get("url_env")))
-    if not value:
-        raise CannotConsume(f"environment variable {config.get('url_env')} is not set")
-    return value
+    """The adapter's URL (kept, or from its variable), else CannotConsume saying which is missing."""
+    url = adapters.url(config, environ)
+    if url is None:
+        name = adapters.url_env(config)
+        raise CannotConsume(f"${name} is not set here" if name else "no URL in its config")
+    return url
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -328,7 +295,7 @@ class JetStreamReader:
         except nats.js.errors.NotFoundError:
             config = api.ConsumerConfig(
                 name=self.durable, durable_name=self.durable, ack_policy=api.AckPolicy.EXPLICIT,
-                deliver_policy=api.DeliverPolicy.ALL,  # from the stream's start: what was there before the adapter counts
+                deliver_policy=api.DeliverPolicy.ALL,  # from the stream's start: what was there before counts
                 ack_wait=float(self.ack_wait), filter_subject=self.subject, max_deliver=-1,
             )  # fmt: skip
             return await js.add_consumer(self.stream, config=config)
@@ -395,7 +362,7 @@ async def probe(config: Mapping[str, Any], environ: Mapping[str, str], timeout: 
             try:
                 client = await new_client(url, timeout)
             except (nats.errors.Error, OSError, TimeoutError, ValueError) as exc:
-                return Backlog(reachable=False, error=_said(exc, url))
+                return Backlog(reachable=False, error=_said(exc, url), fix=_start(url))
             try:
                 return await _backlog(client.jetstream(timeout=timeout), config)
             except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
@@ -403,7 +370,8 @@ async def probe(config: Mapping[str, Any], environ: Mapping[str, str], timeout: 
             except nats.errors.Error as exc:
                 return Backlog(reachable=True, error=_said(exc, url))
     except TimeoutError:
-        return Backlog(reachable=client is not None, error=f"no answer within {timeout * 3:g} s")
+        fix = None if client is not None else _start(url)
+        return Backlog(reachable=client is not None, error=f"no answer within {timeout * 3:g} s", fix=fix)
     finally:
         if client is not None:
             with contextlib.suppress(nats.errors.Error, OSError):
@@ -424,6 +392,16 @@ async def _backlog(js: Any, config: Mapping[str, Any]) -> Backlog:
     stream_info = await js.stream_info(stream, subjects_filter=subject)
     waiting = sum((stream_info.state.subjects or {}).values()) if subject else stream_info.state.messages
     return Backlog(reachable=True, waiting=waiting, unacked=0, note=f"no consumer {durable!r} yet; serve creates it")
+
+
+def _start(url: str) -> str:
+    """What would make an unreachable server answer."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or DEFAULT_PORT
+    except ValueError:  # a URL from the environment, never validated
+        return "correct the NATS URL"
+    return f"start nats-server with JetStream on {parts.hostname}:{port} (nats-server -js -p {port})"
 
 
 def _said(exc: BaseException, url: str) -> str:

@@ -13,7 +13,6 @@ older leader's fence: two leaders never stored at once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -26,12 +25,11 @@ from typing import Any
 
 import pytest
 
-from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.store.shared import is_url
 
 from support.cli import run_cli
 from support.mcp import RawServer
-from support.nats_server import Nats, add_nats_adapter, add_stream, consumer_counts, publish
+from support.nats_server import Nats, add_nats_adapter_by_cli, add_stream, consumer_counts, publish
 from support.receiver import ServeProcess
 from support.sql import rows, value
 from support.waits import until
@@ -87,11 +85,6 @@ def _lines(p: Any) -> list[Any]:
     return p.stderr if isinstance(p, RawServer) else p.lines
 
 
-async def add_nats(db: Path, url: str) -> None:
-    async with await open_store(db) as store:
-        await add_nats_adapter(store, url, "WORK", name="nats", subject="work.>", batch=8, ack_wait=2)
-
-
 def new_leader(db: Path, fleet: Fleet, after_fence: int = 0, timeout: float = 30) -> tuple[int, int]:
     """(fence, pid) of the first leader with a fence past ``after_fence``."""
     deadline = time.monotonic() + timeout
@@ -123,7 +116,7 @@ def test_killing_the_ingest_leader_again_and_again_loses_nothing_and_never_runs_
     nats = Nats(nats_server.url)
     nats.run(add_stream(nats.client, "WORK", ["work.>"]))
     # AckWait 2 s: what a killed leader read and never acked comes back well within a wait's stall.
-    asyncio.run(add_nats(db_path, nats_server.url))
+    add_nats_adapter_by_cli(db_path, nats_server.url, "WORK", name="nats", subject="work.>", batch=8, ack_wait=2)
     sent: list[str] = []
 
     def produce() -> None:  # entries keep arriving through every hand-over

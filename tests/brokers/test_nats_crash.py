@@ -4,7 +4,6 @@ is stored exactly once, and the server itself (the consumer's info) has nothing 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -15,11 +14,10 @@ from typing import Any
 
 import pytest
 
-from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.store.shared import is_url
 
 from support.crashes import PAUSED, lines_with, log, serve, watching
-from support.nats_server import Nats, add_nats_adapter, add_stream, consumer_counts, consumer_info, publish
+from support.nats_server import Nats, add_nats_adapter_by_cli, add_stream, consumer_counts, consumer_info, publish
 from support.receiver import ServeProcess
 from support.sql import rows, value
 from support.waits import until
@@ -31,11 +29,7 @@ ACK_WAIT = 2  # seconds: what a killed process left unacked comes back this soon
 
 
 def add_adapter(db: Path, url: str, **options: Any) -> None:
-    async def add() -> None:
-        async with await open_store(db) as store:
-            await add_nats_adapter(store, url, "WORK", name="work", subject="work.>", ack_wait=ACK_WAIT, **options)
-
-    asyncio.run(add())
+    add_nats_adapter_by_cli(db, url, "WORK", name="work", subject="work.>", ack_wait=ACK_WAIT, **options)
 
 
 def stored_bodies(db: Path) -> list[str]:

@@ -7,6 +7,7 @@ import nats.js.errors
 import pytest
 
 from switchboard_local.brokers import nats_jetstream
+from switchboard_local.brokers.registry import BROKERS
 from switchboard_local.core.sources import Source
 
 from support.nats_server import add_stream, connected, nats_config, publish, started_nats_server
@@ -79,13 +80,14 @@ async def test_an_unreachable_server_is_said_without_the_urls_password() -> None
     found = await nats_jetstream.probe(nats_config(url, "ORDERS"), {}, 1.0)
     assert not found.reachable and found.waiting is None
     assert "connect call failed" in found.error.lower() and "s3cr3t" not in found.error
+    port = url.rsplit(":", 1)[1]
+    assert found.fix == f"start nats-server with JetStream on 127.0.0.1:{port} (nats-server -js -p {port})"
 
 
 async def test_a_url_from_an_unset_variable_is_said_and_the_variable_named() -> None:
-    config = {**nats_config("nats://127.0.0.1:4222", "ORDERS"), "url": None, "url_env": "ORDERS_NATS_URL"}
-    del config["url"]
+    config = BROKERS.get("nats").configure({"url_env": "ORDERS_NATS_URL", "stream": "ORDERS"})
     found = await nats_jetstream.probe(config, {}, 1.0)
-    assert (found.reachable, found.error) == (False, "environment variable ORDERS_NATS_URL is not set")
+    assert (found.reachable, found.error) == (False, "$ORDERS_NATS_URL is not set here")
     assert nats_jetstream.env(config) == ["ORDERS_NATS_URL"]
 
 

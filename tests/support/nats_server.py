@@ -25,11 +25,12 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api
 
-from switchboard_local.brokers import nats_jetstream
+from switchboard_local.brokers.registry import BROKERS
 from switchboard_local.core import sources
 from switchboard_local.core.store.interface import Store
 
 from support.brokers import Running, ended, health
+from support.cli import run_cli
 from support.redis_server import free_port, in_ci
 from support.waits import POLL, Wait
 
@@ -39,22 +40,24 @@ T = TypeVar("T")
 
 class NatsServer:
     """nats-server with JetStream on, storing in ``workdir``/jetstream (kept across a stop and start);
-    with ``jetstream=False``, core NATS only."""
+    with ``jetstream=False``, core NATS only; with ``token``, clients must give it (``nats://TOKEN@host``)."""
 
-    def __init__(self, workdir: Path, *, jetstream: bool = True) -> None:
+    def __init__(self, workdir: Path, *, jetstream: bool = True, token: str | None = None) -> None:
         binary = shutil.which("nats-server")
         if binary is None:
             raise RuntimeError(MISSING)
         self.binary = binary
         self.store_dir = workdir / "jetstream"
         self.jetstream = jetstream
+        self.token = token
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> NatsServer:
         jetstream = ["-js", "-sd", str(self.store_dir)] if self.jetstream else []
-        self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port), *jetstream],
+        auth = ["--auth", self.token] if self.token else []
+        self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port), *jetstream, *auth],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         deadline = time.monotonic() + 10
         while not self._serves():
@@ -66,7 +69,7 @@ class NatsServer:
         return self
 
     def _serves(self) -> bool:
-        """The server's INFO line (the first thing it sends a client) came, and says JetStream is on when it should be."""
+        """The server's INFO line (the first thing it sends a client) came, saying JetStream is on when it should be."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
                 line = s.makefile("rb").readline()
@@ -81,14 +84,14 @@ class NatsServer:
             self.proc = None
 
 
-def started_nats_server(workdir: Path, *, jetstream: bool = True) -> NatsServer:
+def started_nats_server(workdir: Path, *, jetstream: bool = True, token: str | None = None) -> NatsServer:
     """A started nats-server for a test. Without the binary the test fails when CI is set (CI must run
     every real-server test), and is skipped, saying why, when not."""
     if shutil.which("nats-server") is None:
         if in_ci():
             pytest.fail(f"{MISSING}; CI is set, so the NATS tests must run", pytrace=False)
         pytest.skip(f"{MISSING}; NATS test skipped because CI is not set")
-    return NatsServer(workdir, jetstream=jetstream).start()
+    return NatsServer(workdir, jetstream=jetstream, token=token).start()
 
 
 @contextlib.asynccontextmanager
@@ -136,13 +139,31 @@ async def until_server(look: Callable[[], Awaitable[Any]], want: Any, running: R
 
 
 def nats_config(url: str, stream: str, **options: Any) -> dict[str, Any]:
-    """A NATS adapter's stored config, as `adapter add --broker nats` will store it."""
-    return {**nats_jetstream.configure({"url": url, "stream": stream, **options}), "broker": "nats"}
+    """A NATS adapter's config as its registry entry makes it (for the reader's and the probe's own tests)."""
+    return BROKERS.get("nats").configure({"url": url, "stream": stream, **options})
 
 
-async def add_nats_adapter(store: Store, url: str, stream: str, name: str = "orders", **options: Any) -> sources.Source:
-    return await sources.add(store, name, family="queue", kind="nats", trust_mode="queue",
-                             config=nats_config(url, stream, **options))  # fmt: skip
+def nats_adapter_args(name: str, url: str, stream: str, **options: Any) -> list[str]:
+    """`adapter add NAME --broker nats --url URL --stream STREAM …`: an option True is a flag (--create-stream)."""
+    args = ["adapter", "add", name, "--broker", "nats", "--url", url, "--stream", stream]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+def add_nats_adapter_by_cli(db: Path | str, url: str, stream: str, name: str = "orders", **options: Any) -> None:
+    """A NATS adapter added by the real command line, in a process of its own."""
+    added = run_cli(*nats_adapter_args(name, url, stream, **options), db=db)
+    assert added.returncode == 0, added.stderr
+
+
+async def add_nats_adapter(store: Store, db: Path | str, url: str, stream: str, name: str = "orders",
+                           **options: Any) -> sources.Source:  # fmt: skip
+    """``add_nats_adapter_by_cli`` on ``db`` (``store``'s database) from a test's loop (in a thread: the loop
+    keeps running), then the row it added."""
+    await asyncio.to_thread(add_nats_adapter_by_cli, db, url, stream, name, **options)
+    return await sources.get(store, name, family="queue")
 
 
 class Nats:
