@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it: redis-server, chromium, postgresql
-# and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
+# Installs what the test suite needs and runs it: redis-server, nats-server, chromium,
+# postgresql and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
 # Code's CLI in .venv/claude-code. Extra arguments go to pytest. pytest exits 5 when
 # no test ran: that fails too.
 #
@@ -36,12 +36,14 @@ apt_update() {
 }
 
 # Debian's packages the tests run for real: redis-server (the Redis adapters),
-# chromium (the dashboard's browser tests; never playwright's download) and
-# postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
+# nats-server (the NATS JetStream adapters: tests/support/nats_server.py runs it
+# with -js on a free port and its own store folder), chromium (the dashboard's
+# browser tests; never playwright's download) and postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
 # and the server in a temporary folder, as nobody when run as root; a missing
 # server fails those tests, it never skips them); npm (Claude Code's CLI, below).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
@@ -59,7 +61,7 @@ stamp=.venv/.switchboard-installed
 wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
 # -I: not from the checkout's directory, so this sees what is installed in .venv.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
-    ! .venv/bin/python -I -c 'import switchboard_local, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly, mkdocs, material' >/dev/null 2>&1; then
+    ! .venv/bin/python -I -c 'import switchboard_local, nats, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly, mkdocs, material' >/dev/null 2>&1; then
     rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'

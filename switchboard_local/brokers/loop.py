@@ -136,7 +136,8 @@ class Consumer:
         answers = await routing.accept(self.store, self.source, events, guard=self.guard)
         stored = [not isinstance(a, Exception) for a in answers]
         if self.lease is not None:  # the fence each batch was stored under (a test checks they never go back)
-            ids = [a.event_id for a in answers if not isinstance(a, Exception)]
+            # Only the events this batch made: a redelivery's answer names the event an earlier leader stored.
+            ids = [a.event_id for a in answers if not isinstance(a, Exception) and not a.duplicate]
             log.debug("adapter %s: batch stored under fence %d: events %s", self.source.name, self.lease.fence, ids)
         for event, answer in zip(events, answers):
             if not isinstance(answer, Exception) and answer.unroutable is not None:

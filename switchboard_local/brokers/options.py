@@ -91,3 +91,10 @@ def number(option: Option, value: Any) -> int | float | None:
         high = "" if option.max is None else f" to {option.max:g}"
         raise InvalidArgument(f"{option.flag} must be a number{low}{high}")
     return value
+
+
+def flag(option: Option, value: Any) -> bool:
+    """A flag option (type bool): given (True) or not (None or False)."""
+    if value is not None and not isinstance(value, bool):
+        raise InvalidArgument(f"{option.flag} is a flag: it takes no value")
+    return bool(value)

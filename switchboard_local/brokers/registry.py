@@ -54,6 +54,7 @@ DEFAULT = "redis"  # `adapter add` without --broker, and a row stored before the
 # One line per broker: its name and the module that declares it.
 MODULES: dict[str, str] = {
     "redis": "switchboard_local.brokers.redis",
+    "nats": "switchboard_local.brokers.nats_jetstream",
 }
 # The options every broker shares (the CLI's --url, --url-env, --batch, --queue); none may declare one of these.
 SHARED = ("url", "url_env", "batch", "queue", "broker")

@@ -105,6 +105,9 @@ def _broker_options() -> list[click.Option]:
         choices = list(dict.fromkeys(c for _, o in owners for c in (o.choices or ())))
         help_text = "; ".join(f"{entry.name}: {option.help}" + (" [required]" if option.required else "")
                               for entry, option in owners)  # fmt: skip
+        if first.type is bool:  # a flag: True when given, None (not given) else, as the other options
+            made.append(click.Option([first.flag, name], is_flag=True, flag_value=True, default=None, help=help_text))
+            continue
         made.append(click.Option([first.flag, name], type=_click_type(first, choices), default=None,
                                  metavar=first.metavar, help=help_text))  # fmt: skip
     return made
@@ -137,7 +140,7 @@ class BrokerCommand(click.Command):
               show_default=True,
               help="The broker its messages are read from; each takes its own options below.")  # fmt: skip
 @click.option("--url", default=None, help="The broker's URL (kept in the owner-only database, shown with its password "
-              "masked).")  # fmt: skip
+              "or token masked).")  # fmt: skip
 @click.option("--url-env", default=None, metavar="VAR", help="Read the URL from this environment variable of `serve`.")
 @click.option("--queue", default=None, help="Queue for messages no rule matches (default: the adapter name).")
 @click.option("--batch", type=IntRange(1, 10_000), default=None, help="Messages per transaction (default 64, or the "
@@ -226,7 +229,7 @@ async def _with_leader(store: Any, listing: Any) -> tuple[Any, leadership.Leader
 @click.argument("name", help="The adapter's name.")
 @common
 def adapter_show(db: Path | None, as_json: bool | None, name: str) -> None:
-    """Show an adapter, its broker, its guarantee and its health (the URL's password masked)."""
+    """Show an adapter, its broker, its guarantee and its health (the URL's password or token masked)."""
     out = Out(db, as_json)
     found = out.run(lambda store: sources.get(store, name, family="queue"))
     out.emit(_view(found), _text(found))

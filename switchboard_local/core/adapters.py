@@ -36,7 +36,8 @@ class Option:
     """One option a broker's `adapter add` takes beyond the shared ones: ``--NAME`` on the
     command line ('_' written '-'), ``NAME`` in the options ``configure`` is given.
 
-    ``type``: str, int or float; ``choices`` (str) and ``min``/``max`` (numbers) are
+    ``type``: str, int, float or bool (a flag: ``--NAME`` alone gives True, its absence
+    None); ``choices`` (str) and ``min``/``max`` (numbers) are
     checked by the CLI before ``configure`` sees them (``configure`` checks again: it
     is also called without the CLI). ``required``: ``configure`` refuses a missing one
     (the CLI cannot: the option belongs to one broker of several). ``secret``: its value

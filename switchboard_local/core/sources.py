@@ -119,22 +119,29 @@ def _is_url_key(key: str) -> bool:
 
 
 def masked_url(text: str) -> str:
-    """A URL with its password replaced (anything else unchanged): safe to show and log.
+    """A URL with its password or token replaced (anything else unchanged): safe to show and log.
 
     Plain string work, no URL parser: it must not fail on a malformed URL (a bad
     port, a broken IPv6 literal), since an error would hide the row. Everything
     before the last ``@`` counts as user and password, so a password holding an
     unescaped ``/``, ``?`` or ``#`` is masked too (at worst a little more is
-    hidden). A password given in the query (``?password=``, as unix:// URLs
-    take it) is masked as well.
+    hidden). A user part without a password may be a token (``nats://TOKEN@host``):
+    it is masked whole (a plain user name with it). A password given in the query
+    (``?password=``, as unix:// URLs take it) is masked as well.
     """
     scheme, sep, rest = text.partition("://")
     if not sep:
         return text
     userinfo, at, tail = rest.rpartition("@")
-    if not at or ":" not in userinfo:
+    # A lone token ends the authority: an '@' after a '/', '?' or '#' without a ':' before it is not one.
+    if not at or not userinfo or (":" not in userinfo and any(c in userinfo for c in "/?#")):
         userinfo, tail = "", rest
-    head = f"{scheme}://" + (f"{userinfo.split(':', 1)[0]}:****@" if userinfo else "")
+    if not userinfo:
+        head = f"{scheme}://"
+    elif ":" in userinfo:
+        head = f"{scheme}://{userinfo.split(':', 1)[0]}:****@"
+    else:
+        head = f"{scheme}://****@"
     path, qmark, query = tail.partition("?")
     if qmark:
         query, hash_, fragment = query.partition("#")

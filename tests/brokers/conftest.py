@@ -1,5 +1,6 @@
 """The broker tests' fixtures: a real redis-server, the `broker` each semantics
-test runs on (fakeredis, then a real server), a store on the real clock."""
+test runs on (fakeredis, then a real server), a real nats-server with JetStream,
+a store on the real clock."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
 
+from support.nats_server import started_nats_server
 from support.redis_server import FakeBroker, started_redis_server
 
 
@@ -32,6 +34,14 @@ def _on_postgres_with_fakeredis(item: pytest.Item) -> bool:
 def redis_server(tmp_path: Path):
     """A real redis-server: for what only a real server shows (INFO, restarts, a killed process)."""
     server = started_redis_server(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path):
+    """A real `nats-server -js` on a free loopback port, its JetStream store in the test's folder."""
+    server = started_nats_server(tmp_path)
     yield server
     server.stop()
 

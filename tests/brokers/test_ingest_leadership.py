@@ -1,10 +1,12 @@
 """One process leads ingest (issue 13 §1), with real processes on one file.
 
 Two `mcp` processes and a `serve` share a database while a real
-redis-server's stream and list keep receiving entries; the process that
+redis-server's stream and list, and a real nats-server's JetStream stream,
+keep receiving entries; the process that
 leads ingest is killed with SIGKILL at random points, round after round, and
 a fresh process of its kind takes its place. Afterwards every entry is
-stored exactly once, nothing is left pending with Redis, and the batches the
+stored exactly once, nothing is left pending with Redis or unacked with
+JetStream, and the batches the
 processes stored (each logs the fence it stored under) never go back to an
 older leader's fence: two leaders never stored at once.
 """
@@ -27,6 +29,7 @@ from switchboard_local.core.store.shared import is_url
 
 from support.cli import run_cli
 from support.mcp import RawServer
+from support.nats_server import Nats, add_nats_adapter_by_cli, add_stream, consumer_counts, publish
 from support.receiver import ServeProcess
 from support.sql import rows, value
 from support.waits import until
@@ -103,13 +106,17 @@ def leader(db: Path) -> tuple[int, int] | None:
 
 @pytest.mark.both_backends  # on PostgreSQL the lease row is shared by every host's processes
 def test_killing_the_ingest_leader_again_and_again_loses_nothing_and_never_runs_two(
-    redis_server, db_path: Path, debug_logs
+    redis_server, nats_server, db_path: Path, debug_logs
 ) -> None:
     r = redis_server.client()
     for mode in ("stream", "list"):
         added = run_cli("adapter", "add", mode, "--redis-url", redis_server.url, "--mode", mode, "--key", mode,
                         "--batch", "8", db=db_path)  # fmt: skip
         assert added.returncode == 0, added.stderr
+    nats = Nats(nats_server.url)
+    nats.run(add_stream(nats.client, "WORK", ["work.>"]))
+    # AckWait 2 s: what a killed leader read and never acked comes back well within a wait's stall.
+    add_nats_adapter_by_cli(db_path, nats_server.url, "WORK", name="nats", subject="work.>", batch=8, ack_wait=2)
     sent: list[str] = []
 
     def produce() -> None:  # entries keep arriving through every hand-over
@@ -117,6 +124,7 @@ def test_killing_the_ingest_leader_again_and_again_loses_nothing_and_never_runs_
             body = json.dumps({"n": i})
             r.xadd("stream", {"payload": body})
             r.lpush("list", body)
+            nats.run(publish(nats.client, "work.job", [body.encode()]))
             sent.append(body)
             time.sleep(0.01)
 
@@ -137,19 +145,21 @@ def test_killing_the_ingest_leader_again_and_again_loses_nothing_and_never_runs_
             handovers.append(time.monotonic() - killed_at)
             fleet.start(kind)
         producer.join(timeout=60)
-        expected = PER_MODE * 2
+        expected = PER_MODE * 3
         until(lambda: value(db_path, "SELECT count(*) FROM events WHERE family = 'queue'"), expected,
               context=fleet.logs)  # fmt: skip
         until(lambda: (r.xpending("stream", "switchboard")["pending"], r.llen("list:processing"), r.llen("list")),
               (0, 0, 0), context=fleet.logs)  # fmt: skip
+        until(lambda: nats.run(consumer_counts(nats.client, "WORK")), (0, 0), context=fleet.logs)
     finally:
         fleet.stop()
+        nats.close()
 
-    for source in ("stream", "list"):
+    for source in ("stream", "list", "nats"):
         text = "convert_from(body, 'UTF8')" if is_url(db_path) else "CAST(body AS TEXT)"  # bytea on PostgreSQL
         bodies = [b for (b,) in rows(db_path, f"SELECT {text} FROM events WHERE source = ?", (source,))]
         assert sorted(bodies) == sorted(sent), f"{source}: every entry stored, and once"
-    assert value(db_path, "SELECT count(*) FROM todos") == PER_MODE * 2
+    assert value(db_path, "SELECT count(*) FROM todos") == PER_MODE * 3
 
     fences: dict[int, int] = {}
     for _, fence_text, ids in BATCH.findall(fleet.logs()):

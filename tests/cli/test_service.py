@@ -228,6 +228,16 @@ def test_install_names_the_variables_an_adapter_s_broker_reads(box: Box, monkeyp
             "either)") in result.out  # fmt: skip
 
 
+def test_install_names_a_nats_adapter_s_url_variable_in_no_broker_s_words_but_its_own(box: Box) -> None:
+    added = invoke(box.db, "adapter", "add", "orders", "--broker", "nats", "--url-env", "NATS_URL", "--stream",
+                   "ORDERS", env={"NATS_URL": "nats://127.0.0.1:4222"})  # fmt: skip
+    assert added.code == 0, added.err
+    result = box.cli("install", "--dry-run", NATS_URL=None)
+    assert result.code == 0, result.err
+    assert "orders reads $NATS_URL (not set in this shell either)" in result.out
+    assert "redis" not in (result.out + result.err).lower()
+
+
 def add_env_readers(box: Box) -> None:
     """A webhook source whose secret and an adapter whose Redis URL are read from serve's environment."""
     added = invoke(box.db, "source", "add", "gh", "--kind", "github", "--secret-env", "GH_SECRET")

@@ -205,11 +205,15 @@ def test_rows_in_a_bad_shape_are_still_listed_shown_and_removable(cli, db_path: 
         ("redis://:p/ss@h/0", "redis://:****@h/0"),
         ("redis://:pw@[::1", "redis://:****@[::1"),
         ("unix:///run/r.sock?db=1&password=pw#x", "unix:///run/r.sock?db=1&password=****#x"),
-        ("redis://user@h/0", "redis://user@h/0"),
+        ("redis://user@h/0", "redis://****@h/0"),  # a user part alone may be a token: hidden whole
+        ("nats://s3cr3t-t0ken@127.0.0.1:4222", "nats://****@127.0.0.1:4222"),
+        ("tls://t%2Fok@h", "tls://****@h"),
+        ("redis://h/0?client_name=me@x", "redis://h/0?client_name=me@x"),  # an '@' past the host is no token
+        ("nats://@h", "nats://@h"),
         ("not a url", "not a url"),
     ],
 )
-def test_masking_a_url_never_fails_and_never_shows_the_password(url: str, shown: str) -> None:
+def test_masking_a_url_never_fails_and_never_shows_the_password_or_token(url: str, shown: str) -> None:
     assert masked_url(url) == shown
 
 
