@@ -81,7 +81,7 @@ class Consumer:
         while not self.stop.is_set():
             reader: Reader | None = None
             try:
-                make = modes.READERS[self.source.config["mode"]]
+                make = modes.READERS[modes.reader_key(self.source.config)]
                 self._broker_faults = make.faults
                 reader = make(self.source, self.connect)
                 self._secrets = reader.secrets
@@ -235,7 +235,9 @@ class Supervisor:
                 consumer = Consumer(self.store, source, stop, self.faults, self.connect, self.lease)
                 task = asyncio.create_task(consumer.run(), name=f"adapter:{name}")
                 self.running[name] = (task, stop, source.updated_at)
-                log.info("adapter %s: started (%s %s)", name, source.config["mode"], source.config["key"])
+                config = source.config
+                what = f"{config['mode']} {config['key']}" if "mode" in config else config.get("broker", "?")
+                log.info("adapter %s: started (%s)", name, what)
 
     async def _stop(self, name: str) -> None:
         task, stop, _ = self.running[name]

@@ -12,6 +12,7 @@ from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
 
 from support.redis_server import FakeBroker, started_redis_server
+from support.sqs_server import started_sqs_server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,6 +33,14 @@ def _on_postgres_with_fakeredis(item: pytest.Item) -> bool:
 def redis_server(tmp_path: Path):
     """A real redis-server: for what only a real server shows (INFO, restarts, a killed process)."""
     server = started_redis_server(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sqs_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """moto's SQS server on a free loopback port, with dummy AWS credentials and region in the environment."""
+    server = started_sqs_server(tmp_path, monkeypatch)
     yield server
     server.stop()
 
