@@ -66,16 +66,30 @@ MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
 
 OPTIONS: tuple[Option, ...] = (
-    Option("queue_url", "The SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); "
-           "--queue is the switchboard queue its todos go to.", required=True),  # fmt: skip
-    Option("wait_seconds", f"Long poll: how long one ReceiveMessage waits for messages, 0-{MAX_WAIT} "
-           f"(default {DEFAULT_WAIT}; a stop waits for the poll in flight).", type=int),  # fmt: skip
-    Option("visibility_timeout", f"Seconds a received message stays hidden, renewed while its batch commits "
-           f"({MIN_VISIBILITY}-{MAX_VISIBILITY}, default {DEFAULT_VISIBILITY}); a crash's batch returns after it.",
-           type=int),  # fmt: skip
+    Option(
+        "queue_url",
+        "The SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); "
+        "--queue is the switchboard queue its todos go to.",
+        required=True,
+    ),
+    Option(
+        "wait_seconds",
+        f"Long poll: how long one ReceiveMessage waits for messages, 0-{MAX_WAIT} "
+        f"(default {DEFAULT_WAIT}; a stop waits for the poll in flight).",
+        type=int,
+    ),
+    Option(
+        "visibility_timeout",
+        f"Seconds a received message stays hidden, renewed while its batch commits "
+        f"({MIN_VISIBILITY}-{MAX_VISIBILITY}, default {DEFAULT_VISIBILITY}); a crash's batch returns after it.",
+        type=int,
+    ),
     Option("region", "The AWS region (default: the queue URL's, else AWS_REGION, AWS_DEFAULT_REGION, the profile's)."),
-    Option("endpoint_url", "Another SQS endpoint, e.g. a local emulator's (default: AWS_ENDPOINT_URL_SQS, "
-           "AWS_ENDPOINT_URL, else AWS's own)."),  # fmt: skip
+    Option(
+        "endpoint_url",
+        "Another SQS endpoint, e.g. a local emulator's (default: AWS_ENDPOINT_URL_SQS, "
+        "AWS_ENDPOINT_URL, else AWS's own).",
+    ),
 )
 
 # What botocore reads from the environment for SQS (all optional: the ones set where `adapter add`
@@ -99,14 +113,24 @@ def configure(options: dict[str, Any]) -> dict[str, Any]:
                               "and credentials come from the AWS environment and config files")  # fmt: skip
     queue_url = options.get("queue_url")
     if not queue_url:
-        raise InvalidArgument("--queue-url is required: the SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)")
+        raise InvalidArgument(
+            "--queue-url is required: the SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
+        )
     queue_name(queue_url)  # refuses what is no queue URL
     config: dict[str, Any] = {
         "queue_url": queue_url,
         "batch": _number("--batch", options.get("batch"), MAX_BATCH, 1, MAX_BATCH, "ReceiveMessage's maximum"),
-        "wait_seconds": _number("--wait-seconds", options.get("wait_seconds"), DEFAULT_WAIT, 0, MAX_WAIT, "SQS's longest poll"),
-        "visibility_timeout": _number("--visibility-timeout", options.get("visibility_timeout"), DEFAULT_VISIBILITY,
-                                      MIN_VISIBILITY, MAX_VISIBILITY, "SQS's maximum is 12 hours"),  # fmt: skip
+        "wait_seconds": _number(
+            "--wait-seconds", options.get("wait_seconds"), DEFAULT_WAIT, 0, MAX_WAIT, "SQS's longest poll"
+        ),
+        "visibility_timeout": _number(
+            "--visibility-timeout",
+            options.get("visibility_timeout"),
+            DEFAULT_VISIBILITY,
+            MIN_VISIBILITY,
+            MAX_VISIBILITY,
+            "SQS's maximum is 12 hours",
+        ),
     }
     region = options.get("region")
     if region is not None:
@@ -134,7 +158,9 @@ def queue_name(queue_url: str) -> str:
         raise InvalidArgument("--queue-url must be a queue's URL: SCHEME://HOST/ACCOUNT/NAME")
     name = path[1]
     if not QUEUE_NAME.fullmatch(name.removesuffix(".fifo")) or len(name) > 80:
-        raise InvalidArgument("--queue-url: a queue's name is 1 to 80 letters, digits, '-' and '_' (a FIFO queue's ends .fifo)")
+        raise InvalidArgument(
+            "--queue-url: a queue's name is 1 to 80 letters, digits, '-' and '_' (a FIFO queue's ends .fifo)"
+        )
     return name
 
 
@@ -149,7 +175,9 @@ def _check_url(option: str, url: str) -> None:
     if parts.scheme not in ("https", "http") or not host:
         raise InvalidArgument(f"{option} must start with https:// (or http:// for a local emulator) and name a host")
     if "@" in parts.netloc:  # never stored: credentials come from the AWS environment
-        raise InvalidArgument(f"{option} must not hold credentials: they come from the AWS environment and config files")
+        raise InvalidArgument(
+            f"{option} must not hold credentials: they come from the AWS environment and config files"
+        )
 
 
 def _number(option: str, given: Any, default: int, low: int, high: int, why: str) -> int:
@@ -195,7 +223,12 @@ def client_options(config: Mapping[str, Any], environ: Mapping[str, str]) -> dic
     looks up itself (the profile's region, the shared credentials file, SSO, an instance role)."""
     options: dict[str, Any] = {}
     host = AWS_HOST.fullmatch(urlsplit(str(config.get("queue_url", ""))).hostname or "")
-    region = config.get("region") or (host and host.group(1)) or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    region = (
+        config.get("region")
+        or (host and host.group(1))
+        or environ.get("AWS_REGION")
+        or environ.get("AWS_DEFAULT_REGION")
+    )
     if region:
         options["region_name"] = region
     endpoint = config.get("endpoint_url") or environ.get("AWS_ENDPOINT_URL_SQS") or environ.get("AWS_ENDPOINT_URL")
@@ -328,7 +361,9 @@ class Reader:
         await self._stop_renewing()
         # The unstored stay hidden until their timeout runs out: a message that cannot be stored is not
         # re-read at once, again and again (the queue's redrive policy, if any, moves it on after maxReceiveCount).
-        entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, (m, done) in enumerate(zip(messages, stored)) if done]
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m.receipt} for i, (m, done) in enumerate(zip(messages, stored)) if done
+        ]
         if not entries:
             return
         client = await self._sqs()
@@ -348,7 +383,9 @@ class Reader:
 
     async def _renew(self, handles: list[str]) -> None:
         """Keep a batch hidden while the loop commits it: a new timeout every third of one, until its ack."""
-        entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": self.visibility} for i, h in enumerate(handles)]
+        entries = [
+            {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": self.visibility} for i, h in enumerate(handles)
+        ]
         while True:
             await asyncio.sleep(self.visibility / 3)
             try:

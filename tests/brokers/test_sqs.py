@@ -19,6 +19,7 @@ from switchboard_local.brokers.loop import Consumer, Faults
 from switchboard_local.core import events, sources
 
 from support.brokers import Running, ended
+from support.redis_server import free_port
 from support.sql import drop_trigger, refuse_inserts, rows, value
 from support.sqs_server import add_sqs_adapter
 from support.waits import until_async
@@ -26,7 +27,7 @@ from support.waits import until_async
 pytestmark = pytest.mark.anyio
 
 
-def send(server, queue_url: str, bodies: list[str]) -> list[str]:  # noqa: ANN001
+def send(server, queue_url: str, bodies: list[str]) -> list[str]:
     """Send in batches of ten, as a producer would; the MessageIds in order."""
     client, ids = server.client(), []
     for start in range(0, len(bodies), 10):
@@ -38,7 +39,7 @@ def send(server, queue_url: str, bodies: list[str]) -> list[str]:  # noqa: ANN00
     return ids
 
 
-def count(db_path, table: str = "events") -> int:  # noqa: ANN001
+def count(db_path, table: str = "events") -> int:
     return value(db_path, f"SELECT count(*) FROM {table}")
 
 
@@ -107,7 +108,11 @@ async def test_a_message_that_cannot_be_stored_is_not_deleted_and_the_rest_are(r
     await running.until(lambda: sqs_server.counts(url), (0, 1))  # the three deleted; the poison still hidden
     await running.finish()
 
-    assert sorted(bytes(r[0]).decode() for r in rows(db_path, "SELECT body FROM events")) == ['"four"', '"one"', '"three"']
+    assert sorted(bytes(r[0]).decode() for r in rows(db_path, "SELECT body FROM events")) == [
+        '"four"',
+        '"one"',
+        '"three"',
+    ]
     assert sqs_server.counts(url) == (0, 1)  # never deleted: SQS delivers it again when its timeout runs out
 
 
@@ -188,3 +193,32 @@ async def test_the_probe_counts_waiting_and_in_flight_messages_and_says_they_are
         await reader.close()
     after = await sqs.probe(adapter.config, os.environ, 5)
     assert (after.waiting, after.unacked) == (2, 0)
+
+
+async def test_the_probe_of_a_missing_queue_or_a_silent_endpoint_says_why_never_with_the_secret(real_store, sqs_server,
+                                                                                               ) -> None:  # fmt: skip
+    url = sqs_server.create_queue("orders")
+    adapter = await add_sqs_adapter(real_store, sqs_server, url)
+    missing = await sqs.probe({**adapter.config, "queue_url": url + "-gone"}, os.environ, 5)
+    assert (missing.reachable, missing.waiting, missing.unacked) == (True, None, None)
+    assert "NonExistentQueue" in missing.error
+    silent = await sqs.probe({**adapter.config, "endpoint_url": f"http://127.0.0.1:{free_port()}"}, os.environ, 2)
+    assert (silent.reachable, silent.waiting, silent.unacked) == (False, None, None)
+    assert "Could not connect" in silent.error
+    for said in (missing, silent):
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in repr(said)
+
+
+async def test_without_credentials_the_adapter_says_so_in_its_health_and_keeps_retrying(real_store, sqs_server,
+                                                                                        db_path, monkeypatch) -> None:  # fmt: skip
+    url = sqs_server.create_queue("orders")
+    send(sqs_server, url, ['"a"'])
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")  # and no config file, no instance role (the fixture's environment)
+    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url))
+    await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 2)
+    await running.finish()
+    assert "Unable to locate credentials" in (await sources.get(real_store, "orders")).last_error
+    assert (count(db_path), sqs_server.counts(url)) == (0, (1, 0))  # nothing read, nothing lost
+    probed = await sqs.probe((await sources.get(real_store, "orders")).config, os.environ, 5)
+    assert not probed.reachable and "Unable to locate credentials" in probed.error

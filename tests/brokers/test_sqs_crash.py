@@ -16,6 +16,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,11 @@ def add_adapter(db_path: Path, server: SQSServer, queue_url: str) -> None:
 
 def stored(db_path: Path) -> int:
     return value(db_path, "SELECT count(*) FROM events WHERE family = 'queue'")
+
+
+def consuming(before: int, behind: int, sent: list[str]) -> Callable[[int], bool]:
+    """More stored than ``before`` (or everything), and at most ``behind`` short of what was sent so far."""
+    return lambda n: (n > before or n == MESSAGES) and n >= len(sent) - behind
 
 
 def watching(proc: ServeProcess) -> dict:
@@ -82,9 +88,7 @@ def test_killing_serve_again_and_again_while_messages_arrive_stores_each_once_an
         try:
             # Consuming (or all is stored), and within a random distance of what was sent: the backlog of its
             # start worked off, so that moto's calls stay quick.
-            behind = rng.randint(0, 100)
-            until(lambda: stored(db_path), lambda n: (n > before or n == MESSAGES) and n >= len(sent) - behind,
-                  **watching(proc))  # fmt: skip
+            until(lambda: stored(db_path), consuming(before, rng.randint(0, 100), sent), **watching(proc))
             time.sleep(rng.uniform(0, 0.5))  # a random point of its work (not a wait for anything)
         finally:
             proc.proc.kill()

@@ -19,11 +19,11 @@ from moto.server import main
 _unix_time = moto.core.utils.unix_time
 
 
-def unix_time(dt=None) -> float:  # noqa: ANN001  (moto's signature)
+def unix_time(dt=None) -> float:  # moto's signature
     return time.time() if dt is None else _unix_time(dt)
 
 
-def unix_time_millis(dt=None) -> float:  # noqa: ANN001
+def unix_time_millis(dt=None) -> float:
     return unix_time(dt) * 1000.0
 
 

@@ -77,7 +77,9 @@ class SQSServer:
                 return self
             except botocore.exceptions.EndpointConnectionError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start:\n{self.log.read_text(errors='replace')}") from None
+                    raise RuntimeError(
+                        f"moto's server did not start:\n{self.log.read_text(errors='replace')}"
+                    ) from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
@@ -118,7 +120,9 @@ def started_sqs_server(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> SQSSer
     return SQSServer(workdir).start()
 
 
-async def add_sqs_adapter(store: Store, server: SQSServer, queue_url: str, name: str = "orders", **options: Any) -> Source:
+async def add_sqs_adapter(
+    store: Store, server: SQSServer, queue_url: str, name: str = "orders", **options: Any
+) -> Source:
     """An SQS adapter on ``server``'s queue, its config as `adapter add --broker sqs` stores it."""
     config = sqs.configure({"queue_url": queue_url, "endpoint_url": server.endpoint, **options})
     return await sources.add(store, name, family="queue", kind="sqs", trust_mode="queue",
