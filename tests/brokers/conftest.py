@@ -1,5 +1,5 @@
 """The broker tests' fixtures: a real redis-server, the `broker` each semantics
-test runs on (fakeredis, then a real server), a store on the real clock."""
+test runs on (fakeredis, then a real server), moto's SQS server, a store on the real clock."""
 
 from __future__ import annotations
 
