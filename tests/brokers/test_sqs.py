@@ -222,3 +222,20 @@ async def test_without_credentials_the_adapter_says_so_in_its_health_and_keeps_r
     assert (count(db_path), sqs_server.counts(url)) == (0, (1, 0))  # nothing read, nothing lost
     probed = await sqs.probe((await sources.get(real_store, "orders")).config, os.environ, 5)
     assert not probed.reachable and "Unable to locate credentials" in probed.error
+
+
+async def test_a_delete_sqs_refuses_is_an_error_naming_how_many_and_why_never_silent(real_store, sqs_server) -> None:
+    url = sqs_server.create_queue("orders")
+    send(sqs_server, url, ['"a"', '"b"'])
+    reader = sqs.Reader(await add_sqs_adapter(real_store, sqs_server, url))
+    try:
+        messages = await reader.read()
+        assert len(messages) == 2
+        sqs_server.client().purge_queue(QueueUrl=url)  # their receipt handles now name nothing
+        with pytest.raises(sqs.NotDeleted) as refused:
+            await reader.ack(messages, [True, True])
+    finally:
+        await reader.close()
+    assert str(refused.value) == ("2 stored messages were not deleted (ReceiptHandleIsInvalid); SQS delivers them "
+                                  "again and their keys collapse them")  # fmt: skip
+    assert isinstance(refused.value, sqs.Reader.faults)  # the loop backs off and records it in the adapter's health
