@@ -104,6 +104,11 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")  # SQS's rule; a FIFO queue's name ends .fifo within the 80
 REGION = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 AWS_HOST = re.compile(r"^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+NUMBERS = {  # option: (default, lowest, highest, why)
+    "batch": (MAX_BATCH, 1, MAX_BATCH, "ReceiveMessage's maximum"),
+    "wait_seconds": (DEFAULT_WAIT, 0, MAX_WAIT, "SQS's longest poll"),
+    "visibility_timeout": (DEFAULT_VISIBILITY, MIN_VISIBILITY, MAX_VISIBILITY, "SQS's maximum is 12 hours"),
+}
 
 
 def configure(options: dict[str, Any]) -> dict[str, Any]:
@@ -117,21 +122,9 @@ def configure(options: dict[str, Any]) -> dict[str, Any]:
             "--queue-url is required: the SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
         )
     queue_name(queue_url)  # refuses what is no queue URL
-    config: dict[str, Any] = {
-        "queue_url": queue_url,
-        "batch": _number("--batch", options.get("batch"), MAX_BATCH, 1, MAX_BATCH, "ReceiveMessage's maximum"),
-        "wait_seconds": _number(
-            "--wait-seconds", options.get("wait_seconds"), DEFAULT_WAIT, 0, MAX_WAIT, "SQS's longest poll"
-        ),
-        "visibility_timeout": _number(
-            "--visibility-timeout",
-            options.get("visibility_timeout"),
-            DEFAULT_VISIBILITY,
-            MIN_VISIBILITY,
-            MAX_VISIBILITY,
-            "SQS's maximum is 12 hours",
-        ),
-    }
+    config: dict[str, Any] = {"queue_url": queue_url}
+    for key, (default, low, high, why) in NUMBERS.items():
+        config[key] = _number(f"--{key.replace('_', '-')}", options.get(key), default, low, high, why)
     region = options.get("region")
     if region is not None:
         if not REGION.fullmatch(region):
@@ -339,6 +332,7 @@ class Reader:
         return self._client
 
     async def read(self) -> list[Message]:
+        await self._stop_renewing()  # a batch is acked before the next read; never two renewals at once
         client = await self._sqs()
         reply = await client.receive_message(
             QueueUrl=self.queue_url,

@@ -13,6 +13,7 @@ leaves these tests out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from switchboard_local import __version__
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support.mcp import RawServer
@@ -28,6 +30,7 @@ from support.postgres import PostgresServer
 from support.receiver import serve_process
 from support.redis_server import started_redis_server
 from support.sql import rows, value
+from support.sqs_server import add_sqs_adapter, aws_environment, started_sqs_server
 from support.waits import until
 
 pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
@@ -131,4 +134,28 @@ def test_the_binarys_serve_answers_healthz_and_drains_a_redis_stream(
         redis_server.stop()
     assert health.status == 200, health.body
     assert health.json()["ok"] is True
+    assert "Traceback" not in serve.stderr, serve.stderr
+
+
+def test_the_binarys_serve_drains_an_sqs_queue_with_the_aws_models_it_carries(
+    binary: Path, bare_env: dict[str, str], db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = started_sqs_server(tmp_path, monkeypatch)
+    try:
+        url = server.create_queue("work")
+
+        async def add() -> None:  # the row `adapter add --broker sqs` stores
+            async with await open_store(db_path) as store:
+                await add_sqs_adapter(store, server, url, name="work")
+
+        asyncio.run(add())
+        env = {**bare_env, **aws_environment(tmp_path)}
+        with serve_process(db_path, program=[str(binary)], environ=env) as serve:
+            server.client().send_message(QueueUrl=url, MessageBody=json.dumps({"n": 1}))
+            until(lambda: value(db_path, "SELECT count(*) FROM todos WHERE queue = 'work'"), 1,
+                  dead=lambda: None if serve.proc.poll() is None else f"serve exited: {serve.stderr}")  # fmt: skip
+            until(lambda: server.counts(url), (0, 0))  # deleted after the commit
+            assert serve.stop() == 0, serve.stderr
+    finally:
+        server.stop()
     assert "Traceback" not in serve.stderr, serve.stderr
