@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
@@ -238,15 +239,23 @@ def client_options(config: Mapping[str, Any], environ: Mapping[str, str]) -> dic
 Connect = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 
 
+# One botocore session per event loop: a new one loads the service's model again (60-130 ms a client,
+# against 2 ms), and a session's credential refreshes hold asyncio locks of the loop they ran on.
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
 def new_client(options: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
-    """aiobotocore's SQS client (entered by the caller), unless a test hands in another factory.
+    """aiobotocore's SQS client (entered by the caller, on the running loop), unless a test hands in another factory.
 
     Imported here, not at the top: aiohttp and botocore's client take about half a second to import,
     which only a process running an SQS adapter (or probing one) should pay.
     """
     from aiobotocore.session import get_session
 
-    return get_session().create_client("sqs", **options)
+    loop = asyncio.get_running_loop()
+    if loop not in _sessions:
+        _sessions[loop] = get_session()
+    return _sessions[loop].create_client("sqs", **options)
 
 
 def client_config(**settings: Any) -> Any:
