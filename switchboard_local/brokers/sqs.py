@@ -21,38 +21,19 @@ import re
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..core.adapters import Backlog, Option
 from ..core.errors import InvalidArgument
-from ..core.sources import Source, require_queue
+from ..core.sources import Source
 from ..core.text import first_control
+from . import options as shared_options
 from .reader import Message
 
 log = logging.getLogger("switchboard_local.brokers")
-
-
-# Until the registry (brokers/registry.py) lands, its two shapes are written here as the plan gives them.
-@dataclass(frozen=True)
-class Option:
-    name: str
-    help: str
-    type: type = str
-    default: Any = None
-    required: bool = False
-    secret: bool = False
-
-
-@dataclass(frozen=True)
-class Backlog:
-    reachable: bool
-    waiting: int | None = None
-    unacked: int | None = None
-    error: str | None = None
-    note: str | None = None
 
 
 NAME = "sqs"
@@ -66,80 +47,61 @@ MIN_VISIBILITY = 2  # renewed every third of it: shorter leaves no time for a re
 MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "queue_url",
-        "The SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); "
-        "--queue is the switchboard queue its todos go to.",
-        required=True,
-    ),
-    Option(
-        "wait_seconds",
-        f"Long poll: how long one ReceiveMessage waits for messages, 0-{MAX_WAIT} "
-        f"(default {DEFAULT_WAIT}; a stop waits for the poll in flight).",
-        type=int,
-    ),
-    Option(
-        "visibility_timeout",
-        f"Seconds a received message stays hidden, renewed while its batch commits "
-        f"({MIN_VISIBILITY}-{MAX_VISIBILITY}, default {DEFAULT_VISIBILITY}); a crash's batch returns after it.",
-        type=int,
-    ),
-    Option("region", "The AWS region (default: the queue URL's, else AWS_REGION, AWS_DEFAULT_REGION, the profile's)."),
-    Option(
-        "endpoint_url",
-        "Another SQS endpoint, e.g. a local emulator's (default: AWS_ENDPOINT_URL_SQS, "
-        "AWS_ENDPOINT_URL, else AWS's own).",
-    ),
-)
+QUEUE_URL = Option("queue_url", "the queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); --queue is "
+                   "the switchboard queue its todos go to.", required=True)  # fmt: skip
+WAIT = Option("wait_seconds", f"long poll: how long one ReceiveMessage waits for messages (default {DEFAULT_WAIT}; "
+              "a stop waits for the poll in flight).", type=int, min=0, max=MAX_WAIT)  # fmt: skip
+VISIBILITY = Option("visibility_timeout", f"seconds a received message stays hidden, renewed while its batch "
+                    f"commits (default {DEFAULT_VISIBILITY}); a crash's batch returns after it.", type=int,
+                    min=MIN_VISIBILITY, max=MAX_VISIBILITY)  # fmt: skip
+REGION_OPTION = Option("region", "the AWS region (default: the queue URL's, else $AWS_REGION, $AWS_DEFAULT_REGION, "
+                       "the profile's).")  # fmt: skip
+ENDPOINT = Option("endpoint_url", "another endpoint, e.g. a local emulator's (default: $AWS_ENDPOINT_URL_SQS, "
+                  "$AWS_ENDPOINT_URL, else AWS's own).")  # fmt: skip
+OPTIONS: tuple[Option, ...] = (QUEUE_URL, WAIT, VISIBILITY, REGION_OPTION, ENDPOINT)
+URL = False  # no --url: the queue URL is its own option; the endpoint, region and credentials come from AWS's setup
+DEFAULTS = {WAIT.name: DEFAULT_WAIT, VISIBILITY.name: DEFAULT_VISIBILITY}
 
-# What botocore reads from the environment for SQS (all optional: the ones set where `adapter add`
-# runs are the ones the service needs too). AWS_REGION is read here; botocore reads the rest itself.
+# What botocore reads from the environment for SQS. AWS_REGION is read here; botocore reads the rest itself.
 ENV = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
     "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_REGION", "AWS_DEFAULT_REGION",
     "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL", "AWS_CA_BUNDLE",
 )  # fmt: skip
+# Each is one way among several (a profile, the shared files under ~/.aws, SSO, an instance role), so none
+# is needed: `service install` names only those its shell sets, which the service would not have.
+OPTIONAL_ENV = ENV
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")  # SQS's rule; a FIFO queue's name ends .fifo within the 80
 REGION = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 AWS_HOST = re.compile(r"^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-NUMBERS = {  # option: (default, lowest, highest, why)
-    "batch": (MAX_BATCH, 1, MAX_BATCH, "ReceiveMessage's maximum"),
-    "wait_seconds": (DEFAULT_WAIT, 0, MAX_WAIT, "SQS's longest poll"),
-    "visibility_timeout": (DEFAULT_VISIBILITY, MIN_VISIBILITY, MAX_VISIBILITY, "SQS's maximum is 12 hours"),
-}
 
 
 def configure(options: dict[str, Any]) -> dict[str, Any]:
     """`adapter add`'s options for SQS, validated into the stored config (no network I/O, no secret)."""
-    if options.get("url") is not None or options.get("url_env") is not None:
+    if options.get("url") is not None or options.get("url_env") is not None:  # said here: shared() cannot say why
         raise InvalidArgument("--url and --url-env do not apply to SQS: give --queue-url; the region, endpoint "
                               "and credentials come from the AWS environment and config files")  # fmt: skip
-    queue_url = options.get("queue_url")
-    if not queue_url:
-        raise InvalidArgument(
-            "--queue-url is required: the SQS queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
-        )
+    config = shared_options.shared(options, takes_url=False, default_batch=MAX_BATCH, max_batch=MAX_BATCH)
+    queue_url = shared_options.text(QUEUE_URL, options.get("queue_url"))
+    assert queue_url is not None  # text() refuses a required option's absence
     queue_name(queue_url)  # refuses what is no queue URL
-    config: dict[str, Any] = {"queue_url": queue_url}
-    for key, (default, low, high, why) in NUMBERS.items():
-        config[key] = _number(f"--{key.replace('_', '-')}", options.get(key), default, low, high, why)
-    region = options.get("region")
+    config[QUEUE_URL.name] = queue_url
+    for option in (WAIT, VISIBILITY):
+        given = shared_options.number(option, options.get(option.name))
+        config[option.name] = DEFAULTS[option.name] if given is None else given
+    region = shared_options.text(REGION_OPTION, options.get("region"))
     if region is not None:
         if not REGION.fullmatch(region):
             raise InvalidArgument("--region must name an AWS region, such as us-east-1")
         config["region"] = region
-    endpoint = options.get("endpoint_url")
+    endpoint = shared_options.text(ENDPOINT, options.get("endpoint_url"))
     if endpoint is not None:
         _check_url("--endpoint-url", endpoint)
         if urlsplit(endpoint).path.strip("/") or urlsplit(endpoint).query:
             raise InvalidArgument("--endpoint-url takes a scheme, host and port only (http://localhost:9324)")
         config["endpoint_url"] = endpoint
-    if options.get("queue") is not None:
-        require_queue("--queue", options["queue"])
-        config["queue"] = options["queue"]
     return config
 
 
@@ -172,14 +134,6 @@ def _check_url(option: str, url: str) -> None:
         raise InvalidArgument(
             f"{option} must not hold credentials: they come from the AWS environment and config files"
         )
-
-
-def _number(option: str, given: Any, default: int, low: int, high: int, why: str) -> int:
-    if given is None:
-        return default
-    if isinstance(given, bool) or not isinstance(given, int) or not low <= given <= high:
-        raise InvalidArgument(f"{option} must be a whole number from {low} to {high} ({why})")
-    return given
 
 
 def is_fifo(config: Mapping[str, Any]) -> bool:
@@ -294,7 +248,7 @@ async def probe(config: Mapping[str, Any], env: Mapping[str, str], timeout: floa
     except (BotoCoreError, OSError, TimeoutError, ValueError) as exc:  # no region or credentials, no answer
         return Backlog(reachable=False, error=_said(exc, secrets))
     found = reply.get("Attributes", {})
-    note = "SQS's counts are approximate (eventually consistent)"
+    note = "approximate: SQS's counts are eventually consistent"
     delayed = int(found.get("ApproximateNumberOfMessagesDelayed", 0))
     if delayed:
         note += f"; {delayed} more delayed"

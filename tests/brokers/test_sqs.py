@@ -21,7 +21,7 @@ from switchboard_local.core import events, sources
 from support.brokers import Running, ended
 from support.redis_server import free_port
 from support.sql import drop_trigger, refuse_inserts, rows, value
-from support.sqs_server import add_sqs_adapter
+from support.sqs_server import added_sqs_adapter
 from support.waits import until_async
 
 pytestmark = pytest.mark.anyio
@@ -40,21 +40,22 @@ def send(server, queue_url: str, bodies: list[str]) -> list[str]:
 
 
 def count(db_path, table: str = "events") -> int:
-    return value(db_path, f"SELECT count(*) FROM {table}")
+    """Rows of ``table``; of events, those read from a queue (`adapter add` records its own in the audit trail)."""
+    return value(db_path, f"SELECT count(*) FROM {table}" + (" WHERE family = 'queue'" if table == "events" else ""))
 
 
 async def test_messages_become_events_and_todos_and_are_deleted_after_their_commit(real_store, sqs_server,
                                                                                    db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
     ids = send(sqs_server, url, [json.dumps({"n": i}) for i in range(25)])
-    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url))
+    running = Running(real_store, await added_sqs_adapter(real_store, db_path, sqs_server, url))
     await running.until(lambda: count(db_path), 25)
     await running.until(lambda: sqs_server.counts(url), (0, 0))  # every one deleted, none left in flight
     await running.finish()
 
-    assert sorted(r[0] for r in rows(db_path, "SELECT external_id FROM events")) == sorted(ids)
+    assert sorted(r[0] for r in rows(db_path, "SELECT external_id FROM events WHERE family = 'queue'")) == sorted(ids)
     assert count(db_path, "todos") == 25
-    event = (await events.list_events(real_store, limit=1))[0]
+    event = (await events.list_events(real_store, source="orders", limit=1))[0]
     assert (event.source, event.family, event.type, event.trust_mode, event.verified) == ("orders", "queue", "orders",
                                                                                           "queue", True)  # fmt: skip
     assert event.verify_detail == "read from sqs queue 'orders' (trusted by the connection)"
@@ -67,10 +68,10 @@ async def test_message_attributes_are_kept_as_headers_beside_where_the_message_w
     sqs_server.client().send_message(QueueUrl=url, MessageBody='{"n": 1}', MessageAttributes={
         "kind": {"DataType": "String", "StringValue": "refund"}, "amount": {"DataType": "Number", "StringValue": "12"},
         "blob": {"DataType": "Binary", "BinaryValue": b"\x00"}})  # fmt: skip
-    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url))
+    running = Running(real_store, await added_sqs_adapter(real_store, db_path, sqs_server, url))
     await running.until(lambda: count(db_path), 1)
     await running.finish()
-    (event,) = await events.list_events(real_store)
+    (event,) = await events.list_events(real_store, source="orders")
     assert event.body == b'{"n": 1}'
     assert {k: v for k, v in event.headers.items() if k.startswith("sqs-attribute-")} == {
         "sqs-attribute-kind": "refund", "sqs-attribute-amount": "12"}  # fmt: skip
@@ -80,9 +81,9 @@ async def test_message_attributes_are_kept_as_headers_beside_where_the_message_w
 async def test_a_failing_commit_deletes_nothing_and_everything_is_stored_once_after(real_store, sqs_server,
                                                                                     db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
+    adapter = await added_sqs_adapter(real_store, db_path, sqs_server, url, visibility_timeout=2)
     refuse_inserts(db_path, "boom", "events", "injected")  # a real fault in the real database
     send(sqs_server, url, [json.dumps({"n": i}) for i in range(12)])
-    adapter = await add_sqs_adapter(real_store, sqs_server, url, visibility_timeout=2)
     running = Running(real_store, adapter)
     await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
 
@@ -103,12 +104,12 @@ async def test_a_message_that_cannot_be_stored_is_not_deleted_and_the_rest_are(r
     refuse_inserts(db_path, "unstorable", "events", "this message cannot be stored",
                    when="CAST(NEW.body AS TEXT) LIKE '%poison%'")  # fmt: skip
     send(sqs_server, url, ['"one"', '"poison"', '"three"', '"four"'])
-    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url))
+    running = Running(real_store, await added_sqs_adapter(real_store, db_path, sqs_server, url))
     await running.until(lambda: count(db_path), 3)
     await running.until(lambda: sqs_server.counts(url), (0, 1))  # the three deleted; the poison still hidden
     await running.finish()
 
-    assert sorted(bytes(r[0]).decode() for r in rows(db_path, "SELECT body FROM events")) == [
+    assert sorted(bytes(r[0]).decode() for r in rows(db_path, "SELECT body FROM events WHERE family = 'queue'")) == [
         '"four"',
         '"one"',
         '"three"',
@@ -121,7 +122,7 @@ async def test_a_batch_stored_but_never_deleted_comes_back_after_its_timeout_and
 ) -> None:
     url = sqs_server.create_queue("orders")
     send(sqs_server, url, [json.dumps({"n": i}) for i in range(5)])
-    adapter = await add_sqs_adapter(real_store, sqs_server, url, visibility_timeout=2)
+    adapter = await added_sqs_adapter(real_store, db_path, sqs_server, url, visibility_timeout=2)
     stop = asyncio.Event()
     crashed = asyncio.create_task(Consumer(real_store, adapter, stop, Faults(pause_after_commit=True)).run())
     # Committed, then paused before the delete: the crash's window.
@@ -137,10 +138,11 @@ async def test_a_batch_stored_but_never_deleted_comes_back_after_its_timeout_and
     assert (count(db_path), count(db_path, "todos")) == (5, 5)  # each stored once, keyed by its MessageId
 
 
-async def test_a_batch_stays_hidden_past_its_visibility_timeout_while_it_commits(real_store, sqs_server) -> None:
+async def test_a_batch_stays_hidden_past_its_visibility_timeout_while_it_commits(real_store, sqs_server,
+                                                                                 db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
     send(sqs_server, url, ['"a"', '"b"', '"c"'])
-    adapter = await add_sqs_adapter(real_store, sqs_server, url, visibility_timeout=5)
+    adapter = await added_sqs_adapter(real_store, db_path, sqs_server, url, visibility_timeout=5)
     reader = sqs.Reader(adapter)
     try:
         messages = await reader.read()  # and not acked: the loop would be committing them now
@@ -160,12 +162,12 @@ async def test_a_fifo_queue_keys_each_message_by_its_deduplication_id(real_store
     sent = {dedup: client.send_message(QueueUrl=url, MessageBody=json.dumps({"order": dedup}), MessageGroupId="shop",
                                        MessageDeduplicationId=dedup)["MessageId"]
             for dedup in ("order-1", "order-2")}  # fmt: skip
-    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url, name="fifo"))
+    running = Running(real_store, await added_sqs_adapter(real_store, db_path, sqs_server, url, name="fifo"))
     await running.until(lambda: count(db_path), 2)
     await running.until(lambda: sqs_server.counts(url), (0, 0))
     await running.finish()
 
-    found = {e.external_id: e for e in await events.list_events(real_store)}
+    found = {e.external_id: e for e in await events.list_events(real_store, source="fifo")}
     assert sorted(found) == ["order-1", "order-2"]
     for dedup, message_id in sent.items():
         headers = found[dedup].headers
@@ -178,7 +180,7 @@ async def test_the_probe_counts_waiting_and_in_flight_messages_and_says_they_are
                                                                                          db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
     send(sqs_server, url, [json.dumps({"n": i}) for i in range(5)])
-    adapter = await add_sqs_adapter(real_store, sqs_server, url, batch=3)
+    adapter = await added_sqs_adapter(real_store, db_path, sqs_server, url, batch=3)
     before = await sqs.probe(adapter.config, os.environ, 5)
     assert (before.reachable, before.waiting, before.unacked, before.error) == (True, 5, 0, None)
     assert "approximate" in before.note
@@ -196,9 +198,9 @@ async def test_the_probe_counts_waiting_and_in_flight_messages_and_says_they_are
 
 
 async def test_the_probe_of_a_missing_queue_or_a_silent_endpoint_says_why_never_with_the_secret(real_store, sqs_server,
-                                                                                               ) -> None:  # fmt: skip
+                                                                                               db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
-    adapter = await add_sqs_adapter(real_store, sqs_server, url)
+    adapter = await added_sqs_adapter(real_store, db_path, sqs_server, url)
     missing = await sqs.probe({**adapter.config, "queue_url": url + "-gone"}, os.environ, 5)
     assert (missing.reachable, missing.waiting, missing.unacked) == (True, None, None)
     assert "NonExistentQueue" in missing.error
@@ -215,7 +217,7 @@ async def test_without_credentials_the_adapter_says_so_in_its_health_and_keeps_r
     send(sqs_server, url, ['"a"'])
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")  # and no config file, no instance role (the fixture's environment)
-    running = Running(real_store, await add_sqs_adapter(real_store, sqs_server, url))
+    running = Running(real_store, await added_sqs_adapter(real_store, db_path, sqs_server, url))
     await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 2)
     await running.finish()
     assert "Unable to locate credentials" in (await sources.get(real_store, "orders")).last_error
@@ -224,10 +226,11 @@ async def test_without_credentials_the_adapter_says_so_in_its_health_and_keeps_r
     assert not probed.reachable and "Unable to locate credentials" in probed.error
 
 
-async def test_a_delete_sqs_refuses_is_an_error_naming_how_many_and_why_never_silent(real_store, sqs_server) -> None:
+async def test_a_delete_sqs_refuses_is_an_error_naming_how_many_and_why_never_silent(real_store, sqs_server,
+                                                                                     db_path) -> None:  # fmt: skip
     url = sqs_server.create_queue("orders")
     send(sqs_server, url, ['"a"', '"b"'])
-    reader = sqs.Reader(await add_sqs_adapter(real_store, sqs_server, url))
+    reader = sqs.Reader(await added_sqs_adapter(real_store, db_path, sqs_server, url))
     try:
         messages = await reader.read()
         assert len(messages) == 2

@@ -10,7 +10,6 @@ visible and nothing in flight.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -21,11 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.store.opener import open_store
-
 from support.receiver import ServeProcess
 from support.sql import rows, value
-from support.sqs_server import SQSServer, add_sqs_adapter
+from support.sqs_server import add_sqs_adapter
 from support.waits import until
 
 ROUNDS = 5
@@ -34,14 +31,6 @@ VISIBILITY = 2  # seconds: what a killed process held returns this soon
 # Between two sends of ten: the producer outpaces the consumer only while it is down. (moto counts a
 # queue's messages on every call: a backlog of thousands would slow each call to a quarter second.)
 PACE = 0.08
-
-
-def add_adapter(db_path: Path, server: SQSServer, queue_url: str) -> None:
-    async def go() -> None:
-        async with await open_store(db_path) as store:
-            await add_sqs_adapter(store, server, queue_url, name="work", visibility_timeout=VISIBILITY)
-
-    asyncio.run(go())
 
 
 def stored(db_path: Path) -> int:
@@ -68,7 +57,7 @@ def test_killing_serve_again_and_again_while_messages_arrive_stores_each_once_an
     sqs_server, db_path: Path
 ) -> None:
     url = sqs_server.create_queue("work")
-    add_adapter(db_path, sqs_server, url)
+    add_sqs_adapter(db_path, sqs_server, url, name="work", visibility_timeout=VISIBILITY)
     client = sqs_server.client()
     sent: list[str] = []
 
@@ -96,6 +85,7 @@ def test_killing_serve_again_and_again_while_messages_arrive_stores_each_once_an
 
     proc = ServeProcess(db_path)  # a fresh one: takes what is left, what is still sent, and what comes back
     try:
+        proc.wait_serving()  # its stop below is a clean one: SIGTERM's handler is in place
         producer.join(timeout=120)
         assert not producer.is_alive() and len(sent) == MESSAGES
         until(lambda: stored(db_path), MESSAGES, **watching(proc))

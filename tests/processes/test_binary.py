@@ -13,7 +13,6 @@ leaves these tests out.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import Any
 import pytest
 
 from switchboard_local import __version__
-from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support.mcp import RawServer
@@ -30,7 +28,7 @@ from support.postgres import PostgresServer
 from support.receiver import serve_process
 from support.redis_server import started_redis_server
 from support.sql import rows, value
-from support.sqs_server import add_sqs_adapter, aws_environment, started_sqs_server
+from support.sqs_server import aws_environment, started_sqs_server
 from support.waits import until
 
 pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
@@ -137,19 +135,16 @@ def test_the_binarys_serve_answers_healthz_and_drains_a_redis_stream(
     assert "Traceback" not in serve.stderr, serve.stderr
 
 
-def test_the_binarys_serve_drains_an_sqs_queue_with_the_aws_models_it_carries(
+def test_the_binary_adds_an_sqs_adapter_and_its_serve_drains_the_queue_with_the_aws_models_it_carries(
     binary: Path, bare_env: dict[str, str], db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = started_sqs_server(tmp_path, monkeypatch)
     try:
         url = server.create_queue("work")
-
-        async def add() -> None:  # the row `adapter add --broker sqs` stores
-            async with await open_store(db_path) as store:
-                await add_sqs_adapter(store, server, url, name="work")
-
-        asyncio.run(add())
         env = {**bare_env, **aws_environment(tmp_path)}
+        added = as_json(binary, env, "adapter", "add", "work", "--broker", "sqs", "--queue-url", url, "--endpoint-url",
+                        server.endpoint)  # fmt: skip
+        assert (added["broker"], added["reads"]) == ("sqs", f"queue work at {url}, endpoint {server.endpoint}")
         with serve_process(db_path, program=[str(binary)], environ=env) as serve:
             server.client().send_message(QueueUrl=url, MessageBody=json.dumps({"n": 1}))
             until(lambda: value(db_path, "SELECT count(*) FROM todos WHERE queue = 'work'"), 1,

@@ -11,6 +11,8 @@ AWS setup is read and nothing leaves loopback.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -23,11 +25,11 @@ import botocore.config
 import botocore.exceptions
 import pytest
 
-from switchboard_local.brokers import sqs
 from switchboard_local.core import sources
 from switchboard_local.core.sources import Source
 from switchboard_local.core.store.interface import Store
 
+from support.cli import invoke
 from support.redis_server import free_port
 
 # `python -m moto.server` with its clock read quicker; run with -P: support/ on the path would hide the stdlib `html`
@@ -120,10 +122,18 @@ def started_sqs_server(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> SQSSer
     return SQSServer(workdir).start()
 
 
-async def add_sqs_adapter(
-    store: Store, server: SQSServer, queue_url: str, name: str = "orders", **options: Any
-) -> Source:
-    """An SQS adapter on ``server``'s queue, its config as `adapter add --broker sqs` stores it."""
-    config = sqs.configure({"queue_url": queue_url, "endpoint_url": server.endpoint, **options})
-    return await sources.add(store, name, family="queue", kind="sqs", trust_mode="queue",
-                             config={**config, "broker": "sqs"})  # fmt: skip
+def add_sqs_adapter(db: Path | str, server: SQSServer, queue_url: str, name: str = "orders", **options: Any) -> Any:
+    """`adapter add NAME --broker sqs --queue-url URL --endpoint-url (the server's)` and ``options`` as flags
+    (``visibility_timeout=2``: ``--visibility-timeout 2``), run as the command line runs it: its --json answer."""
+    flags = [part for key, given in options.items() for part in (f"--{key.replace('_', '-')}", str(given))]
+    result = invoke(db, "adapter", "add", name, "--broker", "sqs", "--queue-url", queue_url, "--endpoint-url",
+                    server.endpoint, *flags, "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+async def added_sqs_adapter(store: Store, db: Path | str, server: SQSServer, queue_url: str, name: str = "orders",
+                            **options: Any) -> Source:  # fmt: skip
+    """The same, from a test's event loop (the command runs its own, in a thread): the adapter as stored."""
+    await asyncio.to_thread(add_sqs_adapter, db, server, queue_url, name, **options)
+    return await sources.get(store, name, family="queue")
