@@ -61,7 +61,7 @@ stamp=.venv/.switchboard-installed
 wanted=$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
 # -I: not from the checkout's directory, so this sees what is installed in .venv.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] ||
-    ! .venv/bin/python -I -c 'import switchboard_local, nats, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly, mkdocs, material' >/dev/null 2>&1; then
+    ! .venv/bin/python -I -c 'import switchboard_local, nats, pytest, hypothesis, fakeredis, playwright, psycopg, pytest_randomly, mkdocs, material, aiobotocore, moto.server' >/dev/null 2>&1; then
     rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'

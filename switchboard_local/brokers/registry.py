@@ -19,6 +19,9 @@ module level:
     guarantee(config) -> str   the delivery guarantee, one line (CLI, `status`, the dashboard)
     where(config) -> str       what it reads, no secret ("stream ORDERS subject orders.>")
     env(config) -> list[str]   the environment variables it reads (`service install`, `doctor`)
+    OPTIONAL_ENV  those of env()'s names a consumer can do without (one way among several to find
+                  credentials or a region): `service install` names one only when its shell sets it.
+                  Left out, none is: each name env() gives is one a consumer needs
     async probe(config, env, timeout) -> core.adapters.Backlog
                   its backlog now (waiting, unacked, or why unknown); each connect and reply
                   within ``timeout`` s; only asks, never raises, never puts a secret in the error
@@ -55,6 +58,7 @@ DEFAULT = "redis"  # `adapter add` without --broker, and a row stored before the
 MODULES: dict[str, str] = {
     "redis": "switchboard_local.brokers.redis",
     "nats": "switchboard_local.brokers.nats_jetstream",
+    "sqs": "switchboard_local.brokers.sqs",
 }
 # The options every broker shares (the CLI's --url, --url-env, --batch, --queue); none may declare one of these.
 SHARED = ("url", "url_env", "batch", "queue", "broker")
@@ -69,6 +73,7 @@ class Entry:
     options: tuple[Option, ...]
     takes_url: bool
     module: ModuleType
+    optional_env: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, name: str, module: ModuleType) -> Entry:
@@ -79,7 +84,8 @@ class Entry:
         clash = [o.name for o in options if o.name in SHARED]
         if clash:
             raise ValueError(f"{module.__name__} declares {clash}, which every broker shares")
-        return cls(name, module.DESCRIPTION, options, bool(getattr(module, "URL", True)), module)
+        return cls(name, module.DESCRIPTION, options, bool(getattr(module, "URL", True)), module,
+                   frozenset(getattr(module, "OPTIONAL_ENV", ())))  # fmt: skip
 
     def configure(self, options: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.module.configure(dict(options)), "broker": self.name}

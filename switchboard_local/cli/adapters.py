@@ -45,34 +45,39 @@ def _url(config: dict[str, Any]) -> str:
     return f"from ${config['url_env']}" if config.get("url_env") else "-"
 
 
+def _entry(a: Source) -> Broker | None:
+    try:
+        return process.brokers().of(a)
+    except SwitchboardError:
+        return None
+
+
 def _own(a: Source) -> list[tuple[str, Any]]:
     """The broker's own options as the adapter's config holds them (a secret one masked)."""
-    try:
-        entry = process.brokers().of(a)
-    except SwitchboardError:
-        entry = None
+    entry = _entry(a)
     options = [] if entry is None else [o for o in entry.options if o.name in a.config]
     return [(o.name.replace("_", " "), "****" if o.secret else a.config[o.name]) for o in options]
 
 
 def _text(a: Source) -> str:
     # Read with .get: a row edited by hand may lack any of it.
-    c, said = a.to_dict()["config"], adapters.describe(a, process.brokers())
+    c, said, entry = a.to_dict()["config"], adapters.describe(a, process.brokers()), _entry(a)
     reads = f" {said['reads']}" if said["reads"] else ""
-    lines = [
-        f"adapter {a.name}: {said['broker']}{reads} ({'enabled' if a.enabled else 'disabled'})",
-        f"  broker       {said['description'] or said['broker']}",
-        f"  url          {_url(c)}",
-        f"  guarantee    {said['guarantee']}",
-        f"  queue        {c.get('queue') or a.name} (when no rule matches)",
-        f"  batch        {c.get('batch')}",
-        *(f"  {name:<12} {value}" for name, value in _own(a)),
-        f"  last poll    {when(a.last_poll_at)}",
-        f"  last error   {_last_error(a)}",
-        f"  failures     {a.consecutive_failures} in a row",
-        f"  stored       {a.messages_stored} messages",
+    fields = [
+        ("broker", said["description"] or said["broker"]),
+        *([("url", _url(c))] if entry is None or entry.takes_url else []),  # none where the broker takes none
+        ("guarantee", said["guarantee"]),
+        ("queue", f"{c.get('queue') or a.name} (when no rule matches)"),
+        ("batch", c.get("batch")),
+        *_own(a),
+        ("last poll", when(a.last_poll_at)),
+        ("last error", _last_error(a)),
+        ("failures", f"{a.consecutive_failures} in a row"),
+        ("stored", f"{a.messages_stored} messages"),
     ]
-    return "\n".join(lines)
+    width = max(12, *(len(name) for name, _ in fields))  # a broker's option may have a longer name
+    head = f"adapter {a.name}: {said['broker']}{reads} ({'enabled' if a.enabled else 'disabled'})"
+    return "\n".join([head, *(f"  {name:<{width}} {value}" for name, value in fields)])
 
 
 @click.group()

@@ -3,7 +3,7 @@ service will not have, and the folders others could write to.
 
 A service manager starts `serve` with none of this shell's environment: what a
 source reads from it (--secret-env, an adapter's --url-env and its broker's own
-variables), serve's own settings and
+variables: those it can do without only when this shell sets them), serve's own settings and
 libpq's PG* variables must be in the environment file the systemd unit reads,
 or the service runs without them. Install and its dry run both name them (names
 only, never a value). A folder holding the unit or that file, writable by
@@ -51,7 +51,8 @@ def unset(found: list[sources.Source], database: Location, given: set[str]) -> l
         if source.enabled:
             wanted += [(ref["env"], source.name) for ref in source.secrets if isinstance(ref.get("env"), str)]
             if source.family == "queue":
-                wanted += [(name, source.name) for name in adapters.env_of(source, brokers)]
+                # a variable its broker can do without (one way among several) only when this shell sets it
+                wanted += [(name, source.name) for name in adapters.env_of(source, brokers, os.environ)]
     # Set in this shell and read by serve itself, or by libpq for a PostgreSQL database (PGPASSWORD, …).
     wanted += [(name, "serve") for name in (process.LOG_LEVEL_ENV, BUSY_TIMEOUT_ENV) if name in os.environ]
     if is_url(database):

@@ -84,7 +84,7 @@ def _text(view: dict[str, Any]) -> str:
         lines.append(table(["ADAPTER", "STATE", "WAITING", "LAST POLL", "FAILURES", "STORED", "BROKER", "LAST ERROR"],
                            rows))  # fmt: skip
         lines += [f"  {c['name']}: {c['broker']} {c['reads'] or ''}".rstrip() + f"; {c['guarantee']}"
-                  for c in view["consumers"]]  # fmt: skip
+                  + (f"; backlog ({c['lag_note']})" if c["lag_note"] else "") for c in view["consumers"]]  # fmt: skip
     else:
         lines.append("no enabled adapters")
     return "\n".join(lines)

@@ -67,7 +67,9 @@ class Backlog:
 
     ``waiting``: messages not delivered to us yet; ``unacked``: delivered but not
     acknowledged (read, maybe stored, not acked yet). None where the broker cannot
-    tell (``note`` says why, e.g. a pub/sub channel keeps no backlog). ``error``:
+    tell (``note`` says why, e.g. a pub/sub channel keeps no backlog; or what the
+    numbers are, e.g. approximate: `status`, `doctor` and the dashboard show it
+    beside them). ``error``:
     why the broker could not be asked (unreachable: ``reachable`` False) or could
     not answer; never a secret. ``fix``: what to do when it is unreachable, when
     the broker can say (start the server on that port, ...).
@@ -85,12 +87,14 @@ class Broker(Protocol):
     """What the program asks of one broker (an entry of ``brokers/registry.py``).
 
     ``takes_url``: whether its adapters name a URL (``--url`` or ``--url-env``, exactly one).
+    ``optional_env``: those of ``env``'s names a consumer can do without (one way among several).
     """
 
     name: str
     description: str
     options: tuple[Option, ...]
     takes_url: bool
+    optional_env: frozenset[str]
 
     def configure(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """`adapter add`'s options (this broker's and the shared url, url_env, batch, queue; None
@@ -156,24 +160,28 @@ def broker_name(source: Source, brokers: Brokers) -> str:
 
 async def backlog(source: Source, brokers: Brokers | None, timeout: float = PROBE_TIMEOUT,
                   env: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    """What waits at an adapter's broker now: {"waiting", "unacked", "lag_error"} (None where unknown).
+    """What waits at an adapter's broker now: {"waiting", "unacked", "lag_error", "lag_note"} (None where
+    unknown; ``lag_note``: what the broker says of its numbers, e.g. that they are approximate).
 
     `status`, the dashboard and /metrics ask it. A URL in a variable this
     process lacks is not asked for (the lag error says so).
     """
     env = os.environ if env is None else env
     if brokers is None:
-        return {"waiting": None, "unacked": None, "lag_error": "not probed by this process"}
+        return _unknown("not probed by this process")
     broker = brokers.of(source)
     if broker is None:
-        return {"waiting": None, "unacked": None, "lag_error": f"no broker {broker_name(source, brokers)!r} here"}
+        return _unknown(f"no broker {broker_name(source, brokers)!r} here")
     name = url_env(source.config)
     if broker.takes_url and url(source.config, env) is None:
-        why = f"${name} is not set here" if name else "no URL in its config"
-        return {"waiting": None, "unacked": None, "lag_error": why}
+        return _unknown(f"${name} is not set here" if name else "no URL in its config")
     found = await broker.probe(source.config, env, timeout)
     error = found.error if found.reachable else f"unreachable ({found.error})"
-    return {"waiting": found.waiting, "unacked": found.unacked, "lag_error": error}
+    return {"waiting": found.waiting, "unacked": found.unacked, "lag_error": error, "lag_note": found.note}
+
+
+def _unknown(why: str) -> dict[str, Any]:
+    return {"waiting": None, "unacked": None, "lag_error": why, "lag_note": None}
 
 
 def describe(source: Source, brokers: Brokers | None) -> dict[str, Any]:
@@ -193,13 +201,18 @@ def describe(source: Source, brokers: Brokers | None) -> dict[str, Any]:
         return {**found, "guarantee": f"unknown: its config cannot be read ({type(exc).__name__})"}
 
 
-def env_of(source: Source, brokers: Brokers | None) -> list[str]:
-    """The environment variables an adapter's consumer reads (its broker's word; at least its URL's)."""
+def env_of(source: Source, brokers: Brokers | None, here: Mapping[str, str] | None = None) -> list[str]:
+    """The environment variables an adapter's consumer reads (its broker's word; at least its URL's).
+
+    Given ``here`` (an environment), those its broker can do without are named only when ``here``
+    sets them: what `service install` tells the service will lack is what this shell has and it would not.
+    """
     names = [name] if (name := url_env(source.config)) else []
     try:
         broker = None if brokers is None else brokers.of(source)
         if broker is not None:
-            names += broker.env(source.config)
+            optional = broker.optional_env if here is not None else frozenset()
+            names += [n for n in broker.env(source.config) if n not in optional or (here or {}).get(n)]
     except Exception:  # a row its broker cannot read: its URL's variable is still one
         pass
     return list(dict.fromkeys(names))

@@ -1,6 +1,6 @@
 """The broker tests' fixtures: a real redis-server, the `broker` each semantics
 test runs on (fakeredis, then a real server), a real nats-server with JetStream,
-a store on the real clock."""
+moto's SQS server, a store on the real clock."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from switchboard_local.core.store.opener import open_store
 
 from support.nats_server import started_nats_server
 from support.redis_server import FakeBroker, started_redis_server
+from support.sqs_server import started_sqs_server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -42,6 +43,14 @@ def redis_server(tmp_path: Path):
 def nats_server(tmp_path: Path):
     """A real `nats-server -js` on a free loopback port, its JetStream store in the test's folder."""
     server = started_nats_server(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sqs_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """moto's SQS server on a free loopback port, with dummy AWS credentials and region in the environment."""
+    server = started_sqs_server(tmp_path, monkeypatch)
     yield server
     server.stop()
 

@@ -127,7 +127,7 @@ def test_each_broker_s_options_are_in_adapter_add_s_help_under_its_name(fake, cl
     shown = " ".join(cli("adapter", "add", "--help").out.split())
     assert "--topic TEXT fake: the topic to read." in shown
     assert "--key TEXT redis: the stream, list or channel. [required]" in shown
-    assert f"--broker [{'|'.join(BROKERS.names())}]" in shown and "fake" in BROKERS.names()
+    assert f"--broker [{'|'.join(BROKERS.names())}]" in shown and "fake" in BROKERS.names()  # redis first
 
 
 def test_the_url_is_kept_masked_or_read_from_the_variable_named(cli) -> None:
@@ -165,7 +165,7 @@ async def test_a_backlog_is_never_asked_where_the_url_is_missing(fake) -> None:
         created_at=0, updated_at=0, last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,
     )  # fmt: skip
     said = await adapters.backlog(source, BROKERS, env={})
-    assert said == {"waiting": None, "unacked": None, "lag_error": "$FEED_URL is not set here"}
+    assert said == {"waiting": None, "unacked": None, "lag_error": "$FEED_URL is not set here", "lag_note": None}
     assert await BROKERS.get("fake").probe(source.config, {"FEED_URL": "fake://local"}, 1.0) == Backlog(
         reachable=True, waiting=0, unacked=0)  # fmt: skip
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from switchboard_local.brokers import sqs
 from switchboard_local.cli import service, service_managers, service_units
 
 from support import fake_broker
@@ -236,6 +237,30 @@ def test_install_names_a_nats_adapter_s_url_variable_in_no_broker_s_words_but_it
     assert result.code == 0, result.err
     assert "orders reads $NATS_URL (not set in this shell either)" in result.out
     assert "redis" not in (result.out + result.err).lower()
+
+
+def test_install_names_only_the_variables_an_sqs_adapter_can_do_without_that_this_shell_sets(box: Box) -> None:
+    """An SQS consumer reads a dozen AWS variables, each one way among several (a profile, ~/.aws, a role):
+    the service misses only those this shell has, so only those are named."""
+    queue_url = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
+    added = invoke(box.db, "adapter", "add", "orders", "--broker", "sqs", "--queue-url", queue_url)
+    assert added.code == 0, added.err
+    shell: dict[str, str | None] = dict.fromkeys(sqs.ENV)  # none of the machine's own
+    shell |= {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cret-never-shown",
+              "AWS_REGION": "eu-west-1"}  # fmt: skip
+    answer = json.loads(box.cli("install", "--dry-run", "--json", **shell).out)
+    assert answer["unset_env"] == [
+        {"name": "AWS_ACCESS_KEY_ID", "read_by": "orders", "set_in_this_shell": True},
+        {"name": "AWS_SECRET_ACCESS_KEY", "read_by": "orders", "set_in_this_shell": True},
+        {"name": "AWS_REGION", "read_by": "orders", "set_in_this_shell": True},
+    ]  # fmt: skip
+    said = box.cli("install", "--dry-run", **shell)
+    assert said.code == 0, said.err
+    assert ("orders reads $AWS_ACCESS_KEY_ID (set in this shell), orders reads $AWS_SECRET_ACCESS_KEY (set in this "
+            "shell), orders reads $AWS_REGION (set in this shell)") in said.out  # fmt: skip
+    assert "AWS_PROFILE" not in said.out and "s3cret-never-shown" not in said.out + said.err
+    nothing_set = json.loads(box.cli("install", "--dry-run", "--json", **dict.fromkeys(sqs.ENV)).out)
+    assert nothing_set["unset_env"] == []  # the service finds the AWS setup as this shell does: ~/.aws, a role
 
 
 def add_env_readers(box: Box) -> None:

@@ -28,6 +28,7 @@ from support.postgres import PostgresServer
 from support.receiver import serve_process
 from support.redis_server import started_redis_server
 from support.sql import rows, value
+from support.sqs_server import aws_environment, started_sqs_server
 from support.waits import until
 
 pytestmark = [pytest.mark.binary, pytest.mark.sqlite_only]  # the binary is built and tried once, on SQLite
@@ -131,4 +132,25 @@ def test_the_binarys_serve_answers_healthz_and_drains_a_redis_stream(
         redis_server.stop()
     assert health.status == 200, health.body
     assert health.json()["ok"] is True
+    assert "Traceback" not in serve.stderr, serve.stderr
+
+
+def test_the_binary_adds_an_sqs_adapter_and_its_serve_drains_the_queue_with_the_aws_models_it_carries(
+    binary: Path, bare_env: dict[str, str], db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = started_sqs_server(tmp_path, monkeypatch)
+    try:
+        url = server.create_queue("work")
+        env = {**bare_env, **aws_environment(tmp_path)}
+        added = as_json(binary, env, "adapter", "add", "work", "--broker", "sqs", "--queue-url", url, "--endpoint-url",
+                        server.endpoint)  # fmt: skip
+        assert (added["broker"], added["reads"]) == ("sqs", f"queue work at {url}, endpoint {server.endpoint}")
+        with serve_process(db_path, program=[str(binary)], environ=env) as serve:
+            server.client().send_message(QueueUrl=url, MessageBody=json.dumps({"n": 1}))
+            until(lambda: value(db_path, "SELECT count(*) FROM todos WHERE queue = 'work'"), 1,
+                  dead=lambda: None if serve.proc.poll() is None else f"serve exited: {serve.stderr}")  # fmt: skip
+            until(lambda: server.counts(url), (0, 0))  # deleted after the commit
+            assert serve.stop() == 0, serve.stderr
+    finally:
+        server.stop()
     assert "Traceback" not in serve.stderr, serve.stderr
