@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it: redis-server, chromium, postgresql
-# and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
+# Installs what the test suite needs and runs it: redis-server, rabbitmq-server, chromium,
+# postgresql and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
 # Code's CLI in .venv/claude-code. Extra arguments go to pytest. pytest exits 5 when
 # no test ran: that fails too.
 #
@@ -36,12 +36,15 @@ apt_update() {
 }
 
 # Debian's packages the tests run for real: redis-server (the Redis adapters),
-# chromium (the dashboard's browser tests; never playwright's download) and
+# rabbitmq-server (the AMQP adapters: tests/support/rabbitmq_server.py starts a node of
+# its own on free ports; a missing server fails those tests in CI), chromium (the dashboard's browser tests; never playwright's download) and
 # postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
 # and the server in a temporary folder, as nobody when run as root; a missing
 # server fails those tests, it never skips them); npm (Claude Code's CLI, below).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# Not on PATH for a non-root user (/usr/sbin), hence the full path too.
+command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || missing+=(rabbitmq-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v npm >/dev/null 2>&1 || missing+=(npm)

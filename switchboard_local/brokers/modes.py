@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import amqp
 from .reader import ReaderFactory
 from .redis_list import ListReader
 from .redis_pubsub import PubSubReader
@@ -11,4 +12,5 @@ READERS: dict[str, ReaderFactory] = {
     "stream": StreamReader,
     "list": ListReader,
     "pubsub": PubSubReader,
+    "amqp": amqp.Reader,
 }

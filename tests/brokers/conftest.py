@@ -1,5 +1,6 @@
 """The broker tests' fixtures: a real redis-server, the `broker` each semantics
-test runs on (fakeredis, then a real server), a store on the real clock."""
+test runs on (fakeredis, then a real server), a real RabbitMQ node, a store on
+the real clock."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
 
+from support.rabbitmq_server import started_rabbitmq_server
 from support.redis_server import FakeBroker, started_redis_server
 
 
@@ -34,6 +36,22 @@ def redis_server(tmp_path: Path):
     server = started_redis_server(tmp_path)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory):
+    """A real RabbitMQ node, one per session: it takes seconds to start. Each test uses queues of its own."""
+    server = started_rabbitmq_server(tmp_path_factory.mktemp("rabbitmq"))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def rabbitmq_alone(tmp_path: Path):
+    """A RabbitMQ node of the test's own: for a test that stops and starts it."""
+    server = started_rabbitmq_server(tmp_path / "rabbitmq")
+    yield server
+    server.close()
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])
