@@ -22,23 +22,25 @@ def new_queue(server: RabbitMQServer, arguments: dict[str, Any] | None = None) -
     return name
 
 
-def amqp_config(url: str, queue: str, **options: Any) -> dict[str, Any]:
+def amqp_config(url: str, amqp_queue: str, **options: Any) -> dict[str, Any]:
     """The config `adapter add` stores. Until the broker registry lands, the consumer loop finds a
     reader by ``mode`` and the supervisor logs ``key``: both are added here for it."""
-    config = amqp.configure({"url": url, "amqp_queue": queue, **options})
-    return {**config, "mode": "amqp", "key": queue}
+    config = amqp.configure({"url": url, "amqp_queue": amqp_queue, **options})
+    return {**config, "mode": "amqp", "key": amqp_queue}
 
 
-async def add_amqp_adapter(store: Store, url: str, queue: str, name: str = "orders", **options: Any) -> sources.Source:
-    config = amqp_config(url, queue, **options)
+async def add_amqp_adapter(store: Store, url: str, amqp_queue: str, name: str = "orders",
+                           **options: Any) -> sources.Source:  # fmt: skip
+    """``options``: the broker's and the shared ones (``queue``: the switchboard queue todos go to)."""
+    config = amqp_config(url, amqp_queue, **options)
     return await sources.add(store, name, family="queue", kind="amqp", trust_mode="queue", config=config)
 
 
-def amqp_source(url: str, queue: str, name: str = "orders", **options: Any) -> sources.Source:
+def amqp_source(url: str, amqp_queue: str, name: str = "orders", **options: Any) -> sources.Source:
     """A source row as the store would hand it to a reader, for a test of the reader on its own."""
     return sources.Source(
         name=name, family="queue", kind="amqp", trust_mode="queue", enabled=True,
-        config=amqp_config(url, queue, **options), secrets=[], created_at=0, updated_at=0, last_poll_at=None,
+        config=amqp_config(url, amqp_queue, **options), secrets=[], created_at=0, updated_at=0, last_poll_at=None,
         last_error=None, consecutive_failures=0, messages_stored=0,
     )  # fmt: skip
 
