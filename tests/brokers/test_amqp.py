@@ -157,16 +157,16 @@ async def test_a_connection_the_broker_closes_is_reopened_and_nothing_is_lost(re
 async def test_a_restarted_broker_is_survived_and_drained_without_loss(real_store, rabbitmq_alone, db_path) -> None:
     server = rabbitmq_alone  # a node of its own: it is stopped mid-run and started again
     queue = new_queue(server)
-    server.admin.publish(queue, messages(3000))
+    server.admin.publish(queue, messages(1000))
     running = Running(real_store, await add_amqp_adapter(real_store, server.url, queue, batch=1))
     await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), lambda n: n >= 200)
     server.stop()  # mid-run; the queue is durable and its messages persistent
     await running.until(lambda: value(db_path, "SELECT consecutive_failures FROM sources"), lambda n: n >= 1)
     server.start()
-    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3000)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1000)
     await running.until(drained(server, queue), True)  # what was stored and not acked at the stop, too
     await running.finish()
-    assert value(db_path, "SELECT count(*) FROM todos") == 3000
+    assert value(db_path, "SELECT count(*) FROM todos") == 1000
     assert value(db_path, "SELECT consecutive_failures FROM sources") == 0
 
 
