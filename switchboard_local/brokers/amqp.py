@@ -56,11 +56,16 @@ NAME = "amqp"
 DESCRIPTION = "RabbitMQ (AMQP 0-9-1): consumes a queue with manual acks, basic.ack after the commit"
 # Named apart from the shared --queue, which is the switchboard queue the todos go to.
 OPTIONS = (
-    Option("amqp_queue", "the broker's queue to consume (declared by its owner; the adapter never creates it)",
-           required=True),  # fmt: skip
-    Option("amqp_dead_letter_exchange", "the dead-letter exchange the queue is set up with (its "
-           "x-dead-letter-exchange, by argument or policy): a message that cannot be stored is nacked to it; "
-           "without it, such a message stays unacked"),  # fmt: skip
+    Option(
+        "amqp_queue",
+        "the broker's queue to consume (declared by its owner; the adapter never creates it)",
+        required=True,
+    ),
+    Option(
+        "amqp_dead_letter_exchange",
+        "the dead-letter exchange the queue is set up with (its x-dead-letter-exchange, by argument or policy): "
+        "a message that cannot be stored is nacked to it; without it, such a message stays unacked",
+    ),
 )
 
 DEFAULT_BATCH = 64
@@ -209,7 +214,7 @@ async def probe(config: Mapping[str, Any], environ: Mapping[str, str], timeout: 
                 return Backlog(reachable=True, waiting=found.message_count, unacked=None, note=note)
             finally:
                 await _close(connection)
-    except Exception as exc:  # a probe never raises: whatever the URL or the broker did, it is said
+    except Exception as exc:  # noqa: BLE001 (a probe never raises: whatever the URL or the broker did, it is said)
         return Backlog(reachable=False, error=_said(exc, url))
 
 

@@ -102,7 +102,7 @@ def test_killing_serve_at_random_points_while_messages_arrive_stores_each_once_a
         before = stored(db_path)
         victim = ServeProcess(db_path)
         try:
-            until(lambda: stored(db_path), lambda n: n > before, **watching(victim))  # it leads and consumes
+            until(lambda: stored(db_path), lambda n, before=before: n > before, **watching(victim))  # it consumes
             time.sleep(rng.uniform(0.0, 1.5))  # a random point of its work: reading, committing or acking
             victim.proc.kill()
             victim.proc.wait(timeout=30)

@@ -41,8 +41,10 @@ def test_a_url_in_the_environment_is_stored_by_its_name_and_the_batch_defaults_t
         ({"url": URL, "amqp_queue": "ord\x1bers"}, "--amqp-queue holds a control character (\\x1b)"),
         ({"url": URL, "amqp_queue": "q" * 256}, "--amqp-queue must be at most 255 bytes"),
         ({"url": URL, "amqp_queue": "orders", "batch": 65536}, "--batch must be a whole number from 1 to 65535"),
-        ({"url": URL, "amqp_queue": "orders", "amqp_dead_letter_exchange": ""},
-         "--amqp-dead-letter-exchange must name an exchange"),
+        (
+            {"url": URL, "amqp_queue": "orders", "amqp_dead_letter_exchange": ""},
+            "--amqp-dead-letter-exchange must name an exchange",
+        ),
         ({"url": URL, "amqp_queue": "orders", "queue": "work\x07"}, "--queue holds a control character"),
     ],
 )
@@ -57,7 +59,9 @@ def test_the_guarantee_says_what_becomes_of_a_message_that_cannot_be_stored() ->
     plain = amqp.configure({"url": URL, "amqp_queue": "orders"})
     dead_lettered = {**plain, "amqp_dead_letter_exchange": "dead-letters"}
     assert amqp.guarantee(plain).startswith("durable: basic.ack only after the commit")
-    assert amqp.guarantee(plain).endswith("a message that cannot be stored is left unacked (no dead-letter exchange given)")
+    assert amqp.guarantee(plain).endswith(
+        "a message that cannot be stored is left unacked (no dead-letter exchange given)"
+    )
     assert amqp.guarantee(dead_lettered).endswith("is nacked to dead-letter exchange 'dead-letters'")
 
 

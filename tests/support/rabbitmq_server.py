@@ -28,8 +28,11 @@ from pika.adapters.blocking_connection import BlockingChannel
 from support.redis_server import free_port, in_ci
 
 SBIN = "/usr/lib/rabbitmq/bin"  # the scripts themselves: /usr/sbin's wrappers switch to the rabbitmq user
-MISSING = "rabbitmq-server is not installed (apt-get install rabbitmq-server, brew install rabbitmq, or run scripts/test.sh)"
+MISSING = (
+    "rabbitmq-server is not installed (apt-get install rabbitmq-server, brew install rabbitmq, or run scripts/test.sh)"
+)
 START_TIMEOUT = 120  # seconds for a cold node on a loaded machine (it usually takes a few)
+
 
 def script(name: str) -> str | None:
     """A RabbitMQ script: Debian's, or one on PATH (another system's package)."""
@@ -139,7 +142,12 @@ class RabbitMQServer:
     def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """``rabbitmqctl -n NODE ARGS``, against this node only."""
         return subprocess.run(
-            [self.ctl_binary, "-n", self.node, *args], env=self.env(), capture_output=True, text=True, timeout=timeout
+            [self.ctl_binary, "-n", self.node, *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def list_queues(self) -> dict[str, tuple[int, int]]:
