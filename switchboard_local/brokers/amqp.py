@@ -306,6 +306,8 @@ class Reader:
         channel.close_callbacks.add(self._on_close)
         await channel.set_qos(prefetch_count=self.batch)
         queue = await self._declared(channel)
+        # The broker cancels a consumer whose queue is deleted; the channel stays open and would idle forever.
+        (await channel.get_underlay_channel()).on_consumer_cancel_callbacks.add(self._on_cancel)
         await queue.consume(self._deliver)
         self._channel = channel
 
@@ -327,6 +329,10 @@ class Reader:
         self._closed_by = exc
         self._inbox.put_nowait(None)  # wakes a read waiting for a message
 
+    def _on_cancel(self, _frame: Any) -> None:
+        self._closed_by = Unreachable(f"the broker cancelled the consumer of queue {self.queue!r} (was it deleted?)")
+        self._inbox.put_nowait(None)
+
     async def _next(self, timeout: float) -> AbstractIncomingMessage | None:
         """The next delivery, None after ``timeout`` s without one; a closed channel raises."""
         try:
@@ -340,7 +346,7 @@ class Reader:
         return delivery
 
     def _fault(self) -> Exception:
-        if isinstance(self._closed_by, Exception) and isinstance(self._closed_by, self.faults):
+        if isinstance(self._closed_by, self.faults):
             return self._closed_by
         return ChannelInvalidStateError(f"the channel on queue {self.queue!r} closed")
 

@@ -154,6 +154,22 @@ async def test_a_connection_the_broker_closes_is_reopened_and_nothing_is_lost(re
     assert rabbitmq.list_queues()[queue] == (0, 0)
 
 
+async def test_a_queue_deleted_under_the_adapter_is_reported_and_read_again_once_declared(real_store, rabbitmq,
+                                                                                         db_path) -> None:  # fmt: skip
+    queue = new_queue(rabbitmq)
+    running = Running(real_store, await add_amqp_adapter(real_store, rabbitmq.url, queue))
+    rabbitmq.admin.publish(queue, [b'"before"'])
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
+    rabbitmq.admin.delete(queue)  # the broker cancels the adapter's consumer; its channel stays open
+    await running.until(lambda: value(db_path, "SELECT last_error FROM sources"),
+                        lambda error: error is not None and f"no queue '{queue}' on the broker" in error)  # fmt: skip
+    rabbitmq.admin.declare(queue)
+    rabbitmq.admin.publish(queue, [b'"after"'])
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 2)
+    await running.finish()
+    assert bodies(db_path) == [b'"after"', b'"before"']
+
+
 async def test_a_restarted_broker_is_survived_and_drained_without_loss(real_store, rabbitmq_alone, db_path) -> None:
     server = rabbitmq_alone  # a node of its own: it is stopped mid-run and started again
     queue = new_queue(server)

@@ -196,6 +196,10 @@ class Admin:
         with self.channel() as channel:
             channel.queue_declare(queue, durable=True, arguments=arguments)
 
+    def delete(self, queue: str) -> None:
+        with self.channel() as channel:
+            channel.queue_delete(queue)
+
     def declare_dead_letter(self, exchange: str, queue: str) -> None:
         """A fanout exchange and the durable queue bound to it that collects what it is sent."""
         with self.channel() as channel:
