@@ -12,7 +12,7 @@
 -- database with a user_version of its own is never taken for ours.
 PRAGMA application_id = 1396853841;
 
--- One delivery that arrived: a webhook request, a Redis entry, an operator
+-- One delivery that arrived: a webhook request, a broker message, an operator
 -- action. Immutable once written.
 CREATE TABLE IF NOT EXISTS events (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune: ids are cursors
@@ -151,8 +151,8 @@ CREATE TABLE IF NOT EXISTS agents (
 );
 
 -- The sources: configured producers of events. Webhook sources (family
--- 'webhook') and Redis sources (family 'queue', drained by a broker
--- consumer); an event's source is a name from here. Health fields are
+-- 'webhook') and adapters (family 'queue', drained by a broker consumer;
+-- config.broker names the broker, redis when absent); an event's source is a name from here. Health fields are
 -- written by the running consumers.
 CREATE TABLE IF NOT EXISTS sources (
     name                 TEXT    PRIMARY KEY CHECK (name <> ''),
@@ -224,7 +224,7 @@ CREATE TABLE IF NOT EXISTS queues (
 ) WITHOUT ROWID;
 
 -- Ingest leadership (core/leadership.py): the one process on this file that
--- runs the ingest side (Redis consumers, pruner, a configured receiver). The
+-- runs the ingest side (broker consumers, pruner, a configured receiver). The
 -- fence grows by one at each change of leader; every batch a consumer stores
 -- checks it in its own transaction, so a deposed leader stores nothing more.
 CREATE TABLE IF NOT EXISTS ingest_leader (

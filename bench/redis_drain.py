@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from switchboard_local.brokers.loop import Consumer  # noqa: E402
-from switchboard_local.core import redis_config, sources  # noqa: E402
+from switchboard_local.brokers.registry import BROKERS  # noqa: E402
+from switchboard_local.core import sources  # noqa: E402
 from switchboard_local.core.store.opener import open_store  # noqa: E402
 
 from support.redis_server import RedisServer  # noqa: E402
@@ -60,7 +61,7 @@ def raw(server: RedisServer, key: str, n: int) -> float:
 
 async def drain(server: RedisServer, key: str, n: int, batch: int, db: Path) -> float:
     async with await open_store(db) as store:
-        config = redis_config.adapter_config({"redis_url": server.url, "mode": "stream", "key": key, "batch": batch})
+        config = BROKERS.get("redis").configure({"url": server.url, "mode": "stream", "key": key, "batch": batch})
         adapter = await sources.add(store, "bench", family="queue", kind="redis", trust_mode="queue", config=config)
         stop = asyncio.Event()
         start = time.perf_counter()

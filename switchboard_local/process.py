@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import agents, leadership, retention
+from .core.adapters import Brokers
 from .core.errors import NotFound, StoreFault
 from .core.store.interface import Store, Transaction
 from .core.store.opener import open_store
@@ -337,7 +338,7 @@ def receiver_app(store: Store, sock: socket.socket, limits: Any, *, stopping: Ca
         port=port,
         token=access_token.read_or_create(store.path),
         exempt=web.RECEIVER_PATHS,
-        prober=doctor_probes().redis,
+        brokers=brokers(),
         stopping=stopping,
         max_streams=limits.max_streams,
     )
@@ -370,20 +371,19 @@ def http_limits(**limits: float) -> Any:
     return Limits(**limits)
 
 
-def redis_source_config(options: dict[str, Any]) -> dict[str, Any]:
-    """`adapter add`'s options validated, redis-py's own refusals included."""
-    from .brokers.redis_options import check_options
-    from .core.redis_config import adapter_config
+def brokers() -> Brokers:
+    """The broker registry (brokers/registry.py): what the CLI, `doctor`, `status` and the
+    dashboard ask of an adapter's broker (its options, guarantee, backlog, environment)."""
+    from .brokers.registry import BROKERS
 
-    return adapter_config(options, driver_check=check_options)
+    return BROKERS
 
 
 def doctor_probes() -> Any:
-    """`doctor`'s checks that need an edge's library: the Redis adapters' servers (redis-py)."""
-    from .brokers.redis_probe import probe
+    """`doctor`'s checks that need an edge's library: the adapters' brokers (the registry)."""
     from .core.health import Probes
 
-    return Probes(redis=probe)
+    return Probes(brokers=brokers())
 
 
 def mcp_sdk_version() -> str:

@@ -9,6 +9,9 @@ a type's) is still a circle: a change to any module on it is a change to all.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -165,3 +168,86 @@ def test_there_are_no_import_cycles() -> None:
         if module not in state:
             visit(module, [])
     assert not found, "import cycles:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------- no broker named outside brokers/
+
+# The words that name a broker. Outside brokers/ the package may hold them only where they document
+# (docstrings, comments, SQL comments): the core and the other edges know a neutral queue family
+# (core/adapters.py), and what is particular to a broker is asked of its entry in brokers/registry.py.
+BROKER_WORDS = re.compile(r"redis|nats|amqp|sqs", re.IGNORECASE)
+# (file, the text that names one) allowed besides, each for its reason. Nothing else; and each of these
+# must still be there (a stale allowance fails too).
+ALLOWED_BROKER_WORDS = {
+    # Migration 10 rewrites what versions before the registry stored in the only broker's name: the derived
+    # keys' old prefix and the URL's old config keys. A migration names the past it converts.
+    ("core/store/sqlite/migrations.py", "event:redis:"),
+    ("core/store/sqlite/migrations.py", "redis_url"),
+    ("core/store/sqlite/migrations.py", "redis_url_env"),
+    ("core/store/postgres/migrations.py", "event:redis:"),
+    ("core/store/postgres/migrations.py", "redis_url"),
+    ("core/store/postgres/migrations.py", "redis_url_env"),
+}
+
+
+def _docstrings(tree: ast.AST) -> set[tuple[int, int]]:
+    """Where each docstring starts (line, column): the first statement of a module, class or function."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                found.add((first.lineno, first.col_offset))
+    return found
+
+
+def _named_in_python(path: Path) -> list[str]:
+    """The code (not docstrings, not comments) in ``path`` that names a broker: each token that does."""
+    text = path.read_text("utf-8")
+    docs = _docstrings(ast.parse(text))
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT or (token.type == tokenize.STRING and token.start in docs):
+            continue
+        for match in BROKER_WORDS.finditer(token.string):
+            found.append(_word_around(token.string, match))
+    return found
+
+
+def _named_in_text(path: Path) -> list[str]:
+    """A template, a script or SQL: every naming of a broker, but in an SQL comment."""
+    found = []
+    for line in path.read_text("utf-8").splitlines():
+        if path.suffix == ".sql":
+            line = line.split("--", 1)[0]
+        found += [_word_around(line, m) for m in BROKER_WORDS.finditer(line)]
+    return found
+
+
+def _word_around(text: str, match: re.Match[str]) -> str:
+    """The run of name-like characters holding the match (``redis_url``, ``event:redis:``)."""
+    start, end = match.start(), match.end()
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_:"):
+        start -= 1
+    while end < len(text) and (text[end].isalnum() or text[end] in "_:"):
+        end += 1
+    return text[start:end]
+
+
+def test_no_module_outside_brokers_names_a_broker_but_in_its_documentation() -> None:
+    found: set[tuple[str, str]] = set()
+    for path in sorted(PACKAGE.rglob("*")):
+        relative = path.relative_to(PACKAGE)
+        if not path.is_file() or relative.parts[0] == "brokers" or "__pycache__" in relative.parts:
+            continue
+        if path.suffix == ".py":
+            named = _named_in_python(path)
+        elif path.suffix in (".sql", ".html", ".js", ".css", ".txt", ".md"):
+            named = _named_in_text(path)
+        else:
+            continue
+        found |= {(relative.as_posix(), word) for word in named}
+    named = "\n".join(f"{file}: {word}" for file, word in sorted(found - ALLOWED_BROKER_WORDS))
+    assert not named, f"a broker named outside brokers/ (the core and the other edges ask the registry):\n{named}"
+    stale = sorted(ALLOWED_BROKER_WORDS - found)
+    assert not stale, f"allowed but no longer there (take them out of ALLOWED_BROKER_WORDS): {stale}"

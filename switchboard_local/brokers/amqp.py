@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -30,49 +28,36 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelNotFoundEntity
 
+from ..core import adapters
+from ..core.adapters import Backlog, Option
 from ..core.errors import InvalidArgument
 from ..core.events import body_hash
-from ..core.health import RedisProbe as Backlog
-from ..core.sources import Source, require_queue
+from ..core.sources import Source
 from ..core.text import first_control
+from . import options as shared_options
 from .reader import Message
 
 log = logging.getLogger("switchboard_local.brokers")
 
-
-@dataclass(frozen=True)
-class Option:
-    """One of this broker's `adapter add` options: ``--amqp-queue``, config key ``amqp_queue``."""
-
-    name: str
-    help: str
-    type: type = str
-    default: Any = None
-    required: bool = False
-    secret: bool = False
-
-
 NAME = "amqp"
 DESCRIPTION = "RabbitMQ (AMQP 0-9-1): consumes a queue with manual acks, basic.ack after the commit"
 # Named apart from the shared --queue, which is the switchboard queue the todos go to.
-OPTIONS = (
-    Option(
-        "amqp_queue",
-        "the broker's queue to consume (declared by its owner; the adapter never creates it)",
-        required=True,
-    ),
-    Option(
-        "amqp_dead_letter_exchange",
-        "the dead-letter exchange the queue is set up with (its x-dead-letter-exchange, by argument or policy): "
-        "a message that cannot be stored is nacked to it; without it, such a message stays unacked",
-    ),
+QUEUE = Option(
+    "amqp_queue",
+    "the broker's queue to consume (declared by its owner: the adapter never creates it).",
+    required=True,
+    metavar="NAME",
 )
+DEAD_LETTER = Option(
+    "amqp_dead_letter_exchange",
+    "the dead-letter exchange the queue is set up with (its x-dead-letter-exchange, by argument or policy): a "
+    "message that cannot be stored is nacked to it; without it, such a message stays unacked.",
+    metavar="EXCHANGE",
+)
+OPTIONS = (QUEUE, DEAD_LETTER)
 
-DEFAULT_BATCH = 64
-MAX_BATCH = 65535  # basic.qos' prefetch-count is a 16-bit field
 MAX_NAME_BYTES = 255  # queue and exchange names are AMQP short strings
 SCHEMES = ("amqp", "amqps")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 WAIT = 1.0  # how long one read may wait for a first message: also how soon a stop is noticed
 LINGER = 0.005  # after the first message, how long a quiet moment ends the batch (deliveries come in bursts)
 CONNECT_TIMEOUT = 10.0
@@ -84,31 +69,13 @@ class Unreachable(Exception):
 
 def configure(options: Mapping[str, Any]) -> dict[str, Any]:
     """`adapter add`'s options validated into the stored config; no network I/O, no URL quoted."""
-    url, url_env = options.get("url"), options.get("url_env")
-    if (url is None) == (url_env is None):
-        raise InvalidArgument("give exactly one of --url and --url-env")
-    if url is not None:
-        check_url(url)
-    elif not ENV_NAME.fullmatch(url_env):
-        raise InvalidArgument("--url-env must name an environment variable (letters, digits and '_')")
-    queue = options.get("amqp_queue")
-    if not queue:
-        raise InvalidArgument("--amqp-queue must name the broker's queue to consume")
-    _check_name("--amqp-queue", queue)
-    batch = options.get("batch") or DEFAULT_BATCH
-    if not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
-        raise InvalidArgument(f"--batch must be a whole number from 1 to {MAX_BATCH} (AMQP's largest prefetch)")
-    config: dict[str, Any] = {"broker": NAME, "amqp_queue": queue, "batch": batch}
-    config["url" if url is not None else "url_env"] = url if url is not None else url_env
-    exchange = options.get("amqp_dead_letter_exchange")
+    config = shared_options.shared(options)  # its largest --batch fits basic.qos' 16-bit prefetch-count
+    if "url" in config:
+        check_url(config["url"])
+    config[QUEUE.name] = _name(QUEUE, options.get(QUEUE.name))  # required: never None
+    exchange = _name(DEAD_LETTER, options.get(DEAD_LETTER.name))
     if exchange is not None:
-        if not exchange:
-            raise InvalidArgument("--amqp-dead-letter-exchange must name an exchange (not the default one)")
-        _check_name("--amqp-dead-letter-exchange", exchange)
-        config["amqp_dead_letter_exchange"] = exchange
-    if options.get("queue") is not None:
-        require_queue("--queue", options["queue"])
-        config["queue"] = options["queue"]
+        config[DEAD_LETTER.name] = exchange
     return config
 
 
@@ -131,13 +98,12 @@ def check_url(url: str) -> None:
         raise InvalidArgument("--url: the path is the virtual host, one segment (percent-encode a '/' in it as %2F)")
 
 
-def _check_name(option: str, name: Any) -> None:
-    if not isinstance(name, str):
-        raise InvalidArgument(f"{option} must be a name")
-    if (found := first_control(name)) is not None:
-        raise InvalidArgument(f"{option} holds a control character ({found})")
-    if len(name.encode()) > MAX_NAME_BYTES:
-        raise InvalidArgument(f"{option} must be at most {MAX_NAME_BYTES} bytes (an AMQP short string)")
+def _name(option: Option, value: Any) -> str | None:
+    """A queue's or an exchange's name: one plain line, an AMQP short string."""
+    name = shared_options.text(option, value)
+    if name is not None and len(name.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgument(f"{option.flag} must be at most {MAX_NAME_BYTES} bytes (an AMQP short string)")
+    return name
 
 
 def guarantee(config: Mapping[str, Any]) -> str:
@@ -156,17 +122,16 @@ def where(config: Mapping[str, Any]) -> str:
 
 
 def env(config: Mapping[str, Any]) -> list[str]:
-    return [config["url_env"]] if isinstance(config.get("url_env"), str) else []
+    name = adapters.url_env(config)
+    return [name] if name else []
 
 
 def url_of(config: Mapping[str, Any], environ: Mapping[str, str]) -> str:
     """The broker's URL: in the config, or in the named environment variable (``Unreachable`` when unset)."""
-    if config.get("url"):
-        return config["url"]
-    value = environ.get(str(config.get("url_env")))
-    if not value:
-        raise Unreachable(f"environment variable {config.get('url_env')} is not set")
-    return value
+    url = adapters.url(config, environ)
+    if url is None:
+        raise Unreachable(f"environment variable {adapters.url_env(config)} is not set")
+    return url
 
 
 def passwords(url: str) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """The consumer loop: store-then-ack from any broker, through a reader.
 
 Each enabled adapter is one asyncio task running a ``Consumer``. It reads a
-batch through its reader (``reader.py``; one per mode, ``modes.READERS``),
+batch through its reader (``reader.py``; its broker's, from ``registry.py``),
 stores it (events and their routed todos) in one transaction, and only after
 COMMIT tells the reader which messages to ack. A crash anywhere before the ack
 leaves the messages with the broker; the next start re-reads them and the
@@ -27,8 +27,8 @@ from ..core.errors import StoreFault
 from ..core.events import Guard, NewEvent
 from ..core.sources import Source
 from ..core.store.interface import Store
-from . import modes
 from .reader import Message, Reader
+from .registry import BROKERS
 
 log = logging.getLogger("switchboard_local.brokers")
 
@@ -81,7 +81,7 @@ class Consumer:
         while not self.stop.is_set():
             reader: Reader | None = None
             try:
-                make = modes.READERS[self.source.config["mode"]]
+                make = BROKERS.reader(self.source)
                 self._broker_faults = make.faults
                 reader = make(self.source, self.connect)
                 self._secrets = reader.secrets
@@ -92,7 +92,7 @@ class Consumer:
                     log.warning("adapter %s: %s; retrying in up to %.0f s", self.source.name, message, self._delay)
                 else:  # a bug: its type and place, never a message that might quote the URL
                     log.error("adapter %s: unexpected %s at %s; retrying", self.source.name, type(exc).__name__,
-                              _where(exc))  # fmt: skip
+                              _place(exc))  # fmt: skip
                 await self._health(error=message)
                 await self._sleep(self.rng.uniform(self._delay / 2, self._delay))
                 self._delay = min(self._delay * 2, BACKOFF_MAX)
@@ -181,7 +181,16 @@ class Consumer:
             pass
 
 
-def _where(exc: BaseException) -> str:
+def _where(source: Source) -> str:
+    """What an adapter reads, for the log: its broker's words, or why there are none."""
+    try:
+        entry = BROKERS.of(source)
+        return "no such broker in this version" if entry is None else f"{entry.name} {entry.where(source.config)}"
+    except Exception as exc:  # a row edited by hand: the log line must not stop the supervisor
+        return f"cannot say ({type(exc).__name__})"
+
+
+def _place(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -235,7 +244,7 @@ class Supervisor:
                 consumer = Consumer(self.store, source, stop, self.faults, self.connect, self.lease)
                 task = asyncio.create_task(consumer.run(), name=f"adapter:{name}")
                 self.running[name] = (task, stop, source.updated_at)
-                log.info("adapter %s: started (%s %s)", name, source.config["mode"], source.config["key"])
+                log.info("adapter %s: started (%s)", name, _where(source))
 
     async def _stop(self, name: str) -> None:
         task, stop, _ = self.running[name]

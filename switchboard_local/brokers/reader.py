@@ -1,10 +1,10 @@
-"""What the consumer loop asks of a broker: a reader, one per mode.
+"""What the consumer loop asks of a broker: a reader.
 
 The loop (``loop.py``) knows no broker. It asks a reader for messages, stores
 them, and tells the reader which ones are stored; the reader alone speaks the
-broker's protocol. Adding a broker (SQS, NATS, AMQP) means one file with its
-reader, one entry in ``modes.READERS``, and the validation of its config in
-the core; the loop and the supervisor do not change.
+broker's protocol. Adding a broker means one file with its reader (and the
+rest of its entry: registry.py says what) and one line in
+``registry.MODULES``; the loop and the supervisor do not change.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class Reader(Protocol):
     only after the commit calls ``ack`` with which messages are stored. After
     an error anywhere it calls ``close`` and makes a new reader, after a
     backoff. A reader is used by one task, never concurrently. A new broker
-    is a new reader (one file, one entry in ``modes.READERS``, its config
-    checked in the core); the loop stays as it is.
+    is a new reader (one file, one line in ``registry.MODULES``); the loop
+    stays as it is.
 
     ``origin``: where the messages come from, for the event's provenance
     ("redis stream 'orders'").
@@ -71,7 +71,7 @@ class Reader(Protocol):
 
 
 class ReaderFactory(Protocol):
-    """Makes a source's reader (``modes.READERS`` maps a mode to one); a reader class is one.
+    """Makes a source's reader (a broker's ``Reader``, which the registry finds); a reader class is one.
 
     ``connect`` is the driver's client factory, ``None`` for the driver's own
     (tests hand in a fake server's). Making a reader does no I/O; it raises

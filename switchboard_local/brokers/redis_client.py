@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ..core import adapters
 from ..core.sources import Source
 from .reader import Message
 
@@ -63,11 +64,10 @@ class RedisReader:
 
 
 def source_url(source: Source) -> str:
-    if "redis_url" in source.config:
-        return source.config["redis_url"]
-    value = os.environ.get(source.config["redis_url_env"])
+    """The URL kept in the adapter's config, else read from the variable it names."""
+    value = adapters.url(source.config, os.environ)
     if not value:
-        raise RedisError(f"environment variable {source.config['redis_url_env']} is not set")
+        raise RedisError(f"environment variable {adapters.url_env(source.config)} is not set")
     return value
 
 

@@ -44,7 +44,7 @@ def register(main: click.Group) -> None:
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Run the ingest side (Redis consumers, pruner): auto leads when no process does and stands by "
+    help="Run the ingest side (adapters' consumers, pruner): auto leads when no process does and stands by "
     "otherwise; on takes over from the process that leads; off never.",
 )
 @click.pass_context

@@ -1,7 +1,7 @@
 """`doctor`: checks the installation and reports, one line per check, with the fix for each that is not ok.
 
 The core's checks (``core/health.py``: the database, the webhook sources'
-secrets, the Redis adapters) run first, then this machine's surroundings:
+secrets, the adapters' brokers) run first, then this machine's surroundings:
 Claude Code on PATH, a `switchboard` MCP server registered for this
 directory, the MCP SDK importing. Exit 0 when nothing fails (warnings
 allowed), 1 otherwise. Nothing is created or changed.
@@ -41,7 +41,7 @@ def register(main: click.Group) -> None:
 @click.command("doctor")
 @common
 def doctor(db: Location | None, as_json: bool | None) -> None:
-    """Check the database, the sources' secrets, the adapters' Redis, Claude Code and the MCP SDK.
+    """Check the database, the sources' secrets, the adapters' brokers, Claude Code and the MCP SDK.
 
     One line per check: ok, warn or fail, and for each that is not ok the
     command that fixes it. Exits 1 when a check fails (warnings are fine).

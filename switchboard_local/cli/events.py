@@ -226,11 +226,11 @@ def serve_command(
 ) -> None:
     """Run the webhook receiver (POST /hooks/NAME, GET /healthz) and lead ingest, until stopped.
 
-    Ingest (the Redis consumers and the pruner) runs in one process per
+    Ingest (the adapters' consumers and the pruner) runs in one process per
     database at a time: this one leads when no other does, and otherwise
     stands by and takes over when the leader goes (--take-over: at once).
     """
-    from .. import process  # starlette, uvicorn and redis only for this command
+    from .. import process  # starlette, uvicorn and the brokers' drivers only for this command
 
     out = Out(db, as_json)
     out.run(sources.list_sources)  # a database that cannot be used stops us here, with its exit code

@@ -2,7 +2,8 @@
 service will not have, and the folders others could write to.
 
 A service manager starts `serve` with none of this shell's environment: what a
-source reads from it (--secret-env, --redis-url-env), serve's own settings and
+source reads from it (--secret-env, an adapter's --url-env and its broker's own
+variables), serve's own settings and
 libpq's PG* variables must be in the environment file the systemd unit reads,
 or the service runs without them. Install and its dry run both name them (names
 only, never a value). A folder holding the unit or that file, writable by
@@ -20,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import sources
+from .. import process
+from ..core import adapters, sources
 from ..core.store.opener import open_store
 from ..core.store.shared import BUSY_TIMEOUT_ENV, Location, is_url
-from ..process import LOG_LEVEL_ENV
 from . import service_units as units
 from .common import warn
 from .service_managers import Launchd, Systemd, config_home
@@ -45,13 +46,14 @@ def unset(found: list[sources.Source], database: Location, given: set[str]) -> l
     """What the service will miss: the variables read from its environment that ``given`` (the
     names the environment file assigns) leaves out. Names only: no value is ever shown."""
     wanted: list[tuple[str, str]] = []
+    brokers = process.brokers()
     for source in found:
         if source.enabled:
             wanted += [(ref["env"], source.name) for ref in source.secrets if isinstance(ref.get("env"), str)]
-            if isinstance(source.config.get("redis_url_env"), str):
-                wanted.append((source.config["redis_url_env"], source.name))
+            if source.family == "queue":
+                wanted += [(name, source.name) for name in adapters.env_of(source, brokers)]
     # Set in this shell and read by serve itself, or by libpq for a PostgreSQL database (PGPASSWORD, …).
-    wanted += [(name, "serve") for name in (LOG_LEVEL_ENV, BUSY_TIMEOUT_ENV) if name in os.environ]
+    wanted += [(name, "serve") for name in (process.LOG_LEVEL_ENV, BUSY_TIMEOUT_ENV) if name in os.environ]
     if is_url(database):
         wanted += [(name, "libpq") for name in sorted(os.environ) if name.startswith("PG")]
     missing = [Unset(name, reader, bool(os.environ.get(name))) for name, reader in wanted if name not in given]

@@ -60,7 +60,7 @@ LAUNCHD_TEMPLATE_HEADER = (
 _SYSTEMD = """\
 {header}
 [Unit]
-Description=switchboard-local: webhook receiver, Redis adapters and pruner (serve)
+Description=switchboard-local: webhook receiver, broker adapters and pruner (serve)
 
 [Service]
 # Type=exec: a start fails when the program cannot be run, not a moment later.
@@ -71,7 +71,7 @@ RestartSec=5s
 # Exit status 2 is a usage error (a bad serve option): no restart can mend it.
 RestartPreventExitStatus=2
 # The service gets none of your shell's environment. Secrets that sources read
-# from it (--secret-env, --redis-url-env) go in this optional owner-only file,
+# from it (--secret-env, --url-env) go in this optional owner-only file,
 # NAME=value per line, as does SWITCHBOARD_DB for a PostgreSQL database (install
 # writes it there); no value is ever written into this unit.
 EnvironmentFile=-%E/{env_file}

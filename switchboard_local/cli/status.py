@@ -3,8 +3,8 @@
 A process that keeps the database's write lock (stopped inside a write
 transaction, or holding it past LOCK_WAIT_SECONDS) is named: while it does,
 nothing is written, whoever leads (core/write_lock.py). A consumer's lag is
-asked of its Redis now (the probe `doctor` uses: PING, then XINFO GROUPS or
-LLEN, one second each, never a write); its health is what the leader last
+asked of its broker now (its entry's probe, the one `doctor` uses: one second
+for each connect and reply, never a write); its health is what the leader last
 recorded."""
 
 from __future__ import annotations
@@ -17,20 +17,15 @@ from typing import Any
 import click
 
 from .. import process
-from ..core import leadership, sources, write_lock
+from ..core import adapters, leadership, sources, write_lock
+from ..core.adapters import PROBE_TIMEOUT
 from ..core.clock import rfc3339
-from ..core.health import PROBE_TIMEOUT, RedisProber, adapter_lag
 from ..core.store.interface import Store
 from .common import Out, common, table
 
 
 def register(main: click.Group) -> None:
     main.add_command(status_command)
-
-
-async def _lag(source: sources.Source, prober: RedisProber) -> dict[str, Any]:
-    """What waits in the adapter's Redis: {"waiting", "unacked", "lag_error"} (None where unknown)."""
-    return await adapter_lag(source, prober, PROBE_TIMEOUT)
 
 
 LOCK_WAIT_SECONDS = 1.0  # how long a process may hold the write lock before `status` names it
@@ -44,8 +39,8 @@ async def _status(store: Store) -> dict[str, Any]:
     keeping = {h.pid for h in holding}  # a process keeping the lock stands by for nothing
     standbys = [m for m in members if (leader is None or (m.pid, m.host) != (leader.pid, leader.host))
                 and not (m.pid in keeping and m.host == socket.gethostname())]  # fmt: skip
-    prober = process.doctor_probes().redis
-    lags = await asyncio.gather(*(_lag(s, prober) for s in consumers))
+    brokers = process.brokers()
+    lags = await asyncio.gather(*(adapters.backlog(s, brokers, PROBE_TIMEOUT) for s in consumers))
     return {
         "leader": None if leader is None else leader.to_dict(),
         "standbys": [m.to_dict() for m in standbys],
@@ -59,6 +54,7 @@ async def _status(store: Store) -> dict[str, Any]:
                 "consecutive_failures": s.consecutive_failures,
                 "messages_stored": s.messages_stored,
                 "last_error": s.last_error,
+                **adapters.describe(s, brokers),
                 **lag,
             }
             for s, lag in zip(consumers, lags, strict=True)
@@ -71,7 +67,7 @@ def _text(view: dict[str, Any]) -> str:
     if leader is None and view["write_lock_holders"]:
         lines = ["ingest: nobody leads: no standby can take over while the write lock is kept (below)"]
     elif leader is None:
-        lines = ["ingest: nobody leads: no Redis source is consumed and nothing is pruned "
+        lines = ["ingest: nobody leads: no adapter is consumed and nothing is pruned "
                  "(start `switchboard-local serve`, or an `mcp` with --ingest auto)"]  # fmt: skip
     else:
         receiver = f", receiver {leader['http']}" if leader["http"] else ", no webhook receiver"
@@ -82,9 +78,13 @@ def _text(view: dict[str, Any]) -> str:
     standbys = view["standbys"]
     lines.append("standbys: " + (", ".join(f"{m['kind']} pid {m['pid']}" for m in standbys) or "none"))
     rows = [[c["name"], "consuming" if c["running"] else "not consumed", _waiting(c), c["last_poll_at"] or "-",
-             c["consecutive_failures"], c["messages_stored"], c["last_error"] or "-"] for c in view["consumers"]]  # fmt: skip
+             c["consecutive_failures"], c["messages_stored"], c["broker"], c["last_error"] or "-"]
+            for c in view["consumers"]]  # fmt: skip
     if rows:
-        lines.append(table(["ADAPTER", "STATE", "WAITING", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"], rows))
+        lines.append(table(["ADAPTER", "STATE", "WAITING", "LAST POLL", "FAILURES", "STORED", "BROKER", "LAST ERROR"],
+                           rows))  # fmt: skip
+        lines += [f"  {c['name']}: {c['broker']} {c['reads'] or ''}".rstrip() + f"; {c['guarantee']}"
+                  for c in view["consumers"]]  # fmt: skip
     else:
         lines.append("no enabled adapters")
     return "\n".join(lines)
@@ -113,8 +113,8 @@ def _waiting(consumer: dict[str, Any]) -> str:
 @click.command("status")
 @common
 def status_command(db: Path | None, as_json: bool | None) -> None:
-    """Who leads ingest (the Redis consumers, the pruner, a receiver), the standbys, a process keeping the
-    write lock, and each consumer's health."""
+    """Who leads ingest (the adapters' consumers, the pruner, a receiver), the standbys, a process keeping the
+    write lock, and each consumer's health, backlog and guarantee."""
     out = Out(db, as_json)
     view = out.run(_status)
     out.emit(view, _text(view))

@@ -9,9 +9,9 @@ checks of its own surroundings after these (``cli/doctor.py``).
 
 Nothing here changes anything: the database is inspected and opened
 read-only, never created, migrated or chmod-ed; a secret file is read (its
-value never shown); Redis is only asked. What only an edge's library can
-tell (Redis, here) comes in through ``Probes``, which the process module
-fills, so the core imports no edge library.
+value never shown); a broker is only asked. What only an edge's library can
+tell (a broker's backlog, here) comes in through ``Probes``, which the process
+module fills, so the core imports no edge library.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from . import adapters as queue_family
 from . import leadership, write_lock
+from .adapters import PROBE_TIMEOUT, Brokers
 from .clock import rfc3339
 from .errors import Busy, InvalidArgument, StoreFault
 from .sources import Source, list_sources, masked_url
@@ -45,10 +46,9 @@ GiB = 1024 * MiB
 DISK_FAIL = 100 * MiB
 DISK_WARN = GiB
 DISK_WARN_FRACTION = 0.05
-# Messages a Redis adapter has not stored yet (waiting, or read and not acked)
+# Messages an adapter has not stored yet (waiting, or read and not acked)
 # beyond which its line warns: some 16 batches of 64, far more than one poll.
 BACKLOG_WARN = 1000
-PROBE_TIMEOUT = 1.0  # seconds Redis has to answer
 APP = "switchboard-local"
 
 
@@ -66,46 +66,11 @@ class Check:
 
 
 @dataclass(frozen=True)
-class RedisProbe:
-    """What a Redis adapter's server said (``Probes.redis``).
-
-    ``waiting``: messages not read yet (a stream group's lag, the list's
-    length; None when Redis cannot tell); ``unacked``: read but not
-    acknowledged (a group's pending entries, KEY:processing).
-    """
-
-    reachable: bool
-    error: str | None = None
-    waiting: int | None = None
-    unacked: int | None = None
-    note: str | None = None
-
-
-# (url, adapter config, timeout) -> what the server said; never raises.
-RedisProber = Callable[[str, Mapping[str, Any], float], Awaitable[RedisProbe]]
-
-
-async def adapter_lag(source: Source, prober: RedisProber, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
-    """What waits in an adapter's Redis now: {"waiting", "unacked", "lag_error"} (None where unknown).
-
-    `status` and the dashboard ask it; pub/sub keeps no backlog (all None).
-    """
-    config = source.config
-    url = config.get("redis_url") or os.environ.get(str(config.get("redis_url_env")))
-    if not url:
-        return {"waiting": None, "unacked": None, "lag_error": f"${config.get('redis_url_env')} is not set here"}
-    if config.get("mode") == "pubsub":
-        return {"waiting": None, "unacked": None, "lag_error": None}
-    probe = await prober(url, config, timeout)
-    error = probe.error if probe.reachable else f"unreachable ({probe.error})"
-    return {"waiting": probe.waiting, "unacked": probe.unacked, "lag_error": error}
-
-
-@dataclass(frozen=True)
 class Probes:
-    """The checks only an edge's library can make, handed in by the process module."""
+    """The checks only an edge's library can make, handed in by the process module:
+    ``brokers``, the broker registry (its entries probe each adapter's broker)."""
 
-    redis: RedisProber | None = None
+    brokers: Brokers | None = None
 
 
 @dataclass
@@ -478,41 +443,50 @@ def _secret_file(path: Path) -> tuple[str, str, str | None]:
     return OK, f"{path} is readable and owner-only", None
 
 
-# ---------------------------------------------------------------- Redis adapters
+# ---------------------------------------------------------------- adapters
 
 
 async def adapters(ctx: Context) -> list[Check]:
-    """Each enabled Redis adapter: its Redis answers PING, and how much waits there."""
+    """Each enabled adapter: its broker answers, and how much waits there."""
     return [await _adapter_check(ctx, s) for s in ctx.sources if s.family == "queue"]
 
 
 async def _adapter_check(ctx: Context, source: Source) -> Check:
-    name, config = f"adapter {source.name}", source.config
+    name, config, brokers = f"adapter {source.name}", source.config, ctx.probes.brokers
     if not source.enabled:
-        return Check(name, OK, "disabled; its Redis is not checked")
-    url, var = config.get("redis_url"), None
-    if not url:
-        var = str(config.get("redis_url_env"))
-        url = ctx.env.get(var)
-        if not url:
-            return _redis_url_via_leader(ctx, source, var)
-    where = f"{masked_url(url)} {config.get('mode')} {config.get('key')!r}"
+        return Check(name, OK, "disabled; its broker is not checked")
+    if brokers is None:
+        return Check(name, WARN, "not checked (no broker client here)", None)
+    broker = brokers.of(source)
+    if broker is None:
+        return Check(name, FAIL, f"its broker {queue_family.broker_name(source, brokers)!r} is not one this "
+                     "switchboard-local runs",
+                     "pip install --upgrade switchboard-local  (or remove the adapter)")  # fmt: skip
+    reads = f"{broker.name} {broker.where(config)}"
+    url, var = queue_family.url(config, ctx.env), queue_family.url_env(config)
+    if broker.takes_url and url is None:
+        if var is None:
+            return Check(name, FAIL, f"{reads}: no URL in its config", ctx.command("adapter", "show", source.name))
+        return _url_via_leader(ctx, source, var, reads)
+    where = f"{masked_url(url)} {reads}" if url else reads
     leader, has = (None, None) if var is None else _leader_has(ctx, var)
     if leader is not None and has is False:
         who = _who(leader)
         detail = f"{where}: ${var} is set here, but not in the environment of the leader ({who}), which consumes it"
         return Check(name, WARN, detail, f"restart {who} with {var} set")
-    if ctx.probes.redis is None:
-        return Check(name, WARN, f"{where}: not checked (no Redis client here)", None)
-    probe = await ctx.probes.redis(url, config, PROBE_TIMEOUT)
+    probe = await broker.probe(config, ctx.env, PROBE_TIMEOUT)
     if not probe.reachable:
-        return Check(name, FAIL, f"{where}: unreachable ({probe.error})", _start_redis(url, source.name))
+        again = f"re-add {source.name} with the right --url" if url and var is None else f"correct ${var}" if var \
+            else ctx.command("adapter", "show", source.name)  # fmt: skip
+        fix = f"{probe.fix}, or {again}" if probe.fix else again
+        return Check(name, FAIL, f"{where}: unreachable ({probe.error})", fix)
     if probe.error:
         return Check(name, WARN, f"{where}: reachable, but {probe.error}", ctx.command("adapter", "show", source.name))
-    if config.get("mode") == "pubsub":
-        return Check(name, OK, f"{where}: reachable (pub/sub keeps no backlog)")
+    if probe.waiting is None and probe.unacked is None:
+        return Check(name, OK, f"{where}: reachable" + (f" ({probe.note})" if probe.note else ""))
     waiting = "unknown" if probe.waiting is None else str(probe.waiting)
-    detail = f"{where}: reachable; {waiting} waiting, {probe.unacked or 0} read but not acked"
+    unacked = "unknown" if probe.unacked is None else str(probe.unacked)  # some brokers cannot tell it
+    detail = f"{where}: reachable; {waiting} waiting, {unacked} read but not acked"
     if probe.note:
         detail += f" ({probe.note})"
     if (probe.waiting or 0) + (probe.unacked or 0) >= BACKLOG_WARN:
@@ -521,30 +495,18 @@ async def _adapter_check(ctx: Context, source: Source) -> Check:
     return Check(name, OK, detail)
 
 
-def _redis_url_via_leader(ctx: Context, source: Source, var: str) -> Check:
+def _url_via_leader(ctx: Context, source: Source, var: str, reads: str) -> Check:
     """An adapter whose URL is in a variable this shell lacks: the leader, which consumes it, may have it."""
-    name, config = f"adapter {source.name}", source.config
-    export = f"export {var}=redis://HOST:6379/0  (in the environment serve starts with, too)"
+    name = f"adapter {source.name}"
+    export = f"export {var}=URL  (in the environment serve starts with, too)"
     status, detail, fix = _not_set_here(ctx, var, export)
     if status != OK:
         return Check(name, status, detail, fix)
-    detail += f" and consumes {config.get('mode')} {config.get('key')!r} (its Redis is not asked from here)"
+    detail += f" and consumes {reads} (its broker is not asked from here)"
     if source.last_error:
         fix = ctx.command("adapter", "status")
         return Check(name, WARN, f"{detail}; its last poll failed: {source.last_error}", fix)
     return Check(name, OK, detail)
-
-
-def _start_redis(url: str, adapter: str) -> str:
-    parts = urlsplit(url)
-    again = f"or re-add {adapter} with the right --redis-url"
-    if parts.scheme == "unix":
-        return f"start Redis on the socket {parts.path} (redis-server --unixsocket {shlex.quote(parts.path)}), {again}"
-    try:
-        port = parts.port or 6379
-    except ValueError:  # a URL from the environment, never validated
-        return f"correct the Redis URL, {again}"
-    return f"start Redis on {parts.hostname}:{port} (redis-server --port {port}), {again}"
 
 
 # ---------------------------------------------------------------- ingest leadership

@@ -1,6 +1,6 @@
 """Ingest leadership: which one process on a database runs the ingest side.
 
-Any process on the file (``serve``, ``mcp``) can consume the Redis sources,
+Any process on the file (``serve``, ``mcp``) can consume the adapters,
 prune, and receive webhooks; exactly one does at a time, the **leader**. It
 holds a lease in the database (the one row of ``ingest_leader``): renewed
 every RENEW_SECONDS, gone LEASE_SECONDS after its last renewal, released at
@@ -11,7 +11,7 @@ stores checks, in its own transaction, that its fence is still the leader's
 (``check``), so a leader that was deposed while it stalled stores nothing
 more, and its un-acked messages stay with the broker for the new leader.
 With the lead, and again at each renewal, the leader says which of the
-environment variables the sources name (secrets, Redis URLs) it has set:
+environment variables the sources name (secrets, broker URLs) it has set:
 names only, never a value, for `doctor` run from a shell without them.
 
 Why a lease row and not an OS file lock: the fence has to live in the same
@@ -140,7 +140,7 @@ def _ms(seconds: float) -> int:
 
 
 def _env_seen(tx: Transaction, environ: Mapping[str, str] | None) -> str:
-    """JSON {NAME: set?} for each environment variable the sources name (secrets, Redis URLs), as this
+    """JSON {NAME: set?} for each environment variable the sources name (secrets, broker URLs), as this
     process sees it: `doctor`, run from a shell without them, asks the leader. Names only, never a value."""
     environ = os.environ if environ is None else environ
     names = {name for row in tx.all(Q.list_sources, {"family": None}) for name in Source.from_row(row).env_names()}

@@ -2,7 +2,7 @@
 
 A queue exists by having todos; schema.sql's ``queues`` table holds an
 operator's setting for one. A paused queue keeps receiving todos (create,
-webhooks, Redis) but no claim takes from it: every claim statement in
+webhooks, brokers) but no claim takes from it: every claim statement in
 queries.sql leaves it alone. Leases already held on it keep working.
 """
 

@@ -53,13 +53,16 @@ class Delivery:
 
     @property
     def key_base(self) -> str:
-        """Idempotency keys are namespaced by source (and by Redis for Redis sources).
+        """Idempotency keys are namespaced by source, in one form for every family and broker
+        (``event:{source}:{delivery id}``; a source's name holds no ':', so no two sources'
+        keys can meet). Keys of queue sources stored before schema version 10 had the
+        broker's name before the source; that migration rewrote them to this form.
 
         A delivery id too long for a key, or holding control characters, is
         replaced by its hash, so that a strange id can never make its delivery
         unstorable.
         """
-        prefix = DERIVED_KEY_PREFIX + ("redis:" if self.family == "queue" else "")
+        prefix = DERIVED_KEY_PREFIX
         delivery = self.external_id
         if len(delivery) > 200 or has_controls(delivery):  # a key is a name: one plain line
             delivery = "sha256:" + hashlib.sha256(delivery.encode()).hexdigest()

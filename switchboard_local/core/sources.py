@@ -1,7 +1,7 @@
 """Sources: the configured producers of events, and their health.
 
-Webhook sources (family ``webhook``) and Redis sources (family ``queue``,
-each drained by a broker consumer) are rows of one table; an event's
+Webhook sources (family ``webhook``) and adapters (family ``queue``, each
+drained by a broker consumer: core/adapters.py) are rows of one table; an event's
 ``source`` is a source's name. Secrets are
 kept as references (an environment variable, a file) or, when the user gives
 a value, in this owner-only database; they are never shown back.
@@ -30,7 +30,7 @@ FAMILIES = ("webhook", "queue")
 MAX_ACTIVE_SECRETS = 2
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # What people call a source of each family: the CLI's nouns (`source` for
-# webhooks; `adapter` for a Redis source, after the consumer that drains it).
+# webhooks; `adapter` for a queue source, after the consumer that drains it).
 NOUNS = {"webhook": "webhook source", "queue": "adapter"}
 
 
@@ -69,10 +69,10 @@ class Source:
         )
 
     def env_names(self) -> list[str]:
-        """The environment variables this source is read with: its secrets' or its Redis URL's."""
+        """The environment variables this source is read with: its secrets' or its broker URL's."""
         names = [ref["env"] for ref in self.secrets if isinstance(ref.get("env"), str)]
-        if isinstance(self.config.get("redis_url_env"), str):
-            names.append(self.config["redis_url_env"])
+        if isinstance(self.config.get("url_env"), str):  # the URL of an adapter's broker (core/adapters.py)
+            names.append(self.config["url_env"])
         return names
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,10 +168,8 @@ def require_queue(option: str, value: str) -> None:
         raise InvalidArgument(f"{option} holds a control character ({found})")
 
 
-# Names no source may take: keys derived from a Redis source's messages start
-# 'event:redis:{source}:' (a source named redis would derive keys of that
-# form), and the audit trail's events come from 'operator'.
-RESERVED_NAMES = {"redis": "keys of Redis sources' todos start with it", audit.OPERATOR: "the audit trail's events come from it"}
+# Names no source may take: the audit trail's events come from 'operator'.
+RESERVED_NAMES = {audit.OPERATOR: "the audit trail's events come from it"}
 
 
 def _require_name(name: str) -> None:

@@ -6,7 +6,8 @@
     GET /api/events?source=&type=&cursor=&limit=
     GET /api/events/{id}         redacted headers, the body's views, verification, the todos it made
     GET /api/sources             webhook sources: kind, enabled, last delivery, deliveries by outcome
-    GET /api/adapters            Redis adapters: health, consecutive failures, lag (asked of Redis now)
+    GET /api/adapters            adapters: broker, what it reads, guarantee, health, consecutive failures, lag
+                                 (asked of the broker now)
     GET /api/dead                dead letters grouped by queue and last error
     GET /api/session             the CSRF token an action sends (only with the dashboard token)
 
@@ -26,9 +27,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..core import browse
+from ..core.adapters import PROBE_TIMEOUT
 from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from ..core.events import Event
-from ..core.health import PROBE_TIMEOUT
 from ..core.text import digits
 from ..core.todo_model import INT64_MAX, Todo
 from .context import Context
@@ -145,10 +146,10 @@ async def source_rows(ctx: Context) -> dict[str, Any]:
 
 
 async def adapter_rows(ctx: Context) -> dict[str, Any]:
-    """Redis adapters with what waits in their Redis now."""
+    """Adapters, what their broker says of them, and what waits there now."""
     items = []
     for view in await browse.sources(ctx.store, family="queue"):
-        items.append({**view.to_dict(), **await ctx.lag(view.source, PROBE_TIMEOUT)})
+        items.append({**view.to_dict(), **ctx.broker(view.source), **await ctx.lag(view.source, PROBE_TIMEOUT)})
     return {"items": items}
 
 

@@ -1,6 +1,6 @@
 """The dashboard as the process module composes it: its routes and its guard.
 
-    board = Dashboard(store, host, port, token, prober=..., stopping=..., max_streams=limits.max_streams)
+    board = Dashboard(store, host, port, token, brokers=..., stopping=..., max_streams=limits.max_streams)
     web.create_app(store, routes=board.routes(), middleware=board.middleware(exempt=web.RECEIVER_PATHS))
 
 Served at ``/`` on the receiver's address (`serve`, or the ingest leader's
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from ..core.health import RedisProber
+from ..core.adapters import Brokers
 from ..core.store.interface import Store
 from . import actions, api, metrics, pages, stream
 from .context import DEFAULT_MAX_STREAMS, Context, _never
@@ -31,12 +31,12 @@ class Dashboard:
         port: int,
         token: str,
         exempt: Sequence[str] = (),
-        prober: RedisProber | None = None,
+        brokers: Brokers | None = None,
         stopping: Callable[[], bool] = _never,
         max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.policy = Policy(host=host, port=port, token=token, exempt=tuple(exempt))
-        self.context = Context(store, self.policy, prober=prober, stopping=stopping, max_streams=max_streams)
+        self.context = Context(store, self.policy, brokers=brokers, stopping=stopping, max_streams=max_streams)
 
     def routes(self) -> list[BaseRoute]:
         ctx = self.context

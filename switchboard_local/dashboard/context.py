@@ -1,4 +1,4 @@
-"""What every dashboard handler shares: the store, the guard's policy, the edge libraries' probes."""
+"""What every dashboard handler shares: the store, the guard's policy, the broker registry."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.health import RedisProber, adapter_lag
+from ..core import adapters
+from ..core.adapters import Brokers
 from ..core.sources import Source
 from ..core.store.interface import Store
 from .guard import Policy
@@ -30,21 +31,23 @@ def _actor() -> str:
 
 @dataclass
 class Context:
-    """``prober`` asks an adapter's Redis for its backlog (handed in by the process module:
-    this edge imports no broker library); ``stopping`` says the server is shutting down,
+    """``brokers``: the broker registry, which asks an adapter's broker for its backlog and says
+    what it reads and guarantees (handed in by the process module: this edge imports no broker); ``stopping`` says the server is shutting down,
     so that open streams end and let it stop; ``max_streams``: how many live streams may be
     open at once (each holds a connection: the process module sets it below the connection limit)."""
 
     store: Store
     policy: Policy
-    prober: RedisProber | None = None
+    brokers: Brokers | None = None
     stopping: Callable[[], bool] = _never
     max_streams: int = DEFAULT_MAX_STREAMS
     extra: dict[str, Any] = field(default_factory=dict)
     actor: str = field(default_factory=_actor)
 
     async def lag(self, source: Source, timeout: float) -> dict[str, Any]:
-        """What waits in an adapter's Redis now (a disabled one's too: its backlog grows meanwhile)."""
-        if self.prober is None:
-            return {"waiting": None, "unacked": None, "lag_error": "not probed by this process"}
-        return await adapter_lag(source, self.prober, timeout)
+        """What waits at an adapter's broker now (a disabled one's too: its backlog grows meanwhile)."""
+        return await adapters.backlog(source, self.brokers, timeout)
+
+    def broker(self, source: Source) -> dict[str, Any]:
+        """What an adapter's broker says of it: {"broker", "description", "reads", "guarantee"}."""
+        return adapters.describe(source, self.brokers)

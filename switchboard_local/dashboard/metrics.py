@@ -14,7 +14,7 @@ between the two, so concurrent scrapes never mix.
                                                      stored, duplicate, unverified (401), too_large (413), failed (503)
     switchboard_source_events{source}                gauge: events kept (pruning lowers it)
     switchboard_adapter_consecutive_failures{adapter} gauge
-    switchboard_adapter_lag_messages{adapter}        gauge: not read yet (asked of its Redis now)
+    switchboard_adapter_lag_messages{adapter}        gauge: not read yet (asked of its broker now)
     switchboard_adapter_unacked_messages{adapter}    gauge: read, not acknowledged
     switchboard_claim_latency_seconds                histogram: claim_next, call to committed answer
     switchboard_commit_latency_seconds               histogram: one write transaction, BEGIN to COMMIT done
@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..core import browse
-from ..core.health import PROBE_TIMEOUT
+from ..core.adapters import PROBE_TIMEOUT
 from ..core.todos import stats
 from .api import answers_errors
 from .context import Context

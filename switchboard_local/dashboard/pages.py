@@ -19,7 +19,7 @@ Content-Security-Policy forbids both).
     GET /events            events (filters in the query string; cursor, limit and rows page)
     GET /events/{id}       one event (?view=pretty|text|hex|base64: the body's view)
     GET /dead              dead letters
-    GET /sources           webhook sources and Redis adapters
+    GET /sources           webhook sources and adapters
     GET /static/{file}     the script, the style sheet, the icon
 
 ``rows`` asks for more rows than a page's ``limit`` from the top (the script

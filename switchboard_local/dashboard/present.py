@@ -84,7 +84,7 @@ def verified_badge(event: dict[str, Any]) -> tuple[str, str]:
     """(text, class) of an event's verification."""
     mode = event.get("trust_mode")
     if mode == "queue":
-        return "trusted", ""  # read from Redis: trusted by the connection
+        return "trusted", ""  # read from a broker: trusted by the connection
     if event.get("verified"):
         return "verified", "ok"
     if mode in ("none", "trusted"):

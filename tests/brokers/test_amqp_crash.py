@@ -9,7 +9,6 @@ hold nothing, ready or unacknowledged, and every message must be stored once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -19,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.store.shared import is_url
 
-from support.amqp import add_amqp_adapter, new_queue
+from support.amqp import new_queue
+from support.cli import run_cli
 from support.crash import PAUSED, lines_with, log, serve, watching
 from support.rabbitmq_server import RabbitMQServer
 from support.receiver import ServeProcess
@@ -34,13 +33,9 @@ MESSAGES = 3000  # at least: the producer keeps going until the last round is ov
 
 
 def add_adapter(db_path: Path | str, server: RabbitMQServer, queue: str, batch: int) -> None:
-    """The adapter as `adapter add` stores it, in the file `serve` will open."""
-
-    async def add() -> None:
-        async with await open_store(db_path) as store:
-            await add_amqp_adapter(store, server.url, queue, name="work", batch=batch)
-
-    asyncio.run(add())
+    added = run_cli("adapter", "add", "work", "--broker", "amqp", "--url", server.url, "--amqp-queue", queue,
+                    "--batch", str(batch), db=db_path)  # fmt: skip
+    assert added.returncode == 0, added.stderr
 
 
 def stored(db_path: Path | str) -> int:

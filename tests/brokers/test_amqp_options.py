@@ -6,20 +6,21 @@ from __future__ import annotations
 import pytest
 
 from switchboard_local.brokers import amqp
+from switchboard_local.brokers.registry import BROKERS
 from switchboard_local.core.errors import InvalidArgument
 
 URL = "amqp://switchboard:hunter2@rabbit.internal:5672/orders"
 
 
 def test_the_options_are_stored_as_the_adapters_config_with_the_broker_named() -> None:
-    config = amqp.configure({"url": URL, "amqp_queue": "orders", "batch": 10, "queue": "fulfilment",
-                             "amqp_dead_letter_exchange": "dead-letters"})  # fmt: skip
+    config = BROKERS.get("amqp").configure({"url": URL, "amqp_queue": "orders", "batch": 10, "queue": "fulfilment",
+                                            "amqp_dead_letter_exchange": "dead-letters"})  # fmt: skip
     assert config == {"broker": "amqp", "url": URL, "amqp_queue": "orders", "batch": 10, "queue": "fulfilment",
                       "amqp_dead_letter_exchange": "dead-letters"}  # fmt: skip
 
 
 def test_a_url_in_the_environment_is_stored_by_its_name_and_the_batch_defaults_to_64() -> None:
-    config = amqp.configure({"url_env": "RABBITMQ_URL", "amqp_queue": "orders"})
+    config = BROKERS.get("amqp").configure({"url_env": "RABBITMQ_URL", "amqp_queue": "orders"})
     assert config == {"broker": "amqp", "url_env": "RABBITMQ_URL", "amqp_queue": "orders", "batch": 64}
     assert amqp.env(config) == ["RABBITMQ_URL"]
     assert amqp.env(amqp.configure({"url": URL, "amqp_queue": "orders"})) == []
@@ -37,13 +38,13 @@ def test_a_url_in_the_environment_is_stored_by_its_name_and_the_batch_defaults_t
         ({"url": "amqp://u:hunter2@host:0/", "amqp_queue": "orders"}, "--url: the port must be a number"),
         ({"url": "amqp://u:hunter2@host/a/b", "amqp_queue": "orders"}, "--url: the path is the virtual host"),
         ({"url": "amqp://u:hunter 2@host/", "amqp_queue": "orders"}, "--url must not hold spaces"),
-        ({"url": URL}, "--amqp-queue must name the broker's queue"),
+        ({"url": URL}, "--amqp-queue is required"),
         ({"url": URL, "amqp_queue": "ord\x1bers"}, "--amqp-queue holds a control character (\\x1b)"),
         ({"url": URL, "amqp_queue": "q" * 256}, "--amqp-queue must be at most 255 bytes"),
-        ({"url": URL, "amqp_queue": "orders", "batch": 65536}, "--batch must be a whole number from 1 to 65535"),
+        ({"url": URL, "amqp_queue": "orders", "batch": 10_001}, "--batch must be a whole number from 1 to 10000"),
         (
-            {"url": URL, "amqp_queue": "orders", "amqp_dead_letter_exchange": ""},
-            "--amqp-dead-letter-exchange must name an exchange",
+            {"url": URL, "amqp_queue": "orders", "amqp_dead_letter_exchange": "dead\nletters"},
+            "--amqp-dead-letter-exchange holds a control character",
         ),
         ({"url": URL, "amqp_queue": "orders", "queue": "work\x07"}, "--queue holds a control character"),
     ],

@@ -12,7 +12,8 @@ import pytest
 from switchboard_local.brokers.loop import Consumer, Supervisor
 from switchboard_local.brokers.redis_client import url_password
 from switchboard_local.brokers.redis_stream import StreamReader
-from switchboard_local.core import redis_config, rules, sources, todos
+from switchboard_local.brokers.registry import BROKERS
+from switchboard_local.core import rules, sources, todos
 from switchboard_local.core.events import body_hash
 
 from support.brokers import Running, add_adapter
@@ -53,7 +54,7 @@ async def test_stream_entry_fields_become_the_body_and_rules_route_on_them(real_
     urgent, default = [await todos.get(real_store, i) for i in (1, 2)]
     assert (urgent.queue, urgent.title, urgent.payload["body"]) == ("urgent", "Order 7", {"id": "7", "priority": "high"})
     assert (default.queue, default.payload["body"]) == ("fulfilment", {"id": 8})
-    assert default.idempotency_key == f"event:redis:orders:{entry.decode()}:default"
+    assert default.idempotency_key == f"event:orders:{entry.decode()}:default"  # one form for every source
 
 
 @pytest.mark.both_backends
@@ -212,7 +213,7 @@ def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:
     url = "redis://:p%40ss%3Aword@127.0.0.1:6379/0"
     source = sources.Source(
         name="a", family="queue", kind="redis", trust_mode="queue", enabled=True,
-        config=redis_config.adapter_config({"redis_url": url, "mode": "stream", "key": "k"}), secrets=[],
+        config=BROKERS.get("redis").configure({"url": url, "mode": "stream", "key": "k"}), secrets=[],
         created_at=0, updated_at=0, last_poll_at=None, last_error=None, consecutive_failures=0, messages_stored=0,
     )  # fmt: skip
     assert url_password(url) == "p@ss:word"

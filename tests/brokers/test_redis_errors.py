@@ -31,7 +31,7 @@ async def test_an_unexpected_error_is_logged_with_its_type_and_place_and_retried
     caplog.set_level(logging.ERROR, logger="switchboard_local.brokers")
     url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # never reached: the bug comes first
     # A row edited by hand: stream mode without its consumer group, which the adapter reads first.
-    config = {"redis_url": url, "mode": "stream", "key": "orders", "batch": 8, "consumer": "me", "claim_idle": 60}
+    config = {"url": url, "mode": "stream", "key": "orders", "batch": 8, "consumer": "me", "claim_idle": 60}
     adapter = await sources.add(real_store, "orders", family="queue", kind="redis", trust_mode="queue", config=config)
     running = Running(real_store, adapter)
     await running.until(lambda: len(caplog.records), lambda n: n >= 2)  # it keeps retrying

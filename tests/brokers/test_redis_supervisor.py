@@ -77,7 +77,7 @@ async def test_each_enabled_queue_adapter_is_started_once_and_nothing_else(real_
     await running.until(lambda: registry.reads >= polls + 10, True)  # many polls, nothing changed
 
     assert sorted(supervisor.running) == ["orders"]
-    assert about(log, "orders") == ["adapter orders: started (stream orders)"]  # once: never restarted
+    assert about(log, "orders") == ["adapter orders: started (redis stream 'orders' group switchboard)"]  # once: never restarted
     assert about(log, "gh") == [] and about(log, "paused") == []
     assert [r.getMessage() for r in log.records if r.levelno >= logging.WARNING] == []
     await running.finish()
@@ -99,9 +99,9 @@ async def test_an_adapter_whose_row_changed_is_restarted_with_its_new_config(rea
     await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 2)
     await running.finish()
     assert about(log, "orders")[:3] == [
-        "adapter orders: started (stream orders)",
+        "adapter orders: started (redis stream 'orders' group switchboard)",
         "adapter orders: stopped",
-        "adapter orders: started (stream orders-v2)",
+        "adapter orders: started (redis stream 'orders-v2' group switchboard)",
     ]
 
 
@@ -112,7 +112,7 @@ async def test_a_disabled_adapter_is_stopped_and_the_log_says_so(real_store, bro
     await running.until(lambda: sorted(supervisor.running), ["jobs"])
     await sources.set_enabled(real_store, "jobs", False)
     await running.until(lambda: sorted(supervisor.running), [])
-    assert about(log, "jobs") == ["adapter jobs: started (list jobs)", "adapter jobs: stopped"]
+    assert about(log, "jobs") == ["adapter jobs: started (redis list 'jobs')", "adapter jobs: stopped"]
     await running.finish()
 
 
@@ -133,10 +133,10 @@ async def test_an_adapter_task_that_failed_is_logged_with_its_traceback_and_star
     await running.finish()
 
     assert about(log, "orders")[:4] == [
-        "adapter orders: started (stream orders)",
+        "adapter orders: started (redis stream 'orders' group switchboard)",
         "adapter orders: ended with an error",
         "adapter orders: stopped",
-        "adapter orders: started (stream orders)",
+        "adapter orders: started (redis stream 'orders' group switchboard)",
     ]
     (failed,) = [r for r in log.records if "ended with an error" in r.getMessage()]
     assert failed.levelno == logging.ERROR and failed.exc_info is not None
@@ -157,7 +157,7 @@ async def test_a_failed_read_of_the_registry_is_logged_and_supervising_goes_on(r
     assert failed.getMessage() == "adapter supervisor: cannot follow the registry this time"
     assert failed.levelno == logging.ERROR and failed.exc_info is not None
     assert "RuntimeError: the registry cannot be read (fault hook)" in log.text  # the traceback
-    assert about(log, "orders")[0] == "adapter orders: started (stream orders)"
+    assert about(log, "orders")[0] == "adapter orders: started (redis stream 'orders' group switchboard)"
 
 
 async def test_stopping_the_supervisor_stops_every_adapter_it_runs(real_store, broker, log) -> None:

@@ -521,7 +521,7 @@ def test_a_redis_url_variable_only_the_leader_has_is_no_failure(run_doctor, db_p
         until_led(db_path, serve.proc.pid)
         code, checks = run_doctor(env={"ORDERS_REDIS_URL": None})
     said = f"$ORDERS_REDIS_URL is not set in this shell; the leader (serve pid {serve.proc.pid}) has it"
-    said += " and consumes list 'orders' (its Redis is not asked from here)"
+    said += " and consumes redis list 'orders' (its broker is not asked from here)"
     assert (checks["adapter orders"]["status"], checks["adapter orders"]["detail"]) == ("ok", said)
     assert code == 0, checks
 

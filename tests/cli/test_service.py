@@ -23,6 +23,7 @@ import pytest
 
 from switchboard_local.cli import service, service_managers, service_units
 
+from support import fake_broker
 from support.backends import PASSWORD, with_password
 from support.cli import REPO_ROOT, Result, invoke, run_cli
 from support.postgres import PostgresServer
@@ -214,6 +215,17 @@ def test_the_unit_holds_no_environment_value(box: Box) -> None:
     assert "gh reads $GH_SECRET (set in this shell), orders reads $REDIS_URL (set in this shell)" in result.out
     assert str(box.config / "switchboard-local" / "service.env") in result.out
     assert secret not in result.out + result.err
+
+
+def test_install_names_the_variables_an_adapter_s_broker_reads(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_broker.register(monkeypatch)  # a broker whose entry says its consumers read $FAKE_REGION
+    added = invoke(box.db, "adapter", "add", "feed", "--broker", "fake", "--url-env", "FEED_URL", "--topic", "news",
+                   env={"FEED_URL": "fake://local"})  # fmt: skip
+    assert added.code == 0, added.err
+    result = box.cli("install", "--dry-run", FEED_URL=None, FAKE_REGION=None)
+    assert result.code == 0, result.err
+    assert ("feed reads $FEED_URL (not set in this shell either), feed reads $FAKE_REGION (not set in this shell "
+            "either)") in result.out  # fmt: skip
 
 
 def add_env_readers(box: Box) -> None:

@@ -97,7 +97,7 @@ def test_adapter_show_status_and_list_never_print_the_redis_password(cli) -> Non
         code, out, err, _ = cli(*args)
         assert code == 0 and "hunter2" not in out + err
     shown = json.loads(cli("adapter", "show", "orders", "--json").out)
-    assert shown["config"]["redis_url"] == "redis://:****@127.0.0.1:6399/0"
+    assert shown["config"]["url"] == "redis://:****@127.0.0.1:6399/0"  # --redis-url is --url
     assert shown["guarantee"].startswith("durable")
     code, _, err, _ = cli("adapter", "add", "bad", "--redis-url", "redis://x", "--mode", "list", "--key", "k",
                           "--group", "g")  # fmt: skip
@@ -153,7 +153,7 @@ def test_a_redis_url_redis_cannot_use_is_refused_and_nothing_is_stored(cli, case
 def test_a_redis_url_redis_can_use_is_accepted(cli, url: str) -> None:
     code, out, err, _ = cli("adapter", "add", "orders", "--redis-url", url, "--mode", "list", "--key", "k", "--json")
     assert code == 0, err
-    assert "pw" not in json.loads(out)["config"]["redis_url"].replace("password=****", "")
+    assert "pw" not in json.loads(out)["config"]["url"].replace("password=****", "")
 
 
 def test_a_default_queue_that_looks_like_a_url_is_shown_as_given(cli) -> None:
@@ -311,13 +311,12 @@ def test_source_add_takes_a_replay_window_as_a_duration_and_shows_it(cli) -> Non
     assert code == 2 and err.startswith("switchboard-local: invalid_argument: --replay-window")
 
 
-def test_no_source_or_adapter_may_be_named_redis(cli) -> None:
-    # A source named 'redis' would derive the keys of a Redis adapter's todos.
-    for args in (["source", "add", "redis", "--kind", "open"], ["source", "add", "Redis", "--kind", "open"],
-                 ["adapter", "add", "redis", "--redis-url", "redis://h", "--mode", "list", "--key", "k"]):  # fmt: skip
-        code, _, err, _ = cli(*args)
-        assert code == 2 and "reserved" in err, err
-    assert json.loads(cli("source", "list", "--json").out) == []
+def test_a_source_or_an_adapter_may_be_named_like_a_broker(cli) -> None:
+    # Derived keys are event:{source}:… for every source, whatever its broker: no name is kept for a broker's keys.
+    assert cli("source", "add", "redis", "--kind", "open").code == 0
+    assert cli("adapter", "add", "nats", "--redis-url", "redis://h", "--mode", "list", "--key", "k").code == 0
+    assert [s["name"] for s in json.loads(cli("source", "list", "--json").out)] == ["redis"]
+    assert [a["name"] for a in json.loads(cli("adapter", "list", "--json").out)] == ["nats"]
 
 
 def test_source_add_keeps_a_named_header_in_clear_and_show_says_so(cli) -> None:

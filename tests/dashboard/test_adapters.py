@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from switchboard_local.brokers.registry import BROKERS
 from switchboard_local.core import sources
-from switchboard_local.core.redis_config import adapter_config
 
 from support.redis_server import started_redis_server
 
@@ -23,14 +23,16 @@ def redis_server(tmp_path: Path):
 
 
 async def test_an_adapter_s_backlog_is_shown_and_exported(store, board, redis_server):
-    config = adapter_config({"redis_url": redis_server.url, "mode": "list", "key": "jobs", "queue": "work"})
+    config = BROKERS.get("redis").configure({"url": redis_server.url, "mode": "list", "key": "jobs", "queue": "work"})
     await sources.add(store, "jobs", family="queue", kind="list", trust_mode="queue", config=config)
     await sources.set_enabled(store, "jobs", False, family="queue")  # nothing drains it: the backlog stays
     redis_server.client().rpush("jobs", b"one", b"two", b"three")
 
     (shown,) = board.get_json("/api/adapters")["items"]
     assert (shown["name"], shown["enabled"], shown["waiting"], shown["lag_error"]) == ("jobs", False, 3, None)
-    assert "password" not in shown["config"].get("redis_url", "")
+    assert "password" not in shown["config"].get("url", "")
+    assert (shown["broker"], shown["reads"]) == ("redis", "list 'jobs'")  # what its broker's entry says of it
+    assert shown["guarantee"].startswith("durable: removed from KEY:processing (LREM) only after the commit")
 
     scraped = board.get("/metrics").body.decode()
     families = {f.name: f for f in text_string_to_metric_families(scraped)}

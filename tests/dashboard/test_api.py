@@ -221,7 +221,7 @@ async def test_sources_show_kind_state_last_delivery_and_counts_never_a_secret(s
 
 async def test_adapters_show_health_failures_and_lag(store, board):
     await sources.add(store, "jobs", family="queue", kind="stream", trust_mode="queue",
-                      config={"mode": "stream", "key": "jobs", "redis_url_env": "NOT_SET_FOR_THIS_TEST"})  # fmt: skip
+                      config={"mode": "stream", "key": "jobs", "url_env": "NOT_SET_FOR_THIS_TEST"})  # fmt: skip
     await sources.record_health(store, "jobs", error="connection refused")  # (the server's consumer fails too)
     (shown,) = board.get_json("/api/adapters")["items"]
     assert shown["name"] == "jobs" and shown["consecutive_failures"] >= 1

@@ -8,6 +8,7 @@ from typing import Any
 
 from switchboard_local.brokers import amqp
 from switchboard_local.brokers.reader import Message
+from switchboard_local.brokers.registry import BROKERS
 from switchboard_local.core import sources
 from switchboard_local.core.store.interface import Store
 
@@ -23,10 +24,8 @@ def new_queue(server: RabbitMQServer, arguments: dict[str, Any] | None = None) -
 
 
 def amqp_config(url: str, amqp_queue: str, **options: Any) -> dict[str, Any]:
-    """The config `adapter add` stores. Until the broker registry lands, the consumer loop finds a
-    reader by ``mode`` and the supervisor logs ``key``: both are added here for it."""
-    config = amqp.configure({"url": url, "amqp_queue": amqp_queue, **options})
-    return {**config, "mode": "amqp", "key": amqp_queue}
+    """The config `adapter add --broker amqp` stores."""
+    return BROKERS.get("amqp").configure({"url": url, "amqp_queue": amqp_queue, **options})
 
 
 async def add_amqp_adapter(store: Store, url: str, amqp_queue: str, name: str = "orders",

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from switchboard_local.brokers.loop import Consumer, Supervisor
-from switchboard_local.core import redis_config, sources
+from switchboard_local.brokers.registry import BROKERS
+from switchboard_local.core import sources
 from switchboard_local.core.store.interface import Store
 
 from support.sql import rows
@@ -18,7 +19,7 @@ from support.waits import STALL, until_async
 
 
 async def add_adapter(store: Store, url: str, mode: str, key: str, name: str = "orders", **options) -> sources.Source:
-    config = redis_config.adapter_config({"redis_url": url, "mode": mode, "key": key, **options})
+    config = BROKERS.get("redis").configure({"url": url, "mode": mode, "key": key, **options})
     return await sources.add(store, name, family="queue", kind="redis", trust_mode="queue", config=config)
 
 

@@ -25,6 +25,18 @@ def schema_sql() -> str:
 MIGRATIONS: dict[int, str] = {
     # The leader says which of the sources' environment variables it has (`doctor` asks).
     9: 'ALTER TABLE ingest_leader ADD COLUMN env text COLLATE "C";',
+    # One form of derived key for every source (SQLite's migration 10 says why), and adapters'
+    # URLs under the names every broker's take.
+    10: """
+UPDATE todos SET idempotency_key = 'event:' || substr(idempotency_key, 13)
+WHERE left(idempotency_key, 12) = 'event:redis:'
+  AND NOT EXISTS (SELECT 1 FROM todos AS held
+                  WHERE held.queue = todos.queue AND held.idempotency_key = 'event:' || substr(todos.idempotency_key, 13));
+UPDATE sources SET config = (config - 'redis_url') || jsonb_build_object('url', config -> 'redis_url')
+WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_url' AND NOT config ? 'url';
+UPDATE sources SET config = (config - 'redis_url_env') || jsonb_build_object('url_env', config -> 'redis_url_env')
+WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_url_env' AND NOT config ? 'url_env';
+""",
 }
 
 

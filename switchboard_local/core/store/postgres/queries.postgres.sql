@@ -699,7 +699,7 @@ WHERE (CAST(:source AS text) IS NULL OR source = :source)
 ORDER BY id DESC
 LIMIT :limit;
 
--- ---- sources (the configured producers: webhook sources and Redis sources) ----
+-- ---- sources (the configured producers: webhook sources and adapters) ----
 
 -- name: insert_source
 INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at)

@@ -127,7 +127,7 @@ ALTER TABLE attempts_v6 RENAME TO attempts;
 CREATE INDEX attempts_by_todo ON attempts (todo_id, id);
 """,
     7: """-- Ingest leadership (core/leadership.py): the one process on this file that
--- runs the ingest side (Redis consumers, pruner, a configured receiver). The
+-- runs the ingest side (broker consumers, pruner, a configured receiver). The
 -- fence grows by one at each change of leader; every batch a consumer stores
 -- checks it in its own transaction, so a deposed leader stores nothing more.
 CREATE TABLE IF NOT EXISTS ingest_leader (
@@ -241,6 +241,25 @@ ALTER TABLE attempts_v8 RENAME TO attempts;
     # The leader says which of the sources' environment variables it has (`doctor` asks).
     9: """
 ALTER TABLE ingest_leader ADD COLUMN env TEXT;
+""",
+    # One form of derived key for every source, whatever its broker (routing.Delivery.key_base): an
+    # adapter's todos made before had the broker's name before the source ('event:redis:{source}:…'), the
+    # only broker there was. A key whose new form a live todo of its queue holds already (a webhook source
+    # of the same name once) keeps its old form, rather than break the one-live-todo-per-key index.
+    # Adapters' configs name their URL as every broker's do: url and url_env (a config that is not
+    # JSON, edited by hand, stays as it is).
+    10: """
+UPDATE todos SET idempotency_key = 'event:' || substr(idempotency_key, 13)
+WHERE substr(idempotency_key, 1, 12) = 'event:redis:'
+  AND NOT EXISTS (SELECT 1 FROM todos AS held
+                  WHERE held.queue = todos.queue AND held.idempotency_key = 'event:' || substr(todos.idempotency_key, 13));
+UPDATE sources SET config = json_remove(json_set(config, '$.url', json_extract(config, '$.redis_url')), '$.redis_url')
+WHERE family = 'queue' AND json_valid(config) AND json_type(config, '$.redis_url') IS NOT NULL
+  AND json_type(config, '$.url') IS NULL;
+UPDATE sources SET config = json_remove(json_set(config, '$.url_env', json_extract(config, '$.redis_url_env')),
+                                        '$.redis_url_env')
+WHERE family = 'queue' AND json_valid(config) AND json_type(config, '$.redis_url_env') IS NOT NULL
+  AND json_type(config, '$.url_env') IS NULL;
 """,
 }
 
