@@ -34,6 +34,13 @@ MISSING = (
 START_TIMEOUT = 120  # seconds for a cold node on a loaded machine (it usually takes a few)
 
 
+def dying_with_the_tests(command: list[str]) -> list[str]:
+    """``command``, sent SIGTERM when the test process dies, even by SIGKILL (util-linux's setpriv, where
+    there is one): a killed run leaves no node behind (the node's script stops it cleanly on SIGTERM)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else command
+
+
 def script(name: str) -> str | None:
     """A RabbitMQ script: Debian's, or one on PATH (another system's package)."""
     if os.access(f"{SBIN}/{name}", os.X_OK):
@@ -102,14 +109,14 @@ class RabbitMQServer:
     def start(self) -> RabbitMQServer:
         if self.epmd is None:  # kept across a restart: the node registers with it again
             self.epmd = subprocess.Popen(
-                [self.epmd_binary, "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                dying_with_the_tests([self.epmd_binary, "-port", str(self.epmd_port), "-address", "127.0.0.1"]),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         pid_file = self.workdir / "rabbitmq.pid"
         pid_file.unlink(missing_ok=True)
         # Its own session: the shell script runs the Erlang VM as a child, and a stop must reach both.
         self.proc = subprocess.Popen(
-            [self.server_binary], env=self.env(), cwd=self.workdir, start_new_session=True,
+            dying_with_the_tests([self.server_binary]), env=self.env(), cwd=self.workdir, start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         # `rabbitmqctl wait` returns once the pid file is written and the broker's application has started.
