@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it: redis-server, nats-server, chromium,
+# Installs what the test suite needs and runs it: redis-server, nats-server, rabbitmq-server, chromium,
 # postgresql and npm (Debian's packages, when missing), a .venv with the test extras, and Claude
 # Code's CLI in .venv/claude-code. Extra arguments go to pytest. pytest exits 5 when
 # no test ran: that fails too.
@@ -37,13 +37,17 @@ apt_update() {
 
 # Debian's packages the tests run for real: redis-server (the Redis adapters),
 # nats-server (the NATS JetStream adapters: tests/support/nats_server.py runs it
-# with -js on a free port and its own store folder), chromium (the dashboard's
-# browser tests; never playwright's download) and postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
+# with -js on a free port and its own store folder), rabbitmq-server (the AMQP
+# adapters: tests/support/rabbitmq_server.py starts a node of its own on free
+# ports), chromium (the dashboard's browser tests; never playwright's download)
+# and postgresql (the PostgreSQL backend: tests/support/postgres.py runs initdb
 # and the server in a temporary folder, as nobody when run as root; a missing
 # server fails those tests, it never skips them); npm (Claude Code's CLI, below).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
+# Not on PATH for a non-root user (/usr/sbin), hence the full path too.
+command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || missing+=(rabbitmq-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v npm >/dev/null 2>&1 || missing+=(npm)

@@ -58,6 +58,7 @@ DEFAULT = "redis"  # `adapter add` without --broker, and a row stored before the
 MODULES: dict[str, str] = {
     "redis": "switchboard_local.brokers.redis",
     "nats": "switchboard_local.brokers.nats_jetstream",
+    "amqp": "switchboard_local.brokers.amqp",
     "sqs": "switchboard_local.brokers.sqs",
 }
 # The options every broker shares (the CLI's --url, --url-env, --batch, --queue); none may declare one of these.

@@ -485,7 +485,8 @@ async def _adapter_check(ctx: Context, source: Source) -> Check:
     if probe.waiting is None and probe.unacked is None:
         return Check(name, OK, f"{where}: reachable" + (f" ({probe.note})" if probe.note else ""))
     waiting = "unknown" if probe.waiting is None else str(probe.waiting)
-    detail = f"{where}: reachable; {waiting} waiting, {probe.unacked or 0} read but not acked"
+    unacked = "unknown" if probe.unacked is None else str(probe.unacked)  # some brokers cannot tell it
+    detail = f"{where}: reachable; {waiting} waiting, {unacked} read but not acked"
     if probe.note:
         detail += f" ({probe.note})"
     if (probe.waiting or 0) + (probe.unacked or 0) >= BACKLOG_WARN:

@@ -1,6 +1,6 @@
 """The broker tests' fixtures: a real redis-server, the `broker` each semantics
 test runs on (fakeredis, then a real server), a real nats-server with JetStream,
-moto's SQS server, a store on the real clock."""
+a real RabbitMQ node, moto's SQS server, a store on the real clock."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
 
 from support.nats_server import started_nats_server
+from support.rabbitmq_server import started_rabbitmq_server
 from support.redis_server import FakeBroker, started_redis_server
 from support.sqs_server import started_sqs_server
 
@@ -53,6 +54,22 @@ def sqs_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     server = started_sqs_server(tmp_path, monkeypatch)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory):
+    """A real RabbitMQ node, one per session: it takes seconds to start. Each test uses queues of its own."""
+    server = started_rabbitmq_server(tmp_path_factory.mktemp("rabbitmq"))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def rabbitmq_alone(tmp_path: Path):
+    """A RabbitMQ node of the test's own: for a test that stops and starts it."""
+    server = started_rabbitmq_server(tmp_path / "rabbitmq")
+    yield server
+    server.close()
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])
