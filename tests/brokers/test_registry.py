@@ -127,8 +127,7 @@ def test_each_broker_s_options_are_in_adapter_add_s_help_under_its_name(fake, cl
     shown = " ".join(cli("adapter", "add", "--help").out.split())
     assert "--topic TEXT fake: the topic to read." in shown
     assert "--key TEXT redis: the stream, list or channel. [required]" in shown
-    choices = f"--broker [{'|'.join(BROKERS.names())}]"
-    assert choices in shown and "fake" in choices.strip("-broker []").split("|")  # every broker, the fake too
+    assert "fake" in BROKERS.names() and f"--broker [{'|'.join(BROKERS.names())}]" in shown  # the fake too
 
 
 def test_the_url_is_kept_masked_or_read_from_the_variable_named(cli) -> None:
