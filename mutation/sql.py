@@ -375,8 +375,9 @@ def record(timeout: float = 3600) -> dict[str, object]:
     return json.loads(COVERAGE.read_text())
 
 
-# The tests whose statements are recorded: the core's test files (run.py sets
-# it from its AREA_TESTS); the edges' tests reach the SQL through the same verbs.
+# The tests whose statements are recorded: tests/core's files and the MCP tools'
+# tests (run.py sets it from its AREA_TESTS["sql"]); the edges' tests reach the
+# SQL through the same verbs.
 SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/processes/test_packaging.py"]
 
 
