@@ -384,8 +384,10 @@ SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/processes/test_packagin
 def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survivors: bool = False,
         log=print) -> dict[str, dict]:  # noqa: ANN001
     """Run every mutant (or those of the ``only`` statements) not yet decided; return all results by key.
-    With ``survivors``, the last run's survivors count as undecided and the tests' statements are recorded anew."""
-    coverage = json.loads(COVERAGE.read_text()) if COVERAGE.exists() and not survivors else record()
+    With ``rerun`` (a run from scratch) or ``survivors`` (the last run's survivors count as undecided) the
+    tests' statements are recorded anew: only a resumed run goes on with the map it began with."""
+    resuming = COVERAGE.exists() and not (rerun or survivors)
+    coverage = json.loads(COVERAGE.read_text()) if resuming else record()
     tests_of: dict[str, list[str]] = coverage["statements"]  # type: ignore[assignment]
     durations: dict[str, float] = coverage["durations"]  # type: ignore[assignment]
     results: dict[str, dict] = json.loads(RESULTS.read_text()) if RESULTS.exists() and not rerun else {}
