@@ -375,22 +375,27 @@ def record(timeout: float = 3600) -> dict[str, object]:
     return json.loads(COVERAGE.read_text())
 
 
-# The tests whose statements are recorded: the core's test files (run.py sets
-# it from its AREA_TESTS); the edges' tests reach the SQL through the same verbs.
+# The tests whose statements are recorded: tests/core's files and the MCP tools'
+# tests (run.py sets it from its AREA_TESTS["sql"]); the edges' tests reach the
+# SQL through the same verbs.
 SELECTION = ["tests/", "-m", "not fuzz", "--ignore=tests/processes/test_packaging.py"]
 
 
 def run(jobs: int = 2, only: list[str] | None = None, rerun: bool = False, survivors: bool = False,
-        log=print) -> dict[str, dict]:  # noqa: ANN001
+        log=print, skip: frozenset[str] = frozenset()) -> dict[str, dict]:  # noqa: ANN001
     """Run every mutant (or those of the ``only`` statements) not yet decided; return all results by key.
-    With ``survivors``, the last run's survivors count as undecided and the tests' statements are recorded anew."""
-    coverage = json.loads(COVERAGE.read_text()) if COVERAGE.exists() and not survivors else record()
+    With ``rerun`` (a run from scratch) or ``survivors`` (the last run's survivors count as undecided) the
+    tests' statements are recorded anew: only a resumed run goes on with the map it began with.
+    The mutants of ``skip`` (equivalent.toml's: they survive, at the cost of all their tests) are not run."""
+    resuming = COVERAGE.exists() and not (rerun or survivors)
+    coverage = json.loads(COVERAGE.read_text()) if resuming else record()
     tests_of: dict[str, list[str]] = coverage["statements"]  # type: ignore[assignment]
     durations: dict[str, float] = coverage["durations"]  # type: ignore[assignment]
     results: dict[str, dict] = json.loads(RESULTS.read_text()) if RESULTS.exists() and not rerun else {}
     if survivors:
         results = {key: result for key, result in results.items() if result["status"] in ("killed", "timeout")}
-    todo = [m for m in all_mutants() if (only is None or m.statement in only) and m.key not in results]
+    decided = set(results) | skip
+    todo = [m for m in all_mutants() if (only is None or m.statement in only) and m.key not in decided]
     stale = set(results) - {m.key for m in all_mutants()}
     for key in stale:
         del results[key]

@@ -442,6 +442,26 @@ async def test_every_claim_statement_takes_over_a_lapsed_lease_with_the_next_att
     assert (taken.id, taken.attempt, taken.owner) == (todo.id, 2, "w") and taken.lease_token != crashed.lease_token
 
 
+@pytest.mark.parametrize("queues", ["by id", None, ["q1"], ["q1", "q2"]],
+                         ids=["by id", "any queue", "one queue", "several queues"])  # fmt: skip
+async def test_every_claim_at_a_leases_expiry_takes_it_back_first_in_its_own_commit(store, clock, queues):
+    """To the millisecond of the expiry, whatever it claims: the lapsed attempt ends then, not at a
+    later read, and a claim of the next in line takes the lapsed todo (the oldest) before a newer one."""
+    lapsed = await new(store, "lapsed", queue="q1")
+    await todos.claim(store, lapsed.id, owner="crashed", lease=60)
+    newer = await new(store, "newer", queue="q1")
+    clock.advance(60)
+    expiry = clock.now_ms()
+    if queues == "by id":
+        taken = await todos.claim(store, newer.id, owner="w")
+    else:
+        taken = await todos.claim_next(store, owner="w", queues=queues)
+    assert taken.id == (newer.id if queues == "by id" else lapsed.id)
+    clock.advance(5)  # a read takes back what is lapsed still, at its own time
+    first = (await todos.get(store, lapsed.id)).attempts[0]
+    assert (first.owner, first.outcome, first.ended_at) == ("crashed", "lease_expired", expiry)
+
+
 # ---------------------------------------------------------------- assignee
 
 
@@ -833,6 +853,27 @@ async def test_recovering_a_lapsed_lease_ends_only_the_open_attempt(store, clock
     assert history[0].ended_at < history[1].claimed_at
 
 
+async def test_the_attempts_table_numbers_each_todos_ended_attempts_one_two_three(store, clock, db_path):
+    """schema.sql: seq orders the attempts that ended, 1, 2, … per todo, whether its holder ended one
+    (fail, release) or a recovery did (a lapsed lease), and whatever other todos ended. A live lease
+    meanwhile has no row: its attempt has not ended."""
+    first, second = await new(store, "first"), await new(store, "second")
+    await todos.claim(store, (await new(store, "live")).id, owner="w", lease=3 * HOUR)
+    failed = await todos.claim(store, first.id, owner="w")
+    await todos.fail(store, Lease.of(failed), error="boom")
+    clock.advance(HOUR)  # past the backoff
+    await todos.release(store, Lease.of(await todos.claim(store, first.id, owner="w")))
+    await todos.claim(store, first.id, owner="w", lease=60)
+    await todos.claim(store, second.id, owner="w", lease=60)
+    clock.advance(60)  # both lapse: one recovery ends both attempts
+    again = await todos.claim(store, second.id, owner="w")
+    await todos.fail(store, Lease.of(again), error="boom")
+    assert rows(db_path, "SELECT todo_id, seq, outcome FROM attempts ORDER BY todo_id, seq") == [
+        (first.id, 1, "failed"), (first.id, 2, "released"), (first.id, 3, "lease_expired"),
+        (second.id, 1, "lease_expired"), (second.id, 2, "failed"),
+    ]  # fmt: skip
+
+
 # ---------------------------------------------------------------- fencing
 
 
@@ -992,6 +1033,38 @@ async def test_list_todos_filters_by_queue_and_state_newest_first(store):
     assert [t.id for t in await todos.list_todos(store, queue="q1", state="pending")] == [b.id]
     assert [t.id for t in await todos.list_todos(store, state="claimed")] == [a.id]
     assert [t.id for t in await todos.list_todos(store, limit=1)] == [c.id]
+
+
+@pytest.mark.parametrize("queue", [None, "q"], ids=["every queue", "one queue"])
+async def test_list_todos_filters_by_when_a_todo_can_be_claimed_to_the_millisecond(store, clock, queue):
+    """ready: claimable now (visible from this very millisecond); delayed: claimable later (a delay, a
+    retry's backoff); dead: the dead letters. A claimed or done todo is none of them."""
+    await new(store, "ready")
+    await new(store, "visible now", delay=1)
+    await new(store, "later", delay=2)
+    retry, dead = await new(store, "retry"), await new(store, "dead", max_attempts=1)
+    for todo in (retry, dead):
+        await todos.fail(store, Lease.of(await todos.claim(store, todo.id, owner="w")), error="boom")
+    done = await new(store, "done")
+    await todos.complete(store, Lease.of(await todos.claim(store, done.id, owner="w")))
+    await todos.claim(store, (await new(store, "claimed")).id, owner="w", lease=HOUR)
+    clock.advance(1)  # "visible now" is visible from this millisecond on
+
+    async def listed(timing: str) -> list[str]:
+        return [t.title for t in await todos.list_todos(store, queue=queue, timing=timing)]
+
+    assert await listed("ready") == ["visible now", "ready"]
+    assert await listed("delayed") == ["retry", "later"]
+    assert await listed("dead") == ["dead"]
+
+
+async def test_a_list_of_one_queue_keeps_to_the_callers_queues_and_pages_back_from_a_cursor(store):
+    made = [await new(store, f"a{i}", queue="a") for i in range(3)]
+    await new(store, "b", queue="b")
+    assert await todos.list_todos(store, queue="a", queues=["b"]) == []  # outside the scope: as if empty
+    in_scope = await todos.list_todos(store, queue="a", queues=["a", "b"])
+    assert [t.title for t in in_scope] == ["a2", "a1", "a0"]
+    assert [t.title for t in await todos.list_todos(store, queue="a", before_id=made[2].id)] == ["a1", "a0"]
 
 
 async def test_lists_give_fifty_by_default(store) -> None:

@@ -81,6 +81,14 @@ async def test_resume_makes_a_paused_queues_todos_claimable_again(store, path) -
     assert claimed is not None and claimed.id == waiting.id
 
 
+@pytest.mark.parametrize("path", CLAIM_PATHS.values(), ids=CLAIM_PATHS.keys())
+async def test_a_pause_holds_back_only_its_own_queue(store, path) -> None:
+    waiting = await new(store, "paused", "waits")  # the queue each path claims from, not paused here
+    await queues.pause(store, "elsewhere", by="op")
+    claimed = await path(store)
+    assert claimed is not None and claimed.id == waiting.id
+
+
 async def test_claims_pass_over_a_paused_queue_to_the_next_claimable_todo(store) -> None:
     await new(store, "paused", "first and most urgent", priority=9)
     other = await new(store, "other", "next")
@@ -178,11 +186,14 @@ async def test_stats_say_which_queues_are_paused(store) -> None:
     await new(store, "b")
     await queues.pause(store, "b", by="op")
     await queues.pause(store, "empty", by="op")
-    assert [(s.queue, s.pending, s.paused) for s in await todos.stats(store)] == [
+    listed = await todos.stats(store)
+    assert [(s.queue, s.pending, s.paused) for s in listed] == [
         ("a", 1, False),
         ("b", 1, True),
         ("empty", 0, True),
     ]
+    empty = listed[2]  # listed with zero counts, each of them
+    assert (empty.ready, empty.delayed, empty.claimed, empty.done, empty.dead, empty.cancelled) == (0, 0, 0, 0, 0, 0)
     scoped = await todos.stats(store, queues=["b", "idle"])
     assert [(s.queue, s.paused) for s in scoped] == [("b", True), ("idle", False)]
 

@@ -154,7 +154,10 @@ def make_v1_file(path: Path) -> None:
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(db_path, clock):
     make_v1_file(db_path)
     async with await open_store(db_path, clock=clock) as opened:
-        assert [t.title for t in await todos.list_todos(opened)] == ["direct", "done derived", "live derived"]
+        listed = await todos.list_todos(opened)
+        assert [t.title for t in listed] == ["direct", "done derived", "live derived"]
+        # Done with no attempt on record: nobody to name as its completer, so no attempt in its history.
+        assert (await todos.get(opened, listed[1].id)).attempts == ()
     assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
     assert rows(db_path, "PRAGMA application_id") == [(migrations.APPLICATION_ID,)]
     keys = rows(db_path, "SELECT title, idempotency_key FROM todos ORDER BY id")

@@ -7,7 +7,7 @@ from contextlib import aclosing
 import anyio
 import pytest
 
-from switchboard_local.core import events, todos, watch
+from switchboard_local.core import events, queues, todos, watch
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
@@ -50,6 +50,16 @@ async def test_arrivals_are_the_newer_todos_the_agent_could_claim_in_its_queues(
     found = await watch.arrivals(store, after_id=1, agent="me", queues=["a"])
     assert [(a.id, a.title, a.source) for a in found] == [(4, "a me", None), (5, "a None", None)]
     assert await watch.last_todo_id(store) == 5
+
+
+async def test_arrivals_say_whether_their_queue_is_paused_now(store) -> None:
+    for queue in ("held", "resumed", "open"):
+        await todos.create(store, NewTodo(queue=queue, title=queue))
+    await queues.pause(store, "held", by="op")
+    await queues.pause(store, "resumed", by="op")
+    await queues.resume(store, "resumed")
+    found = await watch.arrivals(store, after_id=0, agent="me")
+    assert [(a.queue, a.paused) for a in found] == [("held", True), ("resumed", False), ("open", False)]
 
 
 # ---------------------------------------------------------------- the live views' feeds

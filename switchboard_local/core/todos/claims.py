@@ -41,10 +41,11 @@ class NextClaim:
     queues: Sequence[str] | None = None
     lease: float | None = None
     agent: str | None = None
-    # A batch's size bound, in bytes of the claimed todos' payloads, results
-    # and error texts (an error's counted six times: JSON may escape each byte
-    # as \u00XX). The todos are taken in claim order while they fit; the first
-    # always is, however big. None: no bound.
+    # A batch's size bound, in bytes of the claimed todos' payloads and error
+    # texts (an error's counted six times: JSON may escape each byte as
+    # \u00XX; a todo that can be claimed has no result yet). The todos are
+    # taken in claim order while they fit; the first always is, however big.
+    # None: no bound.
     budget: int | None = None
 
 

@@ -231,10 +231,9 @@ def _leased_body(
         leased = {"id": todo_id, "lease_token_hash": token_hash, "now": now}
         # An attempt that ends other than by completing is written to the
         # history first, while the row still holds its owner (the statement
-        # below clears it); under the same lease, so both or neither change.
-        if outcome is not None and tx.one(Q.end_attempt, {**leased, "outcome": outcome,
-                                                          "error": params.get("error")}) is None:  # fmt: skip
-            raise _why_token_refused(tx, todo_id, token_hash)
+        # below clears it, under the lease): a refusal takes both back.
+        if outcome is not None:
+            tx.run(Q.end_attempt, {"id": todo_id, "now": now, "outcome": outcome, "error": params.get("error")})
         row = tx.one(sql, {**params, **leased})
         if row is None:
             raise _why_token_refused(tx, todo_id, token_hash)

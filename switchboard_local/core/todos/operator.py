@@ -48,7 +48,7 @@ async def force_release(store: Store, todo_id: int, *, by: str) -> Todo:
     def body(tx: Transaction) -> Todo:
         now = store.clock.now_ms()
         recover_lapsed(tx, now)
-        ended = {"id": todo_id, "lease_token_hash": None, "outcome": "released_by_operator", "error": None}
+        ended = {"id": todo_id, "outcome": "released_by_operator", "error": None}
         holder = tx.one(Q.end_attempt, {**ended, "now": now})
         row = tx.one(Q.force_release, {"id": todo_id, "now": now})
         if row is None:
@@ -86,7 +86,7 @@ async def cancel(store: Store, todo_id: int, *, by: str, reason: str | None = No
         now = store.clock.now_ms()
         recover_lapsed(tx, now)
         # A claimed todo's attempt ends as cancelled (a pending one has none open).
-        ended = {"id": todo_id, "lease_token_hash": None, "outcome": "cancelled", "error": params["reason"]}
+        ended = {"id": todo_id, "outcome": "cancelled", "error": params["reason"]}
         tx.run(Q.end_attempt, {**ended, "now": now})
         row = tx.one(Q.cancel, {**params, "id": todo_id, "now": now})
         if row is None:

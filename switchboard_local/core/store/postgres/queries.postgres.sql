@@ -112,15 +112,15 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
 FROM todos WHERE id = :id;
 
 -- name: list_todos
--- As queries.sql's: newest first, before a cursor; any filter may be NULL.
+-- As queries.sql's: newest first, before a cursor; any filter may be NULL;
+-- of every queue (one queue: list_todos_in_queue).
 SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason
 FROM todos
-WHERE (CAST(:queue AS text) IS NULL OR queue = :queue)
-  AND (CAST(:state AS text) IS NULL OR state = :state)
+WHERE (CAST(:state AS text) IS NULL OR state = :state)
   AND (CAST(:timing AS text) IS NULL
        OR (:timing = 'ready' AND visible_at <= sb_ts(:now))
        OR (:timing = 'delayed' AND visible_at > sb_ts(:now))
@@ -159,7 +159,7 @@ SELECT attempt, owner, sb_ms(claimed_at) AS claimed_at, sb_ms(ended_at) AS ended
     FROM todos WHERE id = :todo_id AND state = 'claimed'
     UNION ALL
     SELECT NULL, attempt, completed_by, claimed_at, completed_at, 'completed', NULL
-    FROM todos WHERE id = :todo_id AND state = 'done' AND completed_by IS NOT NULL) AS history
+    FROM todos WHERE id = :todo_id AND completed_by IS NOT NULL) AS history
 ORDER BY seq IS NULL, seq;
 
 -- name: end_lapsed_attempts
@@ -226,9 +226,10 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 -- todos (64 more than :max: more than the claimers racing on one queue) are
 -- the candidates; the best :max of them that no other transaction holds are
 -- locked (SKIP LOCKED) and claimed. With :budget the candidates are taken in
--- that order while their sizes (payload and result as text, and last_error
--- six times) add up to no more than it, the first always; each takes the
--- hash of :hashes at its count of candidates after it.
+-- that order while their sizes (payload as text, and last_error six times; a
+-- todo that can be claimed has no result) add up to no more than it, the
+-- first always; each takes the hash of :hashes at its count of candidates
+-- after it.
 WITH RECURSIVE pending_queues (name) AS (
     SELECT (SELECT queue FROM todos
             WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
@@ -268,8 +269,7 @@ picked AS (
                row_number() OVER w AS n,
                count(*) OVER () - row_number() OVER w AS behind,
                sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
-                   (SELECT octet_length(CAST(t.payload AS text)) + COALESCE(octet_length(CAST(t.result AS text)), 0)
-                           + 6 * COALESCE(octet_length(t.last_error), 0)
+                   (SELECT octet_length(CAST(t.payload AS text)) + 6 * COALESCE(octet_length(t.last_error), 0)
                     FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
         FROM locked
         WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
@@ -347,16 +347,15 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
--- history, before the statement that ends it clears the claim. The todo is
--- locked here (FOR UPDATE), so that a recovery of its lapsed lease in another
--- transaction cannot end the same attempt.
+-- history, before the statement that ends it clears the claim (which decides
+-- under which lease: see queries.sql). The todo is locked here (FOR UPDATE),
+-- so that a recovery of its lapsed lease in another transaction cannot end
+-- the same attempt.
 INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error)
 SELECT id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM attempts WHERE todo_id = :id),
        attempt, owner, claimed_at, sb_ts(:now), :outcome, :error
 FROM todos
 WHERE id = :id AND state = 'claimed'
-  AND (CAST(:lease_token_hash AS text) IS NULL
-       OR (lease_token_hash = :lease_token_hash AND lease_expires_at > sb_ts(:now)))
 FOR UPDATE
 RETURNING owner;
 

@@ -67,10 +67,10 @@ SELECT * FROM todos WHERE id = :id;
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
 -- 'ready' (claimable now), 'delayed' (claimable later: a delay or a retry's
--- backoff), 'dead' (a dead letter: state 'failed').
+-- backoff), 'dead' (a dead letter: state 'failed'). Of every queue: a list of
+-- one queue is list_todos_in_queue's.
 SELECT * FROM todos
-WHERE (:queue IS NULL OR queue = :queue)
-  AND (:state IS NULL OR state = :state)
+WHERE (:state IS NULL OR state = :state)
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
@@ -98,7 +98,9 @@ LIMIT :limit;
 -- name: attempts_of_todo
 -- A todo's attempt history, oldest first: the attempts that ended other than
 -- by completing (the attempts table), then the open attempt of a claimed
--- todo or the attempt that completed a done one (both on the todo's row).
+-- todo or the attempt that completed a done one (both on the todo's row;
+-- completed_by is set only as a todo is done, for good, and is NULL on a todo
+-- done before version 8 with no completing attempt on record).
 SELECT attempt, owner, claimed_at, ended_at, outcome, error FROM (
     SELECT seq, attempt, owner, claimed_at, ended_at, outcome, error
     FROM attempts WHERE todo_id = :todo_id
@@ -107,7 +109,7 @@ SELECT attempt, owner, claimed_at, ended_at, outcome, error FROM (
     FROM todos WHERE id = :todo_id AND state = 'claimed'
     UNION ALL
     SELECT NULL, attempt, completed_by, claimed_at, completed_at, 'completed', NULL
-    FROM todos WHERE id = :todo_id AND state = 'done' AND completed_by IS NOT NULL)
+    FROM todos WHERE id = :todo_id AND completed_by IS NOT NULL)
 ORDER BY seq IS NULL, seq;
 
 -- name: end_lapsed_attempts
@@ -169,9 +171,9 @@ RETURNING *;
 -- claim.
 --
 -- With :budget (bytes, or NULL for none) the candidates are taken in that
--- order while their sizes add up to no more than it (payload, result, and
--- last_error six times: the most JSON may escape it to); the first always
--- is. Each candidate takes the hash of :hashes (a JSON array of :max token
+-- order while their sizes add up to no more than it (payload, and last_error
+-- six times: the most JSON may escape it to; a todo that can be claimed has
+-- no result); the first always is. Each candidate takes the hash of :hashes (a JSON array of :max token
 -- hashes) at its count of candidates after it, so the last one claimed tells
 -- how many the budget left. The count, the place and the running size come
 -- from one pass of window functions over the heads, in the order of the sort.
@@ -194,8 +196,8 @@ ranked AS (
            row_number() OVER w AS n,
            count(*) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS heads,
            sum(CASE WHEN :budget IS NULL THEN 0 ELSE
-               length(CAST(head.payload AS BLOB)) + COALESCE(length(CAST(head.result AS BLOB)), 0)
-               + 6 * COALESCE(length(CAST(head.last_error AS BLOB)), 0) END) OVER w AS size
+               length(CAST(head.payload AS BLOB)) + 6 * COALESCE(length(CAST(head.last_error AS BLOB)), 0)
+               END) OVER w AS size
     FROM claim_queues AS q
     JOIN todos AS head ON head.id IN (
         SELECT id FROM todos INDEXED BY todos_ready_by_queue
@@ -274,15 +276,15 @@ RETURNING *;
 
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
--- history, before the statement that ends it clears the claim: with
--- :lease_token_hash, only under that live lease (the leased verbs); NULL, any
--- claim (an operator's). No row written: nothing was claimed that way.
+-- history, before the statement that ends it clears the claim. That
+-- statement decides: fail and release only under the caller's live lease,
+-- an operator's for any claim; one that changes nothing is refused, and the
+-- transaction takes this row back with it. No row written: nothing was claimed.
 INSERT INTO attempts (todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error)
 SELECT id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM attempts WHERE todo_id = :id),
        attempt, owner, claimed_at, :now, :outcome, :error
 FROM todos
 WHERE id = :id AND state = 'claimed'
-  AND (:lease_token_hash IS NULL OR (lease_token_hash = :lease_token_hash AND lease_expires_at > :now))
 RETURNING owner;
 
 -- name: heartbeat
