@@ -115,10 +115,10 @@ async def _failed_awaiting_retry(store, todo):
     return failed
 
 
-async def _dead_letter(store, todo):
+async def _dead_letter(store, todo, error: str | None = "gave up"):
     """Needs a todo with one attempt left (``max_attempts=1`` on a new one)."""
     claimed = await todos.claim(store, todo.id, owner="w")
-    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="gave up")).todo
+    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error=error)).todo
     assert dead.dead_letter
     return dead
 
@@ -1042,6 +1042,14 @@ async def test_stats_of_a_scope_lists_its_empty_queues_with_zero_counts(store) -
     assert answer[1] == QueueStats.empty("idle")
 
 
+async def test_queues_without_todos_names_the_queues_holding_no_todo_in_any_state(store) -> None:
+    await new(store, queue="busy")
+    finished = await new(store, queue="finished")
+    await todos.cancel(store, finished.id, by="alice")
+    assert await todos.queues_without_todos(store, ["typo", "busy", "finished", "other"]) == ["typo", "other"]
+    assert await todos.queues_without_todos(store, ["busy"]) == []
+
+
 async def test_oldest_ready_age_moves_with_the_clock(store, clock):
     await new(store, queue="q1")
     clock.advance(30)
@@ -1500,3 +1508,52 @@ async def test_bulk_redrive_filters_by_kind_and_by_when_the_todo_died(store, clo
     assert (done.matched, done.redriven, done.skipped) == (1, 1, 0)
     assert [t.id for t in await todos.list_todos(store, state="pending")] == [bad.id]
 
+
+async def test_a_dead_letter_group_is_redriven_whole_and_only_it_each_batch_recorded_with_its_error(store, db_path):
+    boom = [await _dead_letter(store, await new(store, f"boom {i}", max_attempts=1), error="boom") for i in range(3)]
+    bang = await _dead_letter(store, await new(store, "bang", max_attempts=1), error="bang")
+    elsewhere = await _dead_letter(store, await new(store, "elsewhere", queue="other", max_attempts=1), error="boom")
+    done = await todos.redrive_group(store, queue="q", last_error="boom", by="alice", batch=2)
+    assert done.to_dict() == {"matched": 3, "redriven": 3, "skipped": 0}
+    assert [(await todos.get(store, t.id)).state for t in boom] == ["pending"] * 3
+    assert (await todos.get(store, bang.id)).dead_letter and (await todos.get(store, elsewhere.id)).dead_letter
+    batch = {"by": "alice", "action": "todo.redrive", "subject": "q", "skipped": 0, "last_error": "boom"}
+    assert [json.loads(bytes(body)) for (body,) in rows(db_path, "SELECT body FROM events ORDER BY id")] == [
+        {**batch, "ids": [boom[0].id, boom[1].id]},
+        {**batch, "ids": [boom[2].id]},
+    ]
+
+
+async def test_the_dead_letter_group_without_an_error_is_redriven_by_null(store, db_path):
+    silent = await _dead_letter(store, await new(store, "silent", max_attempts=1), error=None)
+    loud = await _dead_letter(store, await new(store, "loud", max_attempts=1))
+    done = await todos.redrive_group(store, queue="q", last_error=None)
+    assert (done.matched, done.redriven, done.skipped) == (1, 1, 0)
+    assert (await todos.get(store, silent.id)).state == "pending" and (await todos.get(store, loud.id)).dead_letter
+    assert rows(db_path, "SELECT id FROM events") == []  # recorded only when someone is named
+
+
+async def test_a_dead_letter_group_holds_back_a_dead_letter_whose_key_a_newer_todo_holds(store, db_path):
+    held = await _dead_letter(store, await new(store, "held", idempotency_key="k", max_attempts=1))
+    freed = await _dead_letter(store, await new(store, "freed", max_attempts=1))
+    await new(store, "newer", idempotency_key="k")
+    done = await todos.redrive_group(store, queue="q", last_error="gave up", by="alice")
+    assert done.to_dict() == {"matched": 2, "redriven": 1, "skipped": 1}
+    assert (await todos.get(store, held.id)).dead_letter and (await todos.get(store, freed.id)).state == "pending"
+    ((body,),) = rows(db_path, "SELECT body FROM events")
+    assert json.loads(bytes(body)) == {"by": "alice", "action": "todo.redrive", "subject": "q", "ids": [freed.id],
+                                       "skipped": 1, "last_error": "gave up"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [({"queue": "", "last_error": "boom"}, "queue must be a non-empty string"),
+     ({"queue": "q", "last_error": 7}, "last_error must be a string or null")],
+    ids=["no queue", "an error not a string"],
+)  # fmt: skip
+async def test_a_dead_letter_group_with_a_bad_filter_is_refused_naming_it(store, arguments, message):
+    dead = await _dead_letter(store, await new(store, max_attempts=1))
+    with pytest.raises(InvalidArgument) as refused:
+        await todos.redrive_group(store, **arguments)
+    assert refused.value.message == message
+    assert (await todos.get(store, dead.id)).dead_letter
