@@ -120,7 +120,28 @@ async def test_a_batch_claim_takes_what_there_is_and_nothing_is_not_an_error(sto
     await new(store)
     await new(store)
     assert len(await todos.claim_next_many(store, NextClaim("w"), 10)) == 2
-    assert await todos.claim_next_many(store, NextClaim("w"), 10) == []
+    nothing = await todos.claim_next_many(store, NextClaim("w"), 10)
+    assert (nothing, nothing.over_budget) == ([], 0)
+
+
+async def test_a_batch_claim_holds_its_todos_for_the_lease_it_asks_for(store, clock):
+    for i in range(4):
+        await new(store, f"t{i}")
+    asked = await todos.claim_next_many(store, NextClaim("w", lease=60), 2)
+    default = await todos.claim_next_many(store, NextClaim("w"), 2)
+    assert [t.lease_expires_at for t in asked] == [clock.now_ms() + 60_000] * 2
+    assert [t.lease_expires_at for t in default] == [clock.now_ms() + 300_000] * 2  # five minutes
+
+
+async def test_a_batch_claims_budget_is_a_number_of_bytes_from_zero_up(store):
+    todo = await new(store, payload="x" * 100)
+    for budget in (-1, 2**63):
+        with pytest.raises(InvalidArgument) as refused:
+            await todos.claim_next_many(store, NextClaim("w", budget=budget), 5)
+        assert refused.value.message == f"budget must be between 0 and {2**63 - 1}, got {budget}"
+    assert (await todos.get(store, todo.id)).state == "pending"
+    claimed = await todos.claim_next_many(store, NextClaim("w", budget=0), 5)
+    assert ([t.id for t in claimed], claimed.over_budget) == ([todo.id], 0)  # the first is taken, however big
 
 
 async def test_a_batch_claim_takes_no_more_than_max(store):
