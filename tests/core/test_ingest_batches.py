@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sqlite3
+from typing import Any
 
+import anyio
 import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
+from switchboard_local.core.errors import Busy, Unavailable
 from switchboard_local.core.events import Ingested, NewEvent
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
@@ -19,6 +23,7 @@ from switchboard_local.core.store.opener import open_store
 from support import sql
 from support.cli import run_cli
 from support.sql import rows, run, value
+from support.store import hold_the_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -194,3 +199,62 @@ async def test_a_rule_removed_in_this_process_applies_to_the_next_batch(store, d
 
     assert len(first.todo_ids) == 2 and len(second.todo_ids) == 1
     assert rows(db_path, "SELECT queue FROM todos WHERE id = ?", [second.todo_ids[0]]) == [("log",)]
+
+
+async def test_the_intake_stores_at_most_256_waiting_deliveries_per_transaction(store, db_path) -> None:
+    source = await routed_source(store)
+    intake = routing.Intake(store)
+    before = (await store.data_version())[1]  # this store's commits
+
+    deliveries = [delivery(f"d-{i}", {"action": "edited", "n": i}) for i in range(257)]
+    answers = await asyncio.gather(*(intake.accept(source, event) for event in deliveries))
+
+    assert all(isinstance(a, Ingested) and not a.duplicate and len(a.todo_ids) == 1 for a in answers)
+    assert (await store.data_version())[1] == before + 2  # 256, then the one left
+    assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 257
+
+
+async def test_a_store_fault_answers_every_delivery_of_its_batch_and_stores_none(tmp_path, clock, monkeypatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_BUSY_TIMEOUT", "0")  # a write that meets another writer's lock is refused at once
+    db_path = tmp_path / "s.db"
+    async with await open_store(db_path, clock=clock) as store:
+        source = await routed_source(store)
+        intake = routing.Intake(store)
+        holder = sqlite3.connect(db_path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process writing
+        try:
+            answers = await asyncio.gather(*(intake.accept(source, delivery(f"d-{i}", {"n": i})) for i in range(3)))
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert [type(a) for a in answers] == [Busy] * 3
+        assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 0
+        assert isinstance(await intake.accept(source, delivery("d-0", {"n": 0})), Ingested)  # the lock gone, it stores
+
+
+@pytest.mark.sqlite_only  # it holds the SQLite store's write thread
+async def test_deliveries_waiting_when_the_process_stops_are_told_they_may_not_be_stored(store, monkeypatch) -> None:
+    source = await routed_source(store)
+    intake = routing.Intake(store, max_batch=1)
+    storing = asyncio.Event()
+    deliver_many = routing.deliver_many
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        storing.set()
+        return await deliver_many(*args, **kwargs)
+
+    monkeypatch.setattr(routing, "deliver_many", observed)
+    gate, held = await hold_the_thread(store)
+    callers = [asyncio.ensure_future(intake.accept(source, delivery(f"d-{i}", {"n": i}))) for i in range(3)]
+    with anyio.fail_after(10):
+        await storing.wait()  # the first delivery's batch is being stored; the other two wait
+        intake._task.cancel()  # what stopping the process does to it
+        answers = await asyncio.gather(*callers, return_exceptions=True)
+    gate.set()
+    await held
+    assert [(type(a), a.message) for a in answers] == [
+        (Unavailable, "the process is stopping; the delivery may not be stored")
+    ] * 3
+    with anyio.fail_after(10):
+        again = await intake.accept(source, delivery("d-3", {"n": 3}))  # a new batch, stored
+    assert isinstance(again, Ingested) and not again.duplicate

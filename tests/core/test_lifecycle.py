@@ -1364,6 +1364,16 @@ async def test_a_token_that_is_not_a_string_is_refused_as_missing(store) -> None
     with pytest.raises(Conflict) as refused:
         await todos.complete(store, Lease(todo.id, 12345))
     assert refused.value.message == f"a lease token is required to change todo {todo.id}"
+
+
+async def test_the_lease_of_a_todo_read_without_its_token_is_refused_as_missing_one(store) -> None:
+    todo = await new(store)
+    await todos.claim(store, todo.id, owner="w")
+    read = await todos.get(store, todo.id)  # a read carries no token: only the claim's answer does
+    assert read.lease_token is None
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(read))
+    assert refused.value.message == f"a lease token is required to change todo {todo.id}"
     assert (await todos.get(store, todo.id)).state == "claimed"
 
 
