@@ -401,23 +401,23 @@ class Intake:
         return await asyncio.shield(waiter)
 
     async def _store_waiting(self) -> None:
-        batch: list[tuple[Source, NewEvent, asyncio.Future[Ingested | Exception]]] = []
         try:
             while self._waiting:
+                # The batch stays first in line until it is answered (deliveries arriving meanwhile queue behind it).
                 batch = self._waiting[: self.max_batch]
-                del self._waiting[: self.max_batch]
                 held = list({source.name: source for source, _, _ in batch}.values())
                 try:
                     answers = await accept(self.store, held, [event for _, event, _ in batch])
                 except Exception as exc:  # a fault of the store: nothing of the batch was stored
                     answers = [exc] * len(batch)
+                del self._waiting[: len(batch)]
                 for (_, _, waiter), answer in zip(batch, answers):
                     if not waiter.done():
                         waiter.set_result(answer)
         finally:
             self._task = None
             # Cancelled (the process stops): nobody may be left waiting, nor told "stored".
-            for _, _, waiter in [*batch, *self._waiting]:
+            for _, _, waiter in self._waiting:
                 if not waiter.done():
                     waiter.set_exception(Unavailable("the process is stopping; the delivery may not be stored"))
             self._waiting.clear()
