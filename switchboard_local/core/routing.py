@@ -286,28 +286,26 @@ async def accept(
         return list(await deliver_many(store, events, source=source, guard=guard))
     except StoreFault:
         raise
+    except Exception:  # routing refused the batch: each delivery on its own
+        return [await _accept_alone(store, source, event, guard) for event in events]
+
+
+async def _accept_alone(store: Store, source: Held, event: NewEvent, guard: Guard | None) -> Ingested | Exception:
+    """One delivery of a batch routing refused: routed alone, else kept bare saying why, else its exception."""
+    try:
+        (routed,) = await deliver_many(store, [event], source=source, guard=guard)
+        return routed
+    except StoreFault:
+        raise
     except Exception as exc:
-        batch_error = exc
-    answers: list[Ingested | Exception] = []
-    for event in events:
-        reason = batch_error
-        if len(events) > 1:
-            try:
-                answers.append((await deliver_many(store, [event], source=source, guard=guard))[0])
-                continue
-            except StoreFault:
-                raise
-            except Exception as exc:
-                reason = exc
-        try:
-            (kept,) = await ingest_many(store, [(event, [])], guard=guard)
-        except StoreFault:
-            raise
-        except Exception as exc:
-            answers.append(exc)
-            continue
-        answers.append(Ingested(kept.event_id, kept.duplicate, kept.todo_ids, f"{type(reason).__name__}: {reason}"))
-    return answers
+        reason = exc
+    try:
+        (kept,) = await ingest_many(store, [(event, [])], guard=guard)
+    except StoreFault:
+        raise
+    except Exception as exc:
+        return exc
+    return Ingested(kept.event_id, kept.duplicate, kept.todo_ids, f"{type(reason).__name__}: {reason}")
 
 
 async def replay(

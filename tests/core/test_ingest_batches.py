@@ -15,8 +15,9 @@ import anyio
 import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
-from switchboard_local.core.errors import Busy, Unavailable
-from switchboard_local.core.events import Ingested, NewEvent
+from switchboard_local.core.errors import Busy, Conflict, Unavailable
+from switchboard_local.core.events import Guard, Ingested, NewEvent
+from switchboard_local.core.leadership import NotLeader
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
 
@@ -135,13 +136,60 @@ async def test_a_message_that_cannot_be_routed_leaves_the_others_whole_and_nothi
 
     assert all(isinstance(a, Ingested) for a in answers)
     assert [a.unroutable is not None for a in answers] == [False, False, True, False, False]
-    assert answers[2].todo_ids == () and "cannot be stored" in answers[2].unroutable
+    poison = value(db_path, "SELECT id FROM events WHERE external_id = 'd-2'")
+    assert answers[2] == Ingested(poison, False, (), "Conflict: conflict: the database refused the change: this todo cannot be stored")
     assert [len(a.todo_ids) for a in answers] == [2, 2, 0, 2, 2]
     assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 5
     # Nothing half-written: every todo is linked to its event, no link points nowhere.
     assert value(db_path, "SELECT count(*) FROM todos") == 8
     assert value(db_path, "SELECT count(*) FROM todos WHERE id NOT IN (SELECT todo_id FROM event_todos)") == 0
     assert value(db_path, "SELECT count(*) FROM todos WHERE event_id NOT IN (SELECT id FROM events)") == 0
+
+
+async def test_a_lone_delivery_that_cannot_be_routed_is_kept_without_todos_saying_why(store, db_path) -> None:
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored")
+    (answer,) = await routing.accept(store, source, [delivery("d-0", {"action": "opened", "title": "t"})])
+    kept = value(db_path, "SELECT id FROM events WHERE external_id = 'd-0'")
+    assert answer == Ingested(kept, False, (), "Conflict: conflict: the database refused the change: this todo cannot be stored")
+    assert value(db_path, "SELECT count(*) FROM todos") == 0
+
+
+async def test_a_delivery_that_cannot_be_stored_even_bare_comes_back_as_its_exception_in_its_place(store,
+                                                                                                 db_path) -> None:  # fmt: skip
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "unstorable", "events", "this event cannot be stored", when="NEW.external_id = 'd-1'")
+    answers = await routing.accept(store, source, [delivery(f"d-{i}", {"action": "edited", "n": i}) for i in range(3)])
+    assert [type(a) for a in answers] == [Ingested, Conflict, Ingested]
+    assert answers[1].message == "the database refused the change: this event cannot be stored"
+    assert [a.unroutable for a in (answers[0], answers[2])] == [None, None]
+    assert rows(db_path, "SELECT external_id FROM events WHERE family = 'webhook' ORDER BY id") == [("d-0",), ("d-2",)]
+
+
+def fence(allowed: int) -> tuple[list[int], Guard]:
+    """A consumer's fence that lets ``allowed`` transactions through, then finds its leadership lost."""
+    checked: list[int] = []
+
+    def guard(tx: Any, now: int) -> None:
+        checked.append(now)
+        if len(checked) > allowed:
+            raise NotLeader("another process leads ingest now")
+
+    return checked, guard
+
+
+@pytest.mark.sqlite_only  # one transaction per write, each running its guard once
+@pytest.mark.parametrize("allowed", [0, 1, 2], ids=["the batch", "a delivery alone", "keeping it bare"])
+async def test_a_fence_lost_at_any_transaction_of_a_delivery_stores_nothing_and_is_raised(store, db_path, allowed):
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored", payload_like="%poison%")
+    checked, guard = fence(allowed)
+    fine, poison = delivery("d-0", {"action": "edited"}), delivery("d-1", {"action": "opened", "title": "poison"})
+    batch = {0: [fine], 1: [fine, poison], 2: [poison]}[allowed]  # the fence is lost at the transaction named
+    with pytest.raises(NotLeader):
+        await routing.accept(store, source, batch, guard=guard)
+    assert len(checked) == allowed + 1
+    assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 0
 
 
 async def test_concurrent_deliveries_through_the_intake_each_get_their_own_answer(store, db_path) -> None:
