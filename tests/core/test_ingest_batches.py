@@ -29,6 +29,8 @@ from support.store import hold_the_thread
 pytestmark = pytest.mark.anyio
 
 DAY = 86_400.0
+# Why a delivery whose todo the "poison" trigger refuses is kept without todos (Ingested.unroutable).
+UNROUTABLE = "Conflict: conflict: the database refused the change: this todo cannot be stored"
 TABLES = {
     "events": "SELECT * FROM events WHERE family <> 'operator' ORDER BY id",
     "todos": "SELECT * FROM todos ORDER BY id",
@@ -137,7 +139,7 @@ async def test_a_message_that_cannot_be_routed_leaves_the_others_whole_and_nothi
     assert all(isinstance(a, Ingested) for a in answers)
     assert [a.unroutable is not None for a in answers] == [False, False, True, False, False]
     poison = value(db_path, "SELECT id FROM events WHERE external_id = 'd-2'")
-    assert answers[2] == Ingested(poison, False, (), "Conflict: conflict: the database refused the change: this todo cannot be stored")
+    assert answers[2] == Ingested(poison, False, (), UNROUTABLE)
     assert [len(a.todo_ids) for a in answers] == [2, 2, 0, 2, 2]
     assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 5
     # Nothing half-written: every todo is linked to its event, no link points nowhere.
@@ -151,7 +153,7 @@ async def test_a_lone_delivery_that_cannot_be_routed_is_kept_without_todos_sayin
     sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored")
     (answer,) = await routing.accept(store, source, [delivery("d-0", {"action": "opened", "title": "t"})])
     kept = value(db_path, "SELECT id FROM events WHERE external_id = 'd-0'")
-    assert answer == Ingested(kept, False, (), "Conflict: conflict: the database refused the change: this todo cannot be stored")
+    assert answer == Ingested(kept, False, (), UNROUTABLE)
     assert value(db_path, "SELECT count(*) FROM todos") == 0
 
 
