@@ -18,8 +18,9 @@ from switchboard_local.core import routing, rules, sources, webhook_config
 from switchboard_local.core.errors import Busy, Conflict, Unavailable
 from switchboard_local.core.events import Guard, Ingested, NewEvent
 from switchboard_local.core.leadership import NotLeader
-from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.interface import Store, Transaction
 from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
 
 from support import sql
 from support.cli import run_cli
@@ -168,12 +169,14 @@ async def test_a_delivery_that_cannot_be_stored_even_bare_comes_back_as_its_exce
     assert rows(db_path, "SELECT external_id FROM events WHERE family = 'webhook' ORDER BY id") == [("d-0",), ("d-2",)]
 
 
-def fence(allowed: int) -> tuple[list[int], Guard]:
-    """A consumer's fence that lets ``allowed`` transactions through, then finds its leadership lost."""
-    checked: list[int] = []
+def fence(allowed: int) -> tuple[list[tuple[int, int]], Guard]:
+    """A consumer's fence that lets ``allowed`` transactions through, then finds its leadership lost.
+    It notes each transaction's time and the last event id it sees there, before anything is stored."""
+    checked: list[tuple[int, int]] = []
 
-    def guard(tx: Any, now: int) -> None:
-        checked.append(now)
+    def guard(tx: Transaction, now: int) -> None:
+        row = tx.one(Q.last_event_id)
+        checked.append((now, row["id"]))
         if len(checked) > allowed:
             raise NotLeader("another process leads ingest now")
 
@@ -182,7 +185,8 @@ def fence(allowed: int) -> tuple[list[int], Guard]:
 
 @pytest.mark.sqlite_only  # one transaction per write, each running its guard once
 @pytest.mark.parametrize("allowed", [0, 1, 2], ids=["the batch", "a delivery alone", "keeping it bare"])
-async def test_a_fence_lost_at_any_transaction_of_a_delivery_stores_nothing_and_is_raised(store, db_path, allowed):
+async def test_a_fence_lost_at_any_transaction_of_a_delivery_stores_nothing_and_is_raised(store, db_path, clock,
+                                                                                           allowed):  # fmt: skip
     source = await routed_source(store)
     sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored", payload_like="%poison%")
     checked, guard = fence(allowed)
@@ -190,7 +194,7 @@ async def test_a_fence_lost_at_any_transaction_of_a_delivery_stores_nothing_and_
     batch = {0: [fine], 1: [fine, poison], 2: [poison]}[allowed]  # the fence is lost at the transaction named
     with pytest.raises(NotLeader):
         await routing.accept(store, source, batch, guard=guard)
-    assert len(checked) == allowed + 1
+    assert checked == [(clock.now_ms(), 0)] * (allowed + 1)
     assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 0
 
 
