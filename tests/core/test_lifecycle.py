@@ -346,6 +346,23 @@ async def test_every_claim_returns_a_fresh_token(store):
     assert second.lease_token != first.lease_token
 
 
+@pytest.mark.parametrize("max", [None, 3], ids=["one", "a batch"])
+async def test_a_claim_is_timed_from_the_call_to_its_committed_answer_found_or_not(store, monkeypatch, max):
+    ticks = iter([10.0, 10.25, 20.0, 20.5])  # perf_counter at each claim's call and at its answer
+
+    class Time:
+        @staticmethod
+        def perf_counter() -> float:
+            return next(ticks)
+
+    monkeypatch.setattr(todos.claims, "time", Time)
+    await new(store)
+    assert await todos.claim_next(store, owner="w", max=max)
+    assert not await todos.claim_next(store, owner="w", max=max)  # nothing left: timed all the same
+    _, total, count = store.tally.histograms()["claim_seconds"]
+    assert (total, count) == (0.75, 2)
+
+
 # ---------------------------------------------------------------- order and scope
 
 
