@@ -129,6 +129,18 @@ async def test_claiming_a_cancelled_todo_by_id_says_it_was_cancelled(store) -> N
     assert refused.value.message == f"todo {todo.id} was cancelled by alice (typo)"
 
 
+async def test_a_todo_cancelled_without_a_reason_is_refused_naming_only_who(store) -> None:
+    todo = await new(store)
+    held = await todos.claim(store, todo.id, owner="w")
+    await todos.cancel(store, todo.id, by="alice")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(held))
+    assert refused.value.message == f"todo {todo.id} was cancelled by alice; stop working on it"
+    with pytest.raises(Conflict) as claiming:
+        await todos.claim(store, todo.id, owner="w")
+    assert claiming.value.message == f"todo {todo.id} was cancelled by alice"
+
+
 # ---------------------------------------------------------------- forced release
 
 

@@ -369,6 +369,5 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
 
 
 def by_and_why(todo: Todo) -> str:
-    """Who cancelled ``todo`` and why, for the words of a refusal."""
-    by = f" by {todo.cancelled_by}" if todo.cancelled_by else ""
-    return by + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")
+    """Who cancelled ``todo`` (a cancel always names someone) and why, for the words of a refusal."""
+    return f" by {todo.cancelled_by}" + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")
