@@ -1193,6 +1193,10 @@ VERBS_ON_AN_ID = [
      "todo 4242 does not exist"),
     (lambda s, i: todos.redrive(s, i), "redrive",
      "todo 4242 does not exist"),
+    (lambda s, i: todos.cancel(s, i, by="alice"), "cancel",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.force_release(s, i, by="alice"), "force-release",
+     "todo 4242 does not exist"),
 ]
 
 

@@ -141,6 +141,25 @@ async def test_a_todo_cancelled_without_a_reason_is_refused_naming_only_who(stor
     assert claiming.value.message == f"todo {todo.id} was cancelled by alice"
 
 
+# ---------------------------------------------------------------- redrive
+
+
+async def test_a_redrive_by_someone_is_recorded_with_its_todo_and_queue_and_one_by_nobody_is_not(store, db_path):
+    dead = []
+    for title in ("first", "second"):
+        todo = await new(store, title, max_attempts=1)
+        claimed = await todos.claim(store, todo.id, owner="w")
+        await todos.fail(store, Lease.of(claimed), error="boom")
+        dead.append(todo.id)
+    assert (await todos.redrive(store, dead[0])).state == "pending"
+    assert (await todos.redrive(store, dead[1], by="alice")).state == "pending"
+    assert audited(db_path, "todo.redrive") == [
+        {"by": "alice", "action": "todo.redrive", "subject": dead[1], "queue": "q"}
+    ]
+    (at,) = rows(db_path, "SELECT received_at FROM events WHERE type = 'todo.redrive'")
+    assert at == rows(db_path, "SELECT updated_at FROM todos WHERE id = ?", [dead[1]])[0]  # in the redrive's own time
+
+
 # ---------------------------------------------------------------- forced release
 
 
