@@ -144,6 +144,13 @@ async def test_a_batch_claims_budget_is_a_number_of_bytes_from_zero_up(store):
     assert ([t.id for t in claimed], claimed.over_budget) == ([todo.id], 0)  # the first is taken, however big
 
 
+@pytest.mark.parametrize("queues", [["q"], ["q", "other"]], ids=["one queue", "several queues"])
+async def test_a_batch_claim_of_two_from_named_queues_takes_two(store, queues):
+    for i in range(3):
+        await new(store, f"t{i}")
+    assert len(await todos.claim_next_many(store, NextClaim("w", queues), 2)) == 2
+
+
 async def test_a_batch_claim_takes_no_more_than_max(store):
     for i in range(5):
         await new(store, f"t{i}")

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import events, settings, todos
+from switchboard_local.core import queues as queues_module
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
@@ -311,6 +312,14 @@ async def test_a_key_held_by_a_lapsed_last_attempt_is_free_for_new_work(store, c
     new, created = await todos.create(store, NewTodo(queue="q", title="new", idempotency_key="k"))
     assert created and new.id != old.id
     assert (await todos.get(store, old.id)).dead_letter
+
+
+async def test_a_key_held_by_a_lapsed_lease_with_attempts_left_is_still_held_by_that_todo(store, clock) -> None:
+    old, _ = await todos.create(store, NewTodo(queue="q", title="old", idempotency_key="k", max_attempts=2))
+    await todos.claim_next(store, owner="crashed", lease=60)
+    clock.advance(60)  # its lease lapsed: pending again, and still live
+    again, created = await todos.create(store, NewTodo(queue="q", title="new", idempotency_key="k"))
+    assert not created and (again.id, again.title, again.state) == (old.id, "old", "pending")
 
 
 # ================================================================ 2. claim
@@ -1200,6 +1209,16 @@ VERBS_ON_AN_ID = [
 ]
 
 
+@pytest.mark.parametrize("todo_id", [0, -1, 2**63], ids=["zero", "negative", "past int64"])
+@LEASED_VERBS
+async def test_an_id_no_todo_can_have_is_not_found_by_the_leased_verbs(store, row_count, verb, todo_id):
+    await new(store)
+    with pytest.raises(NotFound) as refused:
+        await verb(store, todo_id, "token")
+    assert refused.value.message == f"todo {todo_id} does not exist"
+    assert (row_count("todos"), row_count("attempts")) == (1, 0)
+
+
 @pytest.mark.parametrize("call", [c for c, _, _ in VERBS_ON_AN_ID], ids=[i for _, i, _ in VERBS_ON_AN_ID])
 async def test_unknown_id_is_not_found_for_every_verb(store, row_count, call):
     await new(store)  # something else exists, untouched
@@ -1422,6 +1441,17 @@ async def test_claiming_a_delayed_todo_early_says_when_it_becomes_visible(store)
     with pytest.raises(Conflict) as refused:
         await todos.claim(store, todo.id, owner="w")
     assert refused.value.message == f"todo {todo.id} is not visible until 2026-01-01T00:01:30.000Z"
+
+
+async def test_claim_by_id_on_a_paused_queue_is_refused_saying_the_queue_is_paused(store) -> None:
+    waiting = await new(store, queue="review")
+    await queues_module.pause(store, "review", by="op")
+    with pytest.raises(Conflict) as refused:
+        await todos.claim(store, waiting.id, owner="w")
+    assert str(refused.value) == (
+        f"conflict: todo {waiting.id} is on queue 'review', which is paused: "
+        "nothing is claimed from it until it is resumed"
+    )
 
 
 async def test_the_assignees_other_session_is_told_the_todo_is_claimed_and_others_that_it_is_not_theirs(store) -> None:

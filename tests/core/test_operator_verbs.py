@@ -111,6 +111,26 @@ async def test_cancelling_an_unknown_todo_is_not_found(store) -> None:
         await todos.cancel(store, 4242, by="alice")
 
 
+@pytest.mark.parametrize(
+    ("by", "reason", "message"),
+    [("", None, "by must be a non-empty string"),
+     ("alice", 42, "reason must be a string"),
+     ("alice", "x" * 1001, "reason is longer than 1000 characters")],
+    ids=["nobody", "a reason not text", "a reason too long"],
+)  # fmt: skip
+async def test_a_cancel_names_who_and_at_most_1000_characters_of_why_or_is_refused(store, by, reason, message):
+    todo = await new(store)
+    with pytest.raises(InvalidArgument) as refused:
+        await todos.cancel(store, todo.id, by=by, reason=reason)
+    assert refused.value.message == message
+    with pytest.raises(InvalidArgument) as bulk:
+        await todos.cancel_many(store, queue="q", by=by, reason=reason)
+    assert bulk.value.message == message
+    assert (await todos.get(store, todo.id)).state == "pending"
+    longest = await todos.cancel(store, todo.id, by="alice", reason="x" * 1000)
+    assert longest.cancel_reason == "x" * 1000
+
+
 async def test_a_cancel_reason_is_one_line_of_text(store) -> None:
     todo = await new(store)
     cancelled = await todos.cancel(store, todo.id, by="alice", reason="  two\nlines  ")
@@ -185,6 +205,17 @@ async def test_the_old_holders_token_is_refused_after_a_forced_release(store) ->
         await todos.complete(store, Lease.of(held))
     assert refused.value.message == f"todo {held.id} was released by an operator; the lease token is void"
     assert (await todos.get(store, held.id)).state == "pending"
+
+
+async def test_the_old_holders_token_after_a_forced_release_and_a_new_claim_meets_the_new_holder(store) -> None:
+    await new(store)
+    held = await todos.claim_next(store, owner="hung")
+    await todos.force_release(store, held.id, by="alice")
+    await todos.claim_next(store, owner="rescuer")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(held))
+    held_by = f"the lease token does not match the current lease on todo {held.id} (held by rescuer)"
+    assert refused.value.message == held_by
 
 
 async def test_only_a_claimed_todo_can_be_released_by_force(store, db_path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from .. import audit, settings
 from ..clock import rfc3339
 from ..errors import Conflict, InvalidArgument, NotFound
-from ..store.interface import Store, Transaction
+from ..store.interface import Store, Transaction, needs_transaction
 from ..store.queries import Q
 from ..todo_model import (
     BACKOFF_BASE_SECONDS,
@@ -232,9 +232,10 @@ def _leased_body(
         # An attempt that ends other than by completing is written to the
         # history first, while the row still holds its owner (the statement
         # below clears it); under the same lease, so both or neither change.
-        if outcome is not None and tx.one(Q.end_attempt, {**leased, "outcome": outcome,
-                                                          "error": params.get("error")}) is None:  # fmt: skip
-            raise _why_token_refused(tx, todo_id, token_hash)
+        if outcome is not None:
+            needs_transaction(tx)  # two changes: one transaction, whatever the caller asked
+            if tx.one(Q.end_attempt, {**leased, "outcome": outcome, "error": params.get("error")}) is None:
+                raise _why_token_refused(tx, todo_id, token_hash)
         row = tx.one(sql, {**params, **leased})
         if row is None:
             raise _why_token_refused(tx, todo_id, token_hash)
