@@ -187,8 +187,8 @@ async def test_claim_next_with_max_answers_a_list_and_without_it_one_todo(store)
 async def test_claim_next_with_max_keeps_to_its_queues_lease_and_agent(store, clock):
     mine = await new(store, "the agent's", queue="a", assignee="bot")
     await new(store, "elsewhere", queue="b")
-    listed = await todos.claim_next(store, owner="bot-session-1", queues=["a"], lease=60, agent="bot", max=5)
-    assert [(t.id, t.owner, t.lease_expires_at) for t in listed] == [(mine.id, "bot-session-1", clock.now_ms() + 60_000)]
+    listed = await todos.claim_next(store, owner="bot-1", queues=["a"], lease=60, agent="bot", max=5)
+    assert [(t.id, t.owner, t.lease_expires_at) for t in listed] == [(mine.id, "bot-1", clock.now_ms() + 60_000)]
 
 
 async def test_a_batch_claim_takes_over_lapsed_leases_with_the_next_attempt(store, clock):
