@@ -19,8 +19,9 @@ reason, are subtracted.
 Slow (an hour or more per area on two shared cores): run it before a release
 and when changing the core, not in CI. --resume continues an interrupted run
 of the same code; without it an area runs again from scratch. --survivors runs
-again only the last run's survivors, with the tests as they are now (mutmut
-notes which functions new tests reach; the SQL area records its map anew).
+again only the last run's survivors, with the tests as they are now (every
+test's reach is recorded anew; the SQL area records its map anew), and the
+mutants of functions changed since (mutmut makes them anew, undecided).
 """
 
 from __future__ import annotations
