@@ -19,8 +19,9 @@ reason, are subtracted.
 Slow (an hour or more per area on two shared cores): run it before a release
 and when changing the core, not in CI. --resume continues an interrupted run
 of the same code; without it an area runs again from scratch. --survivors runs
-again only the last run's survivors, with the tests as they are now (mutmut
-notes which functions new tests reach; the SQL area records its map anew).
+again only the last run's survivors, with the tests as they are now (every
+test's reach is recorded anew; the SQL area records its map anew), and the
+mutants of functions changed since (mutmut makes them anew, undecided).
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ AREA_TESTS = {
                  "tests/core/test_dedup.py", "tests/core/test_routing.py"],
     "redis": ["tests/brokers/test_redis*.py"],
     "core": ["tests/core/test_agents.py", "tests/core/test_dedup.py", "tests/core/test_group_commit.py",
-             "tests/core/test_ingest.py", "tests/core/test_lifecycle.py", "tests/core/test_lifecycle_properties.py",
-             "tests/core/test_batches.py", "tests/core/test_operator_verbs.py",
+             "tests/core/test_ingest.py", "tests/core/test_ingest_batches.py", "tests/core/test_lifecycle.py",
+             "tests/core/test_lifecycle_properties.py", "tests/core/test_batches.py",
+             "tests/core/test_operator_verbs.py",
              "tests/mcp/test_scope.py", "tests/mcp/test_tools.py", "tests/core/test_retention.py",
              "tests/core/test_routing.py", "tests/core/test_store.py", "tests/core/test_watch.py"],
 }  # fmt: skip
@@ -179,7 +181,16 @@ def _not_known_equivalent(names: list[str]) -> list[str]:
 
 
 def _forget_survivors(area: str) -> None:
-    """Mark the area's survivors undecided, so that a resumed run tries them again with today's tests."""
+    """Mark the area's survivors undecided, so that a resumed run tries them again with today's tests.
+
+    mutmut records the reach of a test it has not timed yet only: a test whose body
+    changed keeps the reach of its old body. So every test's reach is forgotten too,
+    and mutmut's stats pass records it anew (a minute for an area's test files)."""
+    stats_path = ROOT / "mutants" / "mutmut-stats.json"
+    if stats_path.exists():
+        stats = json.loads(stats_path.read_text())
+        stats["tests_by_mangled_function_name"], stats["duration_by_test"] = {}, {}
+        stats_path.write_text(json.dumps(stats))
     for meta in (ROOT / "mutants" / PACKAGE).rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
@@ -199,8 +210,7 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         _forget_survivors(area)
         resume = True
     if resume:
-        undecided = [n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None]
-        undecided = _not_known_equivalent(undecided)
+        undecided = _undecided(area)
         if not undecided and _meta():
             print(f"{area}: nothing left for mutmut to run")
             run_by_copy(area, jobs, resume)  # mutmut leaves these undecided: they run in copies
@@ -217,15 +227,33 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
     print(f"{area}: mutmut run ({len(names)} names/patterns), log in {log_path.relative_to(ROOT)}", flush=True)
     with open(log_path, "a") as log, _selection(area):
         done = subprocess.run(command, cwd=ROOT, env=_mutmut_env(), stdout=log, stderr=subprocess.STDOUT, check=False)
+        # mutmut makes the mutants of a function changed since the last run anew, undecided,
+        # only once it runs: a resumed run, given the names undecided before, runs those now.
+        changed = [] if not resume or done.returncode else sorted(set(_undecided(area)) - set(names))
+        if changed:
+            print(f"{area}: mutmut run again for {len(changed)} mutants of functions changed since the last run")
+            again = [*command[: command.index(str(jobs)) + 1], *changed]
+            done = subprocess.run(again, cwd=ROOT, env=_mutmut_env(), stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         print(f"{area}: mutmut exited {done.returncode}; see {log_path}")
     run_by_copy(area, jobs, resume)
 
 
+def _undecided(area: str) -> list[str]:
+    """The area's mutants not decided yet, but for those equivalent.toml explains."""
+    return _not_known_equivalent([n for n, (_, code) in _meta().items() if _in_area(n, area) and code is None])
+
+
 def _refresh_tests() -> None:
-    """mutmut runs the tests from its copy in mutants/, made once: bring new and changed tests there."""
+    """mutmut runs the tests from its copy in mutants/, made once (it makes only the Python
+    files anew): bring new and changed tests there, and the package's other files (SQL, templates)."""
     if (ROOT / "mutants").is_dir():
         shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
+        for path in (ROOT / PACKAGE).rglob("*"):
+            if path.is_file() and path.suffix not in (".py", ".pyc"):
+                target = ROOT / "mutants" / path.relative_to(ROOT)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
 
 
 def _files(area: str) -> list[str]:

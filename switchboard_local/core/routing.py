@@ -286,28 +286,26 @@ async def accept(
         return list(await deliver_many(store, events, source=source, guard=guard))
     except StoreFault:
         raise
+    except Exception:  # routing refused the batch: each delivery on its own
+        return [await _accept_alone(store, source, event, guard) for event in events]
+
+
+async def _accept_alone(store: Store, source: Held, event: NewEvent, guard: Guard | None) -> Ingested | Exception:
+    """One delivery of a batch routing refused: routed alone, else kept bare saying why, else its exception."""
+    try:
+        (routed,) = await deliver_many(store, [event], source=source, guard=guard)
+        return routed
+    except StoreFault:
+        raise
     except Exception as exc:
-        batch_error = exc
-    answers: list[Ingested | Exception] = []
-    for event in events:
-        reason = batch_error
-        if len(events) > 1:
-            try:
-                answers.append((await deliver_many(store, [event], source=source, guard=guard))[0])
-                continue
-            except StoreFault:
-                raise
-            except Exception as exc:
-                reason = exc
-        try:
-            (kept,) = await ingest_many(store, [(event, [])], guard=guard)
-        except StoreFault:
-            raise
-        except Exception as exc:
-            answers.append(exc)
-            continue
-        answers.append(Ingested(kept.event_id, kept.duplicate, kept.todo_ids, f"{type(reason).__name__}: {reason}"))
-    return answers
+        reason = exc
+    try:
+        (kept,) = await ingest_many(store, [(event, [])], guard=guard)
+    except StoreFault:
+        raise
+    except Exception as exc:
+        return exc
+    return Ingested(kept.event_id, kept.duplicate, kept.todo_ids, f"{type(reason).__name__}: {reason}")
 
 
 async def replay(
@@ -401,23 +399,23 @@ class Intake:
         return await asyncio.shield(waiter)
 
     async def _store_waiting(self) -> None:
-        batch: list[tuple[Source, NewEvent, asyncio.Future[Ingested | Exception]]] = []
         try:
             while self._waiting:
+                # The batch stays first in line until it is answered (deliveries arriving meanwhile queue behind it).
                 batch = self._waiting[: self.max_batch]
-                del self._waiting[: self.max_batch]
                 held = list({source.name: source for source, _, _ in batch}.values())
                 try:
                     answers = await accept(self.store, held, [event for _, event, _ in batch])
                 except Exception as exc:  # a fault of the store: nothing of the batch was stored
                     answers = [exc] * len(batch)
+                del self._waiting[: len(batch)]
                 for (_, _, waiter), answer in zip(batch, answers):
                     if not waiter.done():
                         waiter.set_result(answer)
         finally:
             self._task = None
             # Cancelled (the process stops): nobody may be left waiting, nor told "stored".
-            for _, _, waiter in [*batch, *self._waiting]:
+            for _, _, waiter in self._waiting:
                 if not waiter.done():
                     waiter.set_exception(Unavailable("the process is stopping; the delivery may not be stored"))
             self._waiting.clear()

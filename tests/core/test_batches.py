@@ -120,7 +120,35 @@ async def test_a_batch_claim_takes_what_there_is_and_nothing_is_not_an_error(sto
     await new(store)
     await new(store)
     assert len(await todos.claim_next_many(store, NextClaim("w"), 10)) == 2
-    assert await todos.claim_next_many(store, NextClaim("w"), 10) == []
+    nothing = await todos.claim_next_many(store, NextClaim("w"), 10)
+    assert (nothing, nothing.over_budget) == ([], 0)
+
+
+async def test_a_batch_claim_holds_its_todos_for_the_lease_it_asks_for(store, clock):
+    for i in range(4):
+        await new(store, f"t{i}")
+    asked = await todos.claim_next_many(store, NextClaim("w", lease=60), 2)
+    default = await todos.claim_next_many(store, NextClaim("w"), 2)
+    assert [t.lease_expires_at for t in asked] == [clock.now_ms() + 60_000] * 2
+    assert [t.lease_expires_at for t in default] == [clock.now_ms() + 300_000] * 2  # five minutes
+
+
+async def test_a_batch_claims_budget_is_a_number_of_bytes_from_zero_up(store):
+    todo = await new(store, payload="x" * 100)
+    for budget in (-1, 2**63):
+        with pytest.raises(InvalidArgument) as refused:
+            await todos.claim_next_many(store, NextClaim("w", budget=budget), 5)
+        assert refused.value.message == f"budget must be between 0 and {2**63 - 1}, got {budget}"
+    assert (await todos.get(store, todo.id)).state == "pending"
+    claimed = await todos.claim_next_many(store, NextClaim("w", budget=0), 5)
+    assert ([t.id for t in claimed], claimed.over_budget) == ([todo.id], 0)  # the first is taken, however big
+
+
+@pytest.mark.parametrize("queues", [["q"], ["q", "other"]], ids=["one queue", "several queues"])
+async def test_a_batch_claim_of_two_from_named_queues_takes_two(store, queues):
+    for i in range(3):
+        await new(store, f"t{i}")
+    assert len(await todos.claim_next_many(store, NextClaim("w", queues), 2)) == 2
 
 
 async def test_a_batch_claim_takes_no_more_than_max(store):
@@ -154,6 +182,13 @@ async def test_claim_next_with_max_answers_a_list_and_without_it_one_todo(store)
     assert isinstance(listed, list) and len(listed) == 2
     assert await todos.claim_next(store, owner="w", max=5) == []
     assert await todos.claim_next(store, owner="w") is None
+
+
+async def test_claim_next_with_max_keeps_to_its_queues_lease_and_agent(store, clock):
+    mine = await new(store, "the agent's", queue="a", assignee="bot")
+    await new(store, "elsewhere", queue="b")
+    listed = await todos.claim_next(store, owner="bot-1", queues=["a"], lease=60, agent="bot", max=5)
+    assert [(t.id, t.owner, t.lease_expires_at) for t in listed] == [(mine.id, "bot-1", clock.now_ms() + 60_000)]
 
 
 async def test_a_batch_claim_takes_over_lapsed_leases_with_the_next_attempt(store, clock):
@@ -254,7 +289,7 @@ async def test_complete_many_completes_each_item_with_its_result(store):
     assert [o.todo_id for o in outcomes] == [t.id for t in claimed]
     assert all(o.ok and o.error is None for o in outcomes)
     assert [(o.todo.state, o.todo.result) for o in outcomes] == [("done", {"n": t.id}) for t in claimed]
-    assert outcomes.next == [] and outcomes.refused == []
+    assert (outcomes.next, outcomes.next.over_budget, outcomes.refused) == ([], 0, [])  # no then: nothing claimed
     for t in claimed:
         history = (await todos.get(store, t.id)).attempts
         assert [a.outcome for a in history] == ["completed"]
@@ -365,7 +400,7 @@ async def test_fail_many_fails_each_item_as_fail_would(store):
     outcomes = await todos.fail_many(
         store, [Failure(Lease.of(cr), "flaky"), Failure(Lease(stale.id, "x"), "?"), Failure(Lease.of(cl), "broken")]
     )
-    assert [o.ok for o in outcomes] == [True, False, True]
+    assert [(o.todo_id, o.ok) for o in outcomes] == [(retry.id, True), (stale.id, False), (last.id, True)]
     assert isinstance(outcomes[1].error, Conflict) and "not claimed" in outcomes[1].error.message
     again, dead = outcomes[0].todo, outcomes[2].todo
     assert (again.state, again.dead_letter, again.last_error) == ("pending", False, "flaky")
@@ -422,7 +457,7 @@ async def test_a_result_over_the_payload_cap_refuses_that_item_only(store):
 @pytest.mark.parametrize(
     "items, message",
     [
-        ([], "between 1 and 100 items, got 0"),
+        ([], "items must hold between 1 and 100 items, got 0"),
         ("abc", "items must be a list"),
         ([Failure(Lease(1, "x"))], "items[0] must be a Completion"),
     ],
@@ -431,7 +466,7 @@ async def test_a_result_over_the_payload_cap_refuses_that_item_only(store):
 async def test_complete_many_refuses_a_malformed_list_whole(store, items, message):
     with pytest.raises(InvalidArgument) as refused:
         await todos.complete_many(store, items)
-    assert message in refused.value.message
+    assert refused.value.message == message
 
 
 async def test_a_batch_holds_at_most_100_items(store):

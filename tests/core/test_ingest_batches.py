@@ -8,21 +8,30 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sqlite3
+from typing import Any
 
+import anyio
 import pytest
 
 from switchboard_local.core import routing, rules, sources, webhook_config
-from switchboard_local.core.events import Ingested, NewEvent
-from switchboard_local.core.store.interface import Store
+from switchboard_local.core.errors import Busy, Conflict, Unavailable
+from switchboard_local.core.events import Guard, Ingested, NewEvent
+from switchboard_local.core.leadership import NotLeader
+from switchboard_local.core.store.interface import Store, Transaction
 from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
 
 from support import sql
 from support.cli import run_cli
 from support.sql import rows, run, value
+from support.store import hold_the_thread
 
 pytestmark = pytest.mark.anyio
 
 DAY = 86_400.0
+# Why a delivery whose todo the "poison" trigger refuses is kept without todos (Ingested.unroutable).
+UNROUTABLE = "Conflict: conflict: the database refused the change: this todo cannot be stored"
 TABLES = {
     "events": "SELECT * FROM events WHERE family <> 'operator' ORDER BY id",
     "todos": "SELECT * FROM todos ORDER BY id",
@@ -130,13 +139,63 @@ async def test_a_message_that_cannot_be_routed_leaves_the_others_whole_and_nothi
 
     assert all(isinstance(a, Ingested) for a in answers)
     assert [a.unroutable is not None for a in answers] == [False, False, True, False, False]
-    assert answers[2].todo_ids == () and "cannot be stored" in answers[2].unroutable
+    poison = value(db_path, "SELECT id FROM events WHERE external_id = 'd-2'")
+    assert answers[2] == Ingested(poison, False, (), UNROUTABLE)
     assert [len(a.todo_ids) for a in answers] == [2, 2, 0, 2, 2]
     assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 5
     # Nothing half-written: every todo is linked to its event, no link points nowhere.
     assert value(db_path, "SELECT count(*) FROM todos") == 8
     assert value(db_path, "SELECT count(*) FROM todos WHERE id NOT IN (SELECT todo_id FROM event_todos)") == 0
     assert value(db_path, "SELECT count(*) FROM todos WHERE event_id NOT IN (SELECT id FROM events)") == 0
+
+
+async def test_a_lone_delivery_that_cannot_be_routed_is_kept_without_todos_saying_why(store, db_path) -> None:
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored")
+    (answer,) = await routing.accept(store, source, [delivery("d-0", {"action": "opened", "title": "t"})])
+    kept = value(db_path, "SELECT id FROM events WHERE external_id = 'd-0'")
+    assert answer == Ingested(kept, False, (), UNROUTABLE)
+    assert value(db_path, "SELECT count(*) FROM todos") == 0
+
+
+async def test_a_delivery_that_cannot_be_stored_even_bare_comes_back_as_its_exception_in_its_place(store,
+                                                                                                 db_path) -> None:  # fmt: skip
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "unstorable", "events", "this event cannot be stored", when="NEW.external_id = 'd-1'")
+    answers = await routing.accept(store, source, [delivery(f"d-{i}", {"action": "edited", "n": i}) for i in range(3)])
+    assert [type(a) for a in answers] == [Ingested, Conflict, Ingested]
+    assert answers[1].message == "the database refused the change: this event cannot be stored"
+    assert [a.unroutable for a in (answers[0], answers[2])] == [None, None]
+    assert rows(db_path, "SELECT external_id FROM events WHERE family = 'webhook' ORDER BY id") == [("d-0",), ("d-2",)]
+
+
+def fence(allowed: int) -> tuple[list[tuple[int, int]], Guard]:
+    """A consumer's fence that lets ``allowed`` transactions through, then finds its leadership lost.
+    It notes each transaction's time and the last event id it sees there, before anything is stored."""
+    checked: list[tuple[int, int]] = []
+
+    def guard(tx: Transaction, now: int) -> None:
+        row = tx.one(Q.last_event_id)
+        checked.append((now, row["id"]))
+        if len(checked) > allowed:
+            raise NotLeader("another process leads ingest now")
+
+    return checked, guard
+
+
+@pytest.mark.sqlite_only  # one transaction per write, each running its guard once
+@pytest.mark.parametrize("allowed", [0, 1, 2], ids=["the batch", "a delivery alone", "keeping it bare"])
+async def test_a_fence_lost_at_any_transaction_of_a_delivery_stores_nothing_and_is_raised(store, db_path, clock,
+                                                                                           allowed):  # fmt: skip
+    source = await routed_source(store)
+    sql.refuse_inserts(db_path, "poison", "todos", "this todo cannot be stored", payload_like="%poison%")
+    checked, guard = fence(allowed)
+    fine, poison = delivery("d-0", {"action": "edited"}), delivery("d-1", {"action": "opened", "title": "poison"})
+    batch = {0: [fine], 1: [fine, poison], 2: [poison]}[allowed]  # the fence is lost at the transaction named
+    with pytest.raises(NotLeader):
+        await routing.accept(store, source, batch, guard=guard)
+    assert checked == [(clock.now_ms(), 0)] * (allowed + 1)
+    assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 0
 
 
 async def test_concurrent_deliveries_through_the_intake_each_get_their_own_answer(store, db_path) -> None:
@@ -194,3 +253,62 @@ async def test_a_rule_removed_in_this_process_applies_to_the_next_batch(store, d
 
     assert len(first.todo_ids) == 2 and len(second.todo_ids) == 1
     assert rows(db_path, "SELECT queue FROM todos WHERE id = ?", [second.todo_ids[0]]) == [("log",)]
+
+
+async def test_the_intake_stores_at_most_256_waiting_deliveries_per_transaction(store, db_path) -> None:
+    source = await routed_source(store)
+    intake = routing.Intake(store)
+    before = (await store.data_version())[1]  # this store's commits
+
+    deliveries = [delivery(f"d-{i}", {"action": "edited", "n": i}) for i in range(257)]
+    answers = await asyncio.gather(*(intake.accept(source, event) for event in deliveries))
+
+    assert all(isinstance(a, Ingested) and not a.duplicate and len(a.todo_ids) == 1 for a in answers)
+    assert (await store.data_version())[1] == before + 2  # 256, then the one left
+    assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 257
+
+
+async def test_a_store_fault_answers_every_delivery_of_its_batch_and_stores_none(tmp_path, clock, monkeypatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_BUSY_TIMEOUT", "0")  # a write that meets another writer's lock is refused at once
+    db_path = tmp_path / "s.db"
+    async with await open_store(db_path, clock=clock) as store:
+        source = await routed_source(store)
+        intake = routing.Intake(store)
+        holder = sqlite3.connect(db_path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process writing
+        try:
+            answers = await asyncio.gather(*(intake.accept(source, delivery(f"d-{i}", {"n": i})) for i in range(3)))
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert [type(a) for a in answers] == [Busy] * 3
+        assert value(db_path, "SELECT count(*) FROM events WHERE family = 'webhook'") == 0
+        assert isinstance(await intake.accept(source, delivery("d-0", {"n": 0})), Ingested)  # the lock gone, it stores
+
+
+@pytest.mark.sqlite_only  # it holds the SQLite store's write thread
+async def test_deliveries_waiting_when_the_process_stops_are_told_they_may_not_be_stored(store, monkeypatch) -> None:
+    source = await routed_source(store)
+    intake = routing.Intake(store, max_batch=1)
+    storing = asyncio.Event()
+    deliver_many = routing.deliver_many
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        storing.set()
+        return await deliver_many(*args, **kwargs)
+
+    monkeypatch.setattr(routing, "deliver_many", observed)
+    gate, held = await hold_the_thread(store)
+    callers = [asyncio.ensure_future(intake.accept(source, delivery(f"d-{i}", {"n": i}))) for i in range(3)]
+    with anyio.fail_after(10):
+        await storing.wait()  # the first delivery's batch is being stored; the other two wait
+        intake._task.cancel()  # what stopping the process does to it
+        answers = await asyncio.gather(*callers, return_exceptions=True)
+    gate.set()
+    await held
+    assert [(type(a), a.message) for a in answers] == [
+        (Unavailable, "the process is stopping; the delivery may not be stored")
+    ] * 3
+    with anyio.fail_after(10):
+        again = await intake.accept(source, delivery("d-3", {"n": 3}))  # a new batch, stored
+    assert isinstance(again, Ingested) and not again.duplicate

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from switchboard_local.core import events, settings, todos
+from switchboard_local.core import queues as queues_module
 from switchboard_local.core.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
@@ -115,10 +116,10 @@ async def _failed_awaiting_retry(store, todo):
     return failed
 
 
-async def _dead_letter(store, todo):
+async def _dead_letter(store, todo, error: str | None = "gave up"):
     """Needs a todo with one attempt left (``max_attempts=1`` on a new one)."""
     claimed = await todos.claim(store, todo.id, owner="w")
-    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error="gave up")).todo
+    dead = (await todos.fail(store, Lease(todo.id, claimed.lease_token), error=error)).todo
     assert dead.dead_letter
     return dead
 
@@ -313,6 +314,14 @@ async def test_a_key_held_by_a_lapsed_last_attempt_is_free_for_new_work(store, c
     assert (await todos.get(store, old.id)).dead_letter
 
 
+async def test_a_key_held_by_a_lapsed_lease_with_attempts_left_is_still_held_by_that_todo(store, clock) -> None:
+    old, _ = await todos.create(store, NewTodo(queue="q", title="old", idempotency_key="k", max_attempts=2))
+    await todos.claim_next(store, owner="crashed", lease=60)
+    clock.advance(60)  # its lease lapsed: pending again, and still live
+    again, created = await todos.create(store, NewTodo(queue="q", title="new", idempotency_key="k"))
+    assert not created and (again.id, again.title, again.state) == (old.id, "old", "pending")
+
+
 # ================================================================ 2. claim
 
 
@@ -344,6 +353,23 @@ async def test_every_claim_returns_a_fresh_token(store):
     await todos.release(store, Lease(todo.id, first.lease_token))
     second = await todos.claim(store, todo.id, owner="w")
     assert second.lease_token != first.lease_token
+
+
+@pytest.mark.parametrize("max", [None, 3], ids=["one", "a batch"])
+async def test_a_claim_is_timed_from_the_call_to_its_committed_answer_found_or_not(store, monkeypatch, max):
+    ticks = iter([10.0, 10.25, 20.0, 20.5])  # perf_counter at each claim's call and at its answer
+
+    class Time:
+        @staticmethod
+        def perf_counter() -> float:
+            return next(ticks)
+
+    monkeypatch.setattr(todos.claims, "time", Time)
+    await new(store)
+    assert await todos.claim_next(store, owner="w", max=max)
+    assert not await todos.claim_next(store, owner="w", max=max)  # nothing left: timed all the same
+    _, total, count = store.tally.histograms()["claim_seconds"]
+    assert (total, count) == (0.75, 2)
 
 
 # ---------------------------------------------------------------- order and scope
@@ -1115,6 +1141,14 @@ async def test_stats_of_a_scope_lists_its_empty_queues_with_zero_counts(store) -
     assert answer[1] == QueueStats.empty("idle")
 
 
+async def test_queues_without_todos_names_the_queues_holding_no_todo_in_any_state(store) -> None:
+    await new(store, queue="busy")
+    finished = await new(store, queue="finished")
+    await todos.cancel(store, finished.id, by="alice")
+    assert await todos.queues_without_todos(store, ["typo", "busy", "finished", "other"]) == ["typo", "other"]
+    assert await todos.queues_without_todos(store, ["busy"]) == []
+
+
 async def test_oldest_ready_age_moves_with_the_clock(store, clock):
     await new(store, queue="q1")
     clock.advance(30)
@@ -1241,7 +1275,21 @@ VERBS_ON_AN_ID = [
      "todo 4242 does not exist"),
     (lambda s, i: todos.redrive(s, i), "redrive",
      "todo 4242 does not exist"),
+    (lambda s, i: todos.cancel(s, i, by="alice"), "cancel",
+     "todo 4242 does not exist"),
+    (lambda s, i: todos.force_release(s, i, by="alice"), "force-release",
+     "todo 4242 does not exist"),
 ]
+
+
+@pytest.mark.parametrize("todo_id", [0, -1, 2**63], ids=["zero", "negative", "past int64"])
+@LEASED_VERBS
+async def test_an_id_no_todo_can_have_is_not_found_by_the_leased_verbs(store, row_count, verb, todo_id):
+    await new(store)
+    with pytest.raises(NotFound) as refused:
+        await verb(store, todo_id, "token")
+    assert refused.value.message == f"todo {todo_id} does not exist"
+    assert (row_count("todos"), row_count("attempts")) == (1, 0)
 
 
 @pytest.mark.parametrize("call", [c for c, _, _ in VERBS_ON_AN_ID], ids=[i for _, i, _ in VERBS_ON_AN_ID])
@@ -1429,6 +1477,16 @@ async def test_a_token_that_is_not_a_string_is_refused_as_missing(store) -> None
     with pytest.raises(Conflict) as refused:
         await todos.complete(store, Lease(todo.id, 12345))
     assert refused.value.message == f"a lease token is required to change todo {todo.id}"
+
+
+async def test_the_lease_of_a_todo_read_without_its_token_is_refused_as_missing_one(store) -> None:
+    todo = await new(store)
+    await todos.claim(store, todo.id, owner="w")
+    read = await todos.get(store, todo.id)  # a read carries no token: only the claim's answer does
+    assert read.lease_token is None
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(read))
+    assert refused.value.message == f"a lease token is required to change todo {todo.id}"
     assert (await todos.get(store, todo.id)).state == "claimed"
 
 
@@ -1456,6 +1514,17 @@ async def test_claiming_a_delayed_todo_early_says_when_it_becomes_visible(store)
     with pytest.raises(Conflict) as refused:
         await todos.claim(store, todo.id, owner="w")
     assert refused.value.message == f"todo {todo.id} is not visible until 2026-01-01T00:01:30.000Z"
+
+
+async def test_claim_by_id_on_a_paused_queue_is_refused_saying_the_queue_is_paused(store) -> None:
+    waiting = await new(store, queue="review")
+    await queues_module.pause(store, "review", by="op")
+    with pytest.raises(Conflict) as refused:
+        await todos.claim(store, waiting.id, owner="w")
+    assert str(refused.value) == (
+        f"conflict: todo {waiting.id} is on queue 'review', which is paused: "
+        "nothing is claimed from it until it is resumed"
+    )
 
 
 async def test_the_assignees_other_session_is_told_the_todo_is_claimed_and_others_that_it_is_not_theirs(store) -> None:
@@ -1520,8 +1589,9 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
 
 
 async def test_list_todos_refuses_an_unknown_timing(store) -> None:
-    with pytest.raises(InvalidArgument, match="timing"):
+    with pytest.raises(InvalidArgument) as refused:
         await todos.list_todos(store, timing="soon")
+    assert refused.value.message == "timing must be one of ready, delayed, dead, got 'soon'"
 
 
 # ---------------------------------------------------------------- bulk redrive
@@ -1573,3 +1643,52 @@ async def test_bulk_redrive_filters_by_kind_and_by_when_the_todo_died(store, clo
     assert (done.matched, done.redriven, done.skipped) == (1, 1, 0)
     assert [t.id for t in await todos.list_todos(store, state="pending")] == [bad.id]
 
+
+async def test_a_dead_letter_group_is_redriven_whole_and_only_it_each_batch_recorded_with_its_error(store, db_path):
+    boom = [await _dead_letter(store, await new(store, f"boom {i}", max_attempts=1), error="boom") for i in range(3)]
+    bang = await _dead_letter(store, await new(store, "bang", max_attempts=1), error="bang")
+    elsewhere = await _dead_letter(store, await new(store, "elsewhere", queue="other", max_attempts=1), error="boom")
+    done = await todos.redrive_group(store, queue="q", last_error="boom", by="alice", batch=2)
+    assert done.to_dict() == {"matched": 3, "redriven": 3, "skipped": 0}
+    assert [(await todos.get(store, t.id)).state for t in boom] == ["pending"] * 3
+    assert (await todos.get(store, bang.id)).dead_letter and (await todos.get(store, elsewhere.id)).dead_letter
+    batch = {"by": "alice", "action": "todo.redrive", "subject": "q", "skipped": 0, "last_error": "boom"}
+    assert [json.loads(bytes(body)) for (body,) in rows(db_path, "SELECT body FROM events ORDER BY id")] == [
+        {**batch, "ids": [boom[0].id, boom[1].id]},
+        {**batch, "ids": [boom[2].id]},
+    ]
+
+
+async def test_the_dead_letter_group_without_an_error_is_redriven_by_null(store, db_path):
+    silent = await _dead_letter(store, await new(store, "silent", max_attempts=1), error=None)
+    loud = await _dead_letter(store, await new(store, "loud", max_attempts=1))
+    done = await todos.redrive_group(store, queue="q", last_error=None)
+    assert (done.matched, done.redriven, done.skipped) == (1, 1, 0)
+    assert (await todos.get(store, silent.id)).state == "pending" and (await todos.get(store, loud.id)).dead_letter
+    assert rows(db_path, "SELECT id FROM events") == []  # recorded only when someone is named
+
+
+async def test_a_dead_letter_group_holds_back_a_dead_letter_whose_key_a_newer_todo_holds(store, db_path):
+    held = await _dead_letter(store, await new(store, "held", idempotency_key="k", max_attempts=1))
+    freed = await _dead_letter(store, await new(store, "freed", max_attempts=1))
+    await new(store, "newer", idempotency_key="k")
+    done = await todos.redrive_group(store, queue="q", last_error="gave up", by="alice")
+    assert done.to_dict() == {"matched": 2, "redriven": 1, "skipped": 1}
+    assert (await todos.get(store, held.id)).dead_letter and (await todos.get(store, freed.id)).state == "pending"
+    ((body,),) = rows(db_path, "SELECT body FROM events")
+    assert json.loads(bytes(body)) == {"by": "alice", "action": "todo.redrive", "subject": "q", "ids": [freed.id],
+                                       "skipped": 1, "last_error": "gave up"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [({"queue": "", "last_error": "boom"}, "queue must be a non-empty string"),
+     ({"queue": "q", "last_error": 7}, "last_error must be a string or null")],
+    ids=["no queue", "an error not a string"],
+)  # fmt: skip
+async def test_a_dead_letter_group_with_a_bad_filter_is_refused_naming_it(store, arguments, message):
+    dead = await _dead_letter(store, await new(store, max_attempts=1))
+    with pytest.raises(InvalidArgument) as refused:
+        await todos.redrive_group(store, **arguments)
+    assert refused.value.message == message
+    assert (await todos.get(store, dead.id)).dead_letter

@@ -111,6 +111,26 @@ async def test_cancelling_an_unknown_todo_is_not_found(store) -> None:
         await todos.cancel(store, 4242, by="alice")
 
 
+@pytest.mark.parametrize(
+    ("by", "reason", "message"),
+    [("", None, "by must be a non-empty string"),
+     ("alice", 42, "reason must be a string"),
+     ("alice", "x" * 1001, "reason is longer than 1000 characters")],
+    ids=["nobody", "a reason not text", "a reason too long"],
+)  # fmt: skip
+async def test_a_cancel_names_who_and_at_most_1000_characters_of_why_or_is_refused(store, by, reason, message):
+    todo = await new(store)
+    with pytest.raises(InvalidArgument) as refused:
+        await todos.cancel(store, todo.id, by=by, reason=reason)
+    assert refused.value.message == message
+    with pytest.raises(InvalidArgument) as bulk:
+        await todos.cancel_many(store, queue="q", by=by, reason=reason)
+    assert bulk.value.message == message
+    assert (await todos.get(store, todo.id)).state == "pending"
+    longest = await todos.cancel(store, todo.id, by="alice", reason="x" * 1000)
+    assert longest.cancel_reason == "x" * 1000
+
+
 async def test_a_cancel_reason_is_one_line_of_text(store) -> None:
     todo = await new(store)
     cancelled = await todos.cancel(store, todo.id, by="alice", reason="  two\nlines  ")
@@ -127,6 +147,37 @@ async def test_claiming_a_cancelled_todo_by_id_says_it_was_cancelled(store) -> N
     with pytest.raises(Conflict) as refused:
         await todos.claim(store, todo.id, owner="w")
     assert refused.value.message == f"todo {todo.id} was cancelled by alice (typo)"
+
+
+async def test_a_todo_cancelled_without_a_reason_is_refused_naming_only_who(store) -> None:
+    todo = await new(store)
+    held = await todos.claim(store, todo.id, owner="w")
+    await todos.cancel(store, todo.id, by="alice")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(held))
+    assert refused.value.message == f"todo {todo.id} was cancelled by alice; stop working on it"
+    with pytest.raises(Conflict) as claiming:
+        await todos.claim(store, todo.id, owner="w")
+    assert claiming.value.message == f"todo {todo.id} was cancelled by alice"
+
+
+# ---------------------------------------------------------------- redrive
+
+
+async def test_a_redrive_by_someone_is_recorded_with_its_todo_and_queue_and_one_by_nobody_is_not(store, db_path):
+    dead = []
+    for title in ("first", "second"):
+        todo = await new(store, title, max_attempts=1)
+        claimed = await todos.claim(store, todo.id, owner="w")
+        await todos.fail(store, Lease.of(claimed), error="boom")
+        dead.append(todo.id)
+    assert (await todos.redrive(store, dead[0])).state == "pending"
+    assert (await todos.redrive(store, dead[1], by="alice")).state == "pending"
+    assert audited(db_path, "todo.redrive") == [
+        {"by": "alice", "action": "todo.redrive", "subject": dead[1], "queue": "q"}
+    ]
+    (at,) = rows(db_path, "SELECT received_at FROM events WHERE type = 'todo.redrive'")
+    assert at == rows(db_path, "SELECT updated_at FROM todos WHERE id = ?", [dead[1]])[0]  # in the redrive's own time
 
 
 # ---------------------------------------------------------------- forced release
@@ -154,6 +205,17 @@ async def test_the_old_holders_token_is_refused_after_a_forced_release(store) ->
         await todos.complete(store, Lease.of(held))
     assert refused.value.message == f"todo {held.id} was released by an operator; the lease token is void"
     assert (await todos.get(store, held.id)).state == "pending"
+
+
+async def test_the_old_holders_token_after_a_forced_release_and_a_new_claim_meets_the_new_holder(store) -> None:
+    await new(store)
+    held = await todos.claim_next(store, owner="hung")
+    await todos.force_release(store, held.id, by="alice")
+    await todos.claim_next(store, owner="rescuer")
+    with pytest.raises(Conflict) as refused:
+        await todos.complete(store, Lease.of(held))
+    held_by = f"the lease token does not match the current lease on todo {held.id} (held by rescuer)"
+    assert refused.value.message == held_by
 
 
 async def test_only_a_claimed_todo_can_be_released_by_force(store, db_path) -> None:

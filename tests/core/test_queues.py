@@ -98,17 +98,6 @@ async def test_claims_pass_over_a_paused_queue_to_the_next_claimable_todo(store)
     assert (await todos.claim_next(store, owner="w", queues=["paused", "other"])).id == other_again.id
 
 
-async def test_claim_by_id_on_a_paused_queue_is_refused_saying_the_queue_is_paused(store) -> None:
-    waiting = await new(store, "review", "waits")
-    await queues.pause(store, "review", by="op")
-    with pytest.raises(Conflict) as refused:
-        await todos.claim(store, waiting.id, owner="w")
-    assert str(refused.value) == (
-        f"conflict: todo {waiting.id} is on queue 'review', which is paused: "
-        "nothing is claimed from it until it is resumed"
-    )
-
-
 async def test_a_lapsed_lease_on_a_paused_queue_is_not_taken_over(store, clock) -> None:
     claimed = await todos.claim(store, (await new(store, "paused")).id, owner="w", lease=10)
     await queues.pause(store, "paused", by="op")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import aclosing
+from typing import Any
 
 import anyio
 import pytest
@@ -142,3 +143,28 @@ async def test_follow_events_from_an_id_brings_the_backlog_from_that_event_a_bou
         first, second = await next_rows(feed), await next_rows(feed)
     assert (len(first), len(second)) == (watch.FOLLOW_BATCH, 1)
     assert [e.id for e in first + second] == [s.event_id for s in stored[1:]]
+
+
+async def test_a_long_poll_tries_again_when_a_commit_lands_and_not_before(store, monkeypatch) -> None:
+    monkeypatch.setattr(todos.claims, "RECHECK_SECONDS", 60.0)  # only a commit can wake it
+    claim_next, found = todos.claims.claim_next, []
+    tried = anyio.Event()
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        found.append(await claim_next(*args, **kwargs))
+        tried.set()
+        return found[-1]
+
+    monkeypatch.setattr(todos.claims, "claim_next", observed)
+    async with watch.following(store) as changes, anyio.create_task_group() as tasks:
+        answer: dict[str, Any] = {}
+
+        async def poll() -> None:
+            answer["todo"] = await todos.claim_next_waiting(store, todos.NextClaim("w"), wait=30, changes=changes)
+
+        tasks.start_soon(poll)
+        with anyio.fail_after(10):
+            await tried.wait()  # its first try found nothing: it waits
+        created, _ = await todos.create(store, NewTodo(queue="q", title="late"))
+    assert [todo.id if todo else None for todo in found] == [None, created.id]
+    assert answer["todo"].id == created.id

@@ -62,11 +62,11 @@ class ItemOutcome:
 class Outcomes(list[ItemOutcome]):
     """``complete_many``'s and ``fail_many``'s answer: one outcome per item, in the
     items' order; ``next`` holds the todos claimed in the same transaction when
-    ``then`` was given (empty otherwise, and when nothing was claimable)."""
+    ``then`` was given (an empty batch otherwise, and when nothing was claimable)."""
 
-    def __init__(self, outcomes: Sequence[ItemOutcome] = (), next: Sequence[Todo] = ()) -> None:
+    def __init__(self, outcomes: Sequence[ItemOutcome], next: ClaimedBatch) -> None:
         super().__init__(outcomes)
-        self.next = next if isinstance(next, ClaimedBatch) else ClaimedBatch(next)
+        self.next = next
 
     @property
     def refused(self) -> list[ItemOutcome]:
@@ -205,6 +205,6 @@ async def _finish_many(
                 raise  # the database, not the item: nothing of the batch commits
             except SwitchboardError as exc:
                 outcomes.append(ItemOutcome(lease.todo_id, error=exc))
-        return Outcomes(outcomes, [] if claim is None else claim(tx))
+        return Outcomes(outcomes, ClaimedBatch() if claim is None else claim(tx))
 
     return await store.write(body)

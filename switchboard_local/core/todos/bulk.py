@@ -199,20 +199,22 @@ def _purge_filter(queue: str, state: str, before: int | None) -> dict[str, Any]:
 
 async def count_dead_letters(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
     """How many dead letters of ``queue`` (of ``kind``, dead since ``since`` ms) a bulk redrive would take."""
-    await settle_lapsed(store)
-    row = await store.read_one(Q.count_dead_letters, _bulk_filter(queue, kind, since))
-    return int(row[0]) if row is not None else 0
+    return await _count(store, Q.count_dead_letters, _bulk_filter(queue, kind, since))
 
 
 async def count_pending(store: Store, *, queue: str, kind: str | None = None, since: int | None = None) -> int:
     """How many pending todos of ``queue`` (of ``kind``, created since ``since`` ms) a bulk cancel would take."""
-    await settle_lapsed(store)
-    row = await store.read_one(Q.count_pending, _bulk_filter(queue, kind, since))
-    return int(row[0]) if row is not None else 0
+    return await _count(store, Q.count_pending, _bulk_filter(queue, kind, since))
 
 
 async def count_purgeable(store: Store, *, queue: str, state: str, before: int | None = None) -> int:
     """How many finished todos of ``queue`` in ``state``, last touched before ``before`` (ms), a purge would delete."""
+    return await _count(store, Q.count_purgeable, _purge_filter(queue, state, before))
+
+
+async def _count(store: Store, sql: str, params: dict[str, Any]) -> int:
+    """A preview's count, with lapsed leases settled first as the job would find them."""
     await settle_lapsed(store)
-    row = await store.read_one(Q.count_purgeable, _purge_filter(queue, state, before))
-    return int(row[0]) if row is not None else 0
+    row = await store.read_one(sql, params)
+    assert row is not None  # a SELECT count(*) answers one row, always
+    return int(row[0])

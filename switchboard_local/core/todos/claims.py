@@ -90,7 +90,7 @@ async def claim(
     def body(tx: Transaction) -> Todo:
         check_scope(tx, todo_id, queues)
         now = store.clock.now_ms()
-        token = secrets.token_urlsafe(24)
+        token = _new_token()
         params = {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id}
         row = _claiming(tx, now, lambda: tx.one(Q.claim_by_id, params))
         if row is None:
@@ -232,7 +232,7 @@ def claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], T
 
     def body(tx: Transaction) -> Todo | None:
         now = store.clock.now_ms()
-        token = secrets.token_urlsafe(24)
+        token = _new_token()
         # A token hash is hex: the one-item JSON array needs no encoder.
         values = {**params, "hashes": f'["{hash_token(token)}"]', "lease_expires_at": now + lease_ms, "now": now}
         rows = _claiming(tx, now, lambda: tx.all(statement, values))
@@ -252,7 +252,7 @@ def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Trans
 
     def body(tx: Transaction) -> ClaimedBatch:
         now = store.clock.now_ms()
-        tokens = {hash_token(token): token for token in (secrets.token_urlsafe(24) for _ in range(max))}
+        tokens = {hash_token(token): token for token in (_new_token() for _ in range(max))}
         hashes = list(tokens)
         values = {**params, "hashes": json.dumps(hashes), "lease_expires_at": now + lease_ms, "now": now}
         rows = _claiming(tx, now, lambda: tx.all(statement, values))
@@ -271,6 +271,11 @@ def _next_params(claim: NextClaim, queues: list[str] | None, max: int, budget: i
     """A claim of the next in line's parameters but its time and token hashes."""
     return {"owner": claim.owner, "agent": claim.agent or claim.owner, "max": max, "budget": budget,
             "queues": None if queues is None else json.dumps(queues)}  # fmt: skip
+
+
+def _new_token() -> str:
+    """A claim's lease token: unguessable (the store keeps only its hash)."""
+    return secrets.token_urlsafe(24)
 
 
 def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms: int) -> dict[str, Any]:
@@ -370,6 +375,5 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
 
 
 def by_and_why(todo: Todo) -> str:
-    """Who cancelled ``todo`` and why, for the words of a refusal."""
-    by = f" by {todo.cancelled_by}" if todo.cancelled_by else ""
-    return by + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")
+    """Who cancelled ``todo`` (a cancel always names someone) and why, for the words of a refusal."""
+    return f" by {todo.cancelled_by}" + (f" ({todo.cancel_reason})" if todo.cancel_reason else "")

@@ -15,7 +15,7 @@ from typing import Any
 from .. import audit, settings
 from ..clock import rfc3339
 from ..errors import Conflict, InvalidArgument, NotFound
-from ..store.interface import Store, Transaction
+from ..store.interface import Store, Transaction, needs_transaction
 from ..store.queries import Q
 from ..todo_model import (
     BACKOFF_BASE_SECONDS,
@@ -231,8 +231,10 @@ def _leased_body(
         leased = {"id": todo_id, "lease_token_hash": token_hash, "now": now}
         # An attempt that ends other than by completing is written to the
         # history first, while the row still holds its owner (the statement
-        # below clears it, under the lease): a refusal takes both back.
+        # below clears it, under the lease): a refusal takes both back, so
+        # both run in one transaction whatever the caller asked.
         if outcome is not None:
+            needs_transaction(tx)
             tx.run(Q.end_attempt, {"id": todo_id, "now": now, "outcome": outcome, "error": params.get("error")})
         row = tx.one(sql, {**params, **leased})
         if row is None:

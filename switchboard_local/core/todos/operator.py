@@ -50,11 +50,13 @@ async def force_release(store: Store, todo_id: int, *, by: str) -> Todo:
         recover_lapsed(tx, now)
         ended = {"id": todo_id, "outcome": "released_by_operator", "error": None}
         holder = tx.one(Q.end_attempt, {**ended, "now": now})
-        row = tx.one(Q.force_release, {"id": todo_id, "now": now})
+        # No attempt ended, nothing claimed: nothing to release (even should a claim commit in
+        # between on PostgreSQL, where each statement sees the latest commits).
+        row = None if holder is None else tx.one(Q.force_release, {"id": todo_id, "now": now})
         if row is None:
             raise _not_in(tx, todo_id, ("claimed",), "released")
         audit.record(tx, now, by=by, action="todo.release", subject=todo_id, queue=row["queue"],
-                     holder=None if holder is None else holder["owner"])  # fmt: skip
+                     holder=holder["owner"])  # fmt: skip
         return Todo.from_row(row)
 
     return await store.write(body)
