@@ -297,6 +297,10 @@ async def test_same_key_on_another_queue_is_a_new_todo(store):
     other, created = await todos.create(store, NewTodo(queue="b", title="t", idempotency_key="k"))
     assert created is True
     assert other.id != first.id
+    # Each queue answers a repeat with its own todo holding the key.
+    for queue, holder in (("a", first), ("b", other)):
+        again, created = await todos.create(store, NewTodo(queue=queue, title="again", idempotency_key="k"))
+        assert (again.id, created) == (holder.id, False)
 
 
 async def test_todos_without_a_key_never_collapse(store, row_count):
@@ -1106,6 +1110,8 @@ async def test_lists_give_fifty_by_default(store) -> None:
 async def test_stats_counts_each_queue_by_state(store, clock):
     q1 = [await new(store, queue="q1", title=str(i), max_attempts=2) for i in range(5)]
     await new(store, queue="q2")
+    q2_done = await todos.claim(store, (await new(store, queue="q2")).id, owner="w")
+    await todos.complete(store, Lease.of(q2_done))  # done, and no dead letter there: the two counts apart
     tokens = {t.id: (await todos.claim(store, t.id, owner="w")).lease_token for t in q1[1:]}
     await todos.complete(store, Lease(q1[2].id, tokens[q1[2].id]))
     await todos.fail(store, Lease(q1[3].id, tokens[q1[3].id]), error="retry me")
@@ -1120,7 +1126,7 @@ async def test_stats_counts_each_queue_by_state(store, clock):
     # q1[0] is ready, and so is q1[3]: its retry's backoff has passed.
     assert (s1.ready, s1.delayed, s1.claimed, s1.done, s1.dead, s1.cancelled) == (2, 0, 1, 1, 1, 0)
     s2 = by_queue["q2"]
-    assert (s2.ready, s2.delayed, s2.claimed, s2.done, s2.dead, s2.cancelled) == (1, 0, 0, 0, 0, 0)
+    assert (s2.ready, s2.delayed, s2.claimed, s2.done, s2.dead, s2.cancelled) == (1, 0, 0, 1, 0, 0)
 
 
 async def test_stats_count_cancelled_todos_and_delayed_ones_apart_from_ready(store, clock):
