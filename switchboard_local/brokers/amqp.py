@@ -33,7 +33,6 @@ from ..core.adapters import Backlog, Option
 from ..core.errors import InvalidArgument
 from ..core.events import body_hash
 from ..core.sources import Source
-from ..core.text import first_control
 from . import options as shared_options
 from .reader import Message
 
@@ -80,20 +79,8 @@ def configure(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_url(url: str) -> None:
-    """An amqp:// or amqps:// URL with a host and a valid port. No message quotes it: it may hold a password."""
-    if first_control(url) is not None or " " in url:
-        raise InvalidArgument("--url must not hold spaces or control characters (percent-encode them)")
-    try:
-        parts = urlsplit(url)
-        host, _ = parts.hostname, parts.port
-    except ValueError:  # a port that is no number or out of range, a broken [IPv6] literal
-        raise InvalidArgument("--url: the port must be a number from 1 to 65535, and an IPv6 host in [ ]") from None
-    if parts.scheme not in SCHEMES:
-        raise InvalidArgument("--url must start with amqp:// or amqps://")
-    if not host:
-        raise InvalidArgument("--url: no host (amqp://USER:PASSWORD@HOST[:PORT][/VHOST])")
-    if parts.port == 0:
-        raise InvalidArgument("--url: the port must be a number from 1 to 65535")
+    """An amqp:// or amqps:// URL with a host and a valid port, its path one virtual host. No message quotes it."""
+    parts = shared_options.url_parts(url, SCHEMES, "amqp://USER:PASSWORD@HOST[:PORT][/VHOST]")
     if "/" in parts.path[1:]:
         raise InvalidArgument("--url: the path is the virtual host, one segment (percent-encode a '/' in it as %2F)")
 

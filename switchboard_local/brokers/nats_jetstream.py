@@ -94,19 +94,7 @@ def check_url(url: str) -> None:
 
     A token in the user part (``nats://TOKEN@host``) is taken: it is shown masked, as a password is.
     """
-    if first_control(url) is not None or " " in url:
-        raise InvalidArgument("--url must not hold spaces or control characters (percent-encode them)")
-    if not url.startswith(tuple(f"{s}://" for s in SCHEMES)):
-        raise InvalidArgument("--url must start with nats:// or tls://")
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError:  # a port that is no number or out of range, a broken [IPv6] literal
-        raise InvalidArgument("--url: not a URL nats can read (nats://[user:password@|token@]host[:port])") from None
-    if not host:
-        raise InvalidArgument("--url: no host (nats://HOST[:PORT])")
-    if port == 0:
-        raise InvalidArgument("--url: the port must be a number between 1 and 65535")
+    parts = shared_options.url_parts(url, SCHEMES, "nats://[user:password@|token@]host[:port]")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise InvalidArgument("--url: nats takes no path or query (nats://[user:password@|token@]host[:port])")
 

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 from ..core.adapters import Option
 from ..core.errors import InvalidArgument
@@ -98,3 +99,22 @@ def flag(option: Option, value: Any) -> bool:
     if value is not None and not isinstance(value, bool):
         raise InvalidArgument(f"{option.flag} is a flag: it takes no value")
     return bool(value)
+
+
+def url_parts(url: str, schemes: tuple[str, ...], form: str, flag: str = "--url") -> SplitResult:
+    """A broker URL's parts, refused naming what is wrong: spaces or control characters, another scheme,
+    a port that is no number from 1 to 65535, no host. ``form`` is the URL's shape, shown in the refusal."""
+    if first_control(url) is not None or " " in url:
+        raise InvalidArgument(f"{flag} must not hold spaces or control characters (percent-encode them)")
+    if url.split("://", 1)[0].lower() not in schemes or "://" not in url:
+        raise InvalidArgument(f"{flag} must start with {' or '.join(f'{s}://' for s in schemes)}")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is no number or out of range, a broken [IPv6] literal
+        raise InvalidArgument(f"{flag}: the port must be a number from 1 to 65535, and an IPv6 host in [ ] ({form})") from None
+    if not host:
+        raise InvalidArgument(f"{flag}: no host ({form})")
+    if port == 0:
+        raise InvalidArgument(f"{flag}: the port must be a number from 1 to 65535")
+    return parts

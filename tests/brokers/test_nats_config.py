@@ -30,7 +30,7 @@ def test_the_stored_config_takes_the_defaults_for_what_was_not_given() -> None:
         ({"stream": "ORDERS"}, "give exactly one of --url and --url-env"),
         ({"url": URL, "url_env": "NATS_URL", "stream": "ORDERS"}, "give exactly one of --url and --url-env"),
         ({"url": "redis://s3cr3t@host", "stream": "ORDERS"}, "--url must start with nats:// or tls://"),
-        ({"url": "nats://:s3cr3t@host:99999", "stream": "ORDERS"}, "--url: not a URL nats can read"),
+        ({"url": "nats://:s3cr3t@host:99999", "stream": "ORDERS"}, "--url: the port must be a number from 1 to 65535"),
         ({"url": "nats://user:s3cr3t@", "stream": "ORDERS"}, "--url: no host"),
         ({"url": "nats://user:s3cr3t@host/db", "stream": "ORDERS"}, "--url: nats takes no path or query"),
         ({"url": "nats://host s3cr3t", "stream": "ORDERS"}, "--url must not hold spaces or control characters"),
