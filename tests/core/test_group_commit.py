@@ -6,6 +6,7 @@ import asyncio
 import random
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,15 @@ def slow_create(store: Store, budget: Budget, title: str):  # noqa: ANN201
         return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
 
     return body
+
+
+async def until_queued(store: Store, writes: int) -> None:
+    """Let the loop run the writers' tasks (no time passes) until ``writes`` writes wait for the held thread."""
+    for _ in range(1000):
+        if len(store._group._writes) >= writes:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{writes} writes never queued up")
 
 
 async def commits(store: Store) -> int:
@@ -132,6 +142,63 @@ async def test_a_group_commits_every_few_milliseconds_of_work_and_keeps_the_orde
     # Two writes fit in a budget (the second one starts before it runs out): 2 + 2 + 2 + 2 + 1.
     assert await commits(store) - before == 5
     assert [t.title for t in sorted(created, key=lambda t: t.id)] == [f"t{i}" for i in range(9)]
+
+
+def tallied(store: Store, histogram: str) -> tuple[float, int]:
+    """The sum and the count of one of the store's tally histograms (the dashboard's metrics)."""
+    _, total, observations = store.tally.histograms()[histogram]
+    return total, observations
+
+
+async def test_a_group_is_tallied_as_one_commit_of_all_its_writes_timed_within_their_wait(store) -> None:
+    (writes_before, groups_before), (seconds_before, commits_before) = (
+        tallied(store, "group_commit_size"), tallied(store, "commit_seconds"))  # fmt: skip
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=f"t{i}"))) for i in range(40)]
+    await until_queued(store, 40)
+    began = time.perf_counter()
+    gate.set()
+    await held
+    await asyncio.gather(*writes)
+    waited = time.perf_counter() - began
+    writes_after, groups_after = tallied(store, "group_commit_size")
+    seconds_after, commits_after = tallied(store, "commit_seconds")
+    assert (groups_after - groups_before, writes_after - writes_before) == (1, 40)
+    assert commits_after - commits_before == 1
+    assert 0 < seconds_after - seconds_before <= waited  # BEGIN to COMMIT: inside the writers' wait
+
+
+async def test_a_lone_write_is_tallied_as_one_commit_of_one_write_timed_within_its_wait(store) -> None:
+    (writes_before, groups_before), (seconds_before, commits_before) = (
+        tallied(store, "group_commit_size"), tallied(store, "commit_seconds"))  # fmt: skip
+    began = time.perf_counter()
+    await todos.create(store, NewTodo(queue="q", title="alone"))
+    waited = time.perf_counter() - began
+    writes_after, groups_after = tallied(store, "group_commit_size")
+    seconds_after, commits_after = tallied(store, "commit_seconds")
+    assert (groups_after - groups_before, writes_after - writes_before) == (1, 1)
+    assert commits_after - commits_before == 1
+    assert 0 < seconds_after - seconds_before <= waited
+
+
+async def test_a_group_takes_on_writes_until_its_time_budget_is_exceeded_not_merely_reached(store, budget) -> None:
+    def spends_the_whole_budget(title: str):  # noqa: ANN202
+        def body(tx):  # noqa: ANN001, ANN202
+            budget.spend(GROUP_SECONDS)
+            return todos.insert(tx, NewTodo(queue="q", title=title), now=store.clock.now_ms())[0]
+
+        return body
+
+    before = await commits(store)
+    gate, held = await hold_the_thread(store)
+    writes = [asyncio.create_task(store.write(spends_the_whole_budget(f"t{i}"))) for i in range(4)]
+    await until_queued(store, 4)
+    gate.set()
+    await held
+    created = await asyncio.gather(*writes)
+    # A write that ends exactly at the budget leaves room for the next to start: 2 + 2.
+    assert await commits(store) - before == 2
+    assert [t.title for t in created] == [f"t{i}" for i in range(4)]
 
 
 async def test_a_database_error_in_one_write_does_not_lose_the_others(store, db_path: Path) -> None:
@@ -206,14 +273,17 @@ async def test_a_write_that_rolls_back_the_whole_transaction_does_not_take_the_o
     with sqlite3.connect(db_path) as conn:
         conn.execute("CREATE TRIGGER boom BEFORE INSERT ON todos WHEN NEW.title LIKE 'poison%' "
                      "BEGIN SELECT RAISE(ROLLBACK, 'injected'); END")  # fmt: skip
+    before = await commits(store)
     gate, held = await hold_the_thread(store)
     titles = ["poison 1", "good 1", "poison 2", "good 2", "poison 3", "good 3"]
     writes = [asyncio.create_task(todos.create(store, NewTodo(queue="q", title=t))) for t in titles]
     await asyncio.sleep(0.05)
     gate.set()
     await held
-    results = await asyncio.gather(*writes, return_exceptions=True)
-    assert all(isinstance(r, Conflict) for r in results[0::2])
+    await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(w.exception(), Conflict) for w in writes[0::2])  # raised, not returned
+    assert [w.result()[0].title for w in writes[1::2]] == ["good 1", "good 2", "good 3"]
+    assert await commits(store) - before == 1  # the others still share one commit
     assert [r[0] for r in rows(db_path, "SELECT title FROM todos ORDER BY id")] == ["good 1", "good 2", "good 3"]
 
 

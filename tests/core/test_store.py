@@ -113,6 +113,19 @@ async def test_foreign_keys_are_enforced(store):
         )
 
 
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("method", ["one", "all", "run", "many"])
+async def test_a_statement_the_schema_refuses_is_a_conflict_that_says_what_it_refused(store, method):
+    orphan = ("INSERT INTO todos (queue, title, state, visible_at, event_id, created_at, updated_at)"
+              " VALUES ('q', 't', 'pending', 0, 12345, 0, 0)")  # fmt: skip
+
+    def body(tx):  # noqa: ANN001, ANN202
+        return tx.many(orphan, [()]) if method == "many" else getattr(tx, method)(orphan)
+
+    with pytest.raises(Conflict, match="the database refused the change: FOREIGN KEY constraint failed$"):
+        await store.write(body)
+
+
 # ---------------------------------------------------------------- schema and versions
 
 

@@ -66,11 +66,11 @@ class SQLiteTransaction:
 
     in_transaction = True  # always: every body runs in BEGIN IMMEDIATE … COMMIT
 
-    def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any] | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: dict[Any, Any]) -> None:
         self._conn = conn
         self._savepoints = 0  # named apart, so that nested ones never meet the group's own
         self.memo: dict[Any, Any] = {}
-        self.cache: dict[Any, Any] = {} if cache is None else cache
+        self.cache = cache
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -140,7 +140,7 @@ class GroupCommit:
         busy_ms: int,
         *,
         monotonic: Monotonic | None = None,
-        tally: Tally | None = None,
+        tally: Tally,
     ) -> None:
         self._conn = conn
         self._tally = tally  # each commit's duration and writes (the dashboard's metrics)
@@ -333,8 +333,7 @@ class GroupCommit:
                 conn.execute("RELEASE item")
             conn.execute("COMMIT")
             self._count_commit(changes)
-            if self._tally is not None:
-                self._tally.committed(time.perf_counter() - started, len(outcomes))
+            self._tally.committed(time.perf_counter() - started, len(outcomes))
         except _ItemFailed:
             self._rollback()
             raise
@@ -362,8 +361,7 @@ class GroupCommit:
             result = body(SQLiteTransaction(conn, self._cache))
             conn.execute("COMMIT")
             self._count_commit(changes)
-            if self._tally is not None:
-                self._tally.committed(time.perf_counter() - started, 1)
+            self._tally.committed(time.perf_counter() - started, 1)
         except BaseException:
             self._rollback()
             raise
@@ -388,7 +386,9 @@ class _ItemFailed(Exception):
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
+    # SQLite words SQLITE_BUSY and SQLITE_LOCKED alike: "database is locked",
+    # "database table is locked", "database schema is locked".
+    return "locked" in str(exc)
 
 
 def _settle(waiter: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
