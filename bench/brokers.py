@@ -23,8 +23,9 @@ with b the drain's batch: --batches (64 by default), capped at the broker's
 maximum (SQS: 10). Beside them, in the same rounds: the same-rows SQLite floor
 (bench/run.py's raw_ingest_rows: the event, todo and link rows of b messages
 per transaction with executemany, and nothing else), at each batch measured.
-Prints medians over R rounds, drain/raw and drain/floor, and writes
-bench/results-brokers.json. bench/run.py's section e runs the Redis figures.
+Prints medians over R rounds, drain/raw and drain/floor (each the median of the
+rounds' own ratios), and writes bench/results-brokers.json. bench/run.py's
+section e runs the Redis figures.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import importlib.util
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -395,6 +397,7 @@ def main() -> None:
         parser.error(f"--brokers: unknown {', '.join(sorted(set(names) - set(BENCHES)))}; they are {','.join(BENCHES)}")
     wanted = [int(b) for b in args.batches.split(",")]
     run = _run_module()
+    load = [os.getloadavg()[0]]  # what else this machine was doing: beside the figures
     with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp_name, contextlib.ExitStack() as stack:
         tmp = Path(tmp_name)
         benches = []
@@ -432,7 +435,9 @@ def main() -> None:
         measures.append((("fdatasync_ms",), lambda i: (run.fdatasync_ms(fresh("fs")),)))
         seen: dict[str, list[float]] = {}
         medians = run.interleaved(measures, args.runs, seen)
-    report(benches, wanted, medians, seen, run.machine(medians), args.runs)
+    load.append(os.getloadavg()[0])
+    machine = f"{run.machine(medians)}; load average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end"
+    report(benches, wanted, medians, seen, machine, args.runs)
 
 
 def batches(bench: Any, wanted: list[int]) -> list[int]:
@@ -440,21 +445,29 @@ def batches(bench: Any, wanted: list[int]) -> list[int]:
     return sorted({min(b, bench.max_batch) if bench.max_batch else b for b in wanted})
 
 
+def ratio(mine: list[float], theirs: list[float]) -> float:
+    return statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
+
+
 def report(benches: list[Any], wanted: list[int], medians: dict[str, float], seen: dict[str, list[float]],
            machine: str, runs: int) -> None:  # fmt: skip
     print(machine)
-    print(f"\nmedians of {runs} interleaved rounds, msgs/s; floor: the same rows in bare sqlite3, batch rows a transaction")
+    print(f"\nmedians of {runs} interleaved rounds, msgs/s (ratios: the median of the rounds' ratios); floor: the same rows"
+          " in bare sqlite3, a batch a transaction")  # fmt: skip
     print(f"{'broker':<16}{'msgs':>6}{'batch':>6}{'raw':>9}{'drain':>8}{'drain/raw':>11}{'floor':>8}{'drain/floor':>13}"
           "   raw loop")  # fmt: skip
     rows = []
     for bench in benches:
         for b in batches(bench, wanted):
-            raw, drained, floor = medians[f"{bench.name}_raw_{b}"], medians[f"{bench.name}_drain_{b}"], medians[f"floor_{b}"]
+            names = (f"{bench.name}_raw_{b}", f"{bench.name}_drain_{b}", f"floor_{b}")
+            raw, drained, floor = (medians[name] for name in names)
+            # Each ratio is the median of the rounds' own ratios: both sides of one were measured side by side.
+            vs_raw, vs_floor = (ratio(seen[names[1]], seen[other]) for other in names[0::2])
             loop = bench.raw_loop.format(b=b)
-            print(f"{bench.label:<16}{bench.n:>6}{b:>6}{raw:>9.0f}{drained:>8.0f}{drained / raw:>11.2f}{floor:>8.0f}"
-                  f"{drained / floor:>13.2f}   {loop}")  # fmt: skip
+            print(f"{bench.label:<16}{bench.n:>6}{b:>6}{raw:>9.0f}{drained:>8.0f}{vs_raw:>11.2f}{floor:>8.0f}"
+                  f"{vs_floor:>13.2f}   {loop}")  # fmt: skip
             rows.append({"broker": bench.name, "messages": bench.n, "batch": b, "raw_per_s": raw, "drain_per_s": drained,
-                         "floor_per_s": floor, "drain_vs_raw": drained / raw, "drain_vs_floor": drained / floor,
+                         "floor_per_s": floor, "drain_vs_raw": vs_raw, "drain_vs_floor": vs_floor,
                          "raw_loop": loop})  # fmt: skip
     print("\nrounds:")
     for name, values in seen.items():
