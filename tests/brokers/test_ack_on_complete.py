@@ -6,14 +6,16 @@ num_ack_pending, ApproximateNumberOfMessagesNotVisible) falls only as those todo
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
+from nats.js import api
 
 from switchboard_local.brokers import sqs
 from switchboard_local.core import rules
 
 from support.brokers import Running, calls
-from support.holding import BROKER_NAMES, cancel, complete, dead_letter, rig_for, todo_ids
+from support.holding import BROKER_NAMES, bodies, cancel, complete, dead_letter, rig_for, todo_ids
 from support.nats_server import consumer_info
 from support.sql import value
 
@@ -149,3 +151,22 @@ async def test_a_held_sqs_message_is_kept_hidden_so_it_is_never_received_again(r
         await running.until(rig.counts, (0, 0))
         await running.finish()
     assert stored(db_path) == 1  # received once: never visible again
+
+
+async def test_at_the_consumers_max_ack_pending_jetstream_delivers_no_more_until_a_todo_finishes(
+    request, real_store, db_path, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
+    with rig_for(request, "nats") as rig:
+        made = api.ConsumerConfig(durable_name="switchboard", ack_policy=api.AckPolicy.EXPLICIT,
+                                  filter_subject="work.>", max_ack_pending=2)  # made by its owner, with a cap of two
+        rig.nats.run(rig.nats.client.jetstream().add_consumer("WORK", config=made))
+        rig.publish(bodies(3))
+        running = Running(real_store, await rig.add(real_store))
+        await running.until(lambda: any("max_ack_pending" in m for m in caplog.messages), True)
+        assert (events(db_path), rig.counts()) == (2, (1, 2))  # two held; the third not delivered
+        await complete(real_store, todo_ids(db_path, "work")[0])
+        await running.until(lambda: (events(db_path), rig.counts()), (3, (0, 2)))
+        await running.finish()
+    assert caplog.messages[0] == ("adapter work: 2 messages held for their todos reach the consumer's max_ack_pending: "
+                                  "JetStream delivers no more to it until some of those todos finish")  # fmt: skip
