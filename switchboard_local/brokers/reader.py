@@ -89,8 +89,10 @@ class HoldingReader(Reader, Protocol):
         runs out, so that the broker never delivers a held message again while
         this reader lives. A message of the same ``external_id`` held already
         (the broker delivered it again) takes its place. ``close`` stops the
-        renewals and leaves the held messages with the broker: unacked, they
-        are delivered again to the next reader, and their keys collapse them.
+        renewals and leaves the held messages with the broker, unacked: they
+        are delivered again to the next reader (handed back at once where the
+        broker can be told so; else once their lease runs out), and their keys
+        collapse them.
         """
         ...
 

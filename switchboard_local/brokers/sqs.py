@@ -17,7 +17,8 @@ ApproximateNumberOfMessagesNotVisible is then the work in progress. SQS caps
 both: a message stays hidden at most 12 hours from its receive (then it is
 received again, collapses, and is held anew), and a queue has at most about
 120,000 messages in flight (20,000 for FIFO, whose held message also holds
-back the rest of its message group).
+back the rest of its message group). A stop hands the held messages back (a
+timeout of 0), so that the next start holds them again at once.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ DEFAULT_VISIBILITY = 60
 MIN_VISIBILITY = 2  # renewed every third of it: shorter leaves no time for a renewal's round trip
 MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
+HAND_BACK_WAIT = 5.0  # seconds a stop waits for SQS to take back the held messages (else they return after their timeout)
 
 QUEUE_URL = Option("queue_url", "the queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); --queue is "
                    "the switchboard queue its todos go to.", required=True)  # fmt: skip
@@ -360,10 +362,17 @@ class Reader:
     async def close(self) -> None:
         await self._stop_renewing()
         keeping, self._keeping = self._keeping, None
-        if keeping is not None:  # the held messages come back after their timeout, to the next reader
+        if keeping is not None:
             keeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeping
+        if self._holding and self._client is not None:
+            # Handed back at once (a timeout of 0): the next reader finds their todos and holds them again, or
+            # deletes them if those are finished. Should SQS not answer, they come back after their timeout.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HAND_BACK_WAIT):
+                    await self._hide(list(self._holding.values()), "hand back the held messages", seconds=0)
+        self._holding = {}
         try:
             await self._stack.aclose()
         except (BotoCoreError, ClientError, OSError):
@@ -374,30 +383,32 @@ class Reader:
         """Keep a batch hidden while the loop commits it: a new timeout every third of one, until its ack."""
         while True:
             await asyncio.sleep(self.visibility / 3)
-            await self._hide(handles, "a batch hidden while it commits")
+            await self._hide(handles, "keep a batch hidden while it commits")
 
     async def _keep(self) -> None:
         """Until the reader closes: keep the held messages hidden, a new timeout every third of one."""
         while True:
             await asyncio.sleep(self.visibility / 3)
-            await self._hide(list(self._holding.values()), "the held messages hidden")
+            await self._hide(list(self._holding.values()), "keep the held messages hidden")
 
-    async def _hide(self, handles: list[str], what: str) -> None:
-        """A new visibility timeout for each message, ten a call; a failure is logged (the next ack or read meets
-        a fault of the connection too; a message that came back is delivered again, and its key collapses it)."""
+    async def _hide(self, handles: list[str], what: str, seconds: int | None = None) -> None:
+        """A new visibility timeout (``seconds``, else --visibility-timeout) for each message, ten a call; a
+        failure is logged (the next ack or read meets a fault of the connection too; a message that came back
+        is delivered again, and its key collapses it)."""
+        timeout = self.visibility if seconds is None else seconds
         failed = []
         for start in range(0, len(handles), MAX_BATCH):
-            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": self.visibility}
+            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": timeout}
                        for i, h in enumerate(handles[start : start + MAX_BATCH])]  # fmt: skip
             try:
                 reply = await self._client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
             except (BotoCoreError, ClientError, OSError) as exc:
-                log.warning("adapter %s: cannot keep %s: %s", self.name, what, _said(exc, self.secrets))
+                log.warning("adapter %s: cannot %s: %s", self.name, what, _said(exc, self.secrets))
                 return
             failed += reply.get("Failed", [])
         if failed:
             codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
-            log.warning("adapter %s: %d messages could not be kept hidden (%s)", self.name, len(failed), codes)
+            log.warning("adapter %s: cannot %s: %d messages refused (%s)", self.name, what, len(failed), codes)
 
     async def _stop_renewing(self) -> None:
         if self._renewing is not None:

@@ -170,3 +170,26 @@ async def test_at_the_consumers_max_ack_pending_jetstream_delivers_no_more_until
         await running.finish()
     assert caplog.messages[0] == ("adapter work: 2 messages held for their todos reach the consumer's max_ack_pending: "
                                   "JetStream delivers no more to it until some of those todos finish")  # fmt: skip
+
+
+@pytest.mark.parametrize("broker", BROKER_NAMES)
+async def test_after_a_stop_the_next_start_holds_the_same_messages_again_at_once(request, broker, real_store,
+                                                                                 db_path) -> None:  # fmt: skip
+    # The brokers' own leases are their defaults (AckWait 30 s, a 60 s visibility timeout): longer than a wait
+    # stalls. A stop must hand its held messages back for the next start to hold them without that wait.
+    with rig_for(request, broker) as rig:
+        rig.publish(bodies(3))
+        adapter = await rig.add(real_store)
+        first = Running(real_store, adapter)
+        await first.until(lambda: events(db_path), 3)
+        await first.until(rig.counts, (0, 3))
+        await first.finish()
+
+        second = Running(real_store, adapter)
+        await second.until(lambda: stored(db_path), 6)  # each read again (and collapsed): held by this start
+        assert rig.counts() == (0, 3)
+        for todo_id in todo_ids(db_path, "work"):
+            await complete(real_store, todo_id)
+        await second.until(rig.counts, (0, 0))
+        await second.finish()
+    assert (events(db_path), todos(db_path)) == (3, 3)
