@@ -95,6 +95,7 @@ async def holding(store: Store, source: Source, reader: Reader) -> AsyncIterator
     if not callable(getattr(reader, "hold", None)):
         entry = BROKERS.of(source)
         why = entry.cannot_hold(source.config) if entry is not None else None
-        raise CannotHold(f"--ack on-complete: {why or 'its reader cannot hold a message'}; re-add it with --ack on-store")
+        why = why or "its reader cannot hold a message"
+        raise CannotHold(f"--ack on-complete: {why}; re-add it with --ack on-store")
     async with watch.following(store) as changes:
         yield Holding(store, source.name, cast(HoldingReader, reader), changes)

@@ -272,8 +272,9 @@ class JetStreamReader:
             self._keeping = asyncio.create_task(self._keep(), name=f"adapter:{self.name}:holding")
         at_limit = 0 < self._max_ack_pending <= len(self._holding)
         if at_limit and not self._at_limit:  # said once each time it is reached: the server delivers no more
-            log.warning("adapter %s: %d messages held for their todos reach the consumer's max_ack_pending: JetStream "
-                        "delivers no more to it until some of those todos finish", self.name, len(self._holding))  # fmt: skip
+            log.warning("adapter %s: %d messages held for their todos reach the consumer's max_ack_pending: "
+                        "JetStream delivers no more to it until some of those todos finish", self.name,
+                        len(self._holding))  # fmt: skip
         self._at_limit = at_limit
 
     async def close(self) -> None:

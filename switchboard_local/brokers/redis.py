@@ -45,7 +45,9 @@ CANNOT_HOLD = {
 def cannot_hold(config: Mapping[str, Any]) -> str | None:
     """Stream mode holds (its pending entries, claimed again while held); the others cannot."""
     mode = config.get("mode")
-    return None if mode == "stream" else CANNOT_HOLD.get(mode, f"mode {mode!r} is not one serve runs")  # type: ignore[arg-type]
+    if mode == "stream":
+        return None
+    return CANNOT_HOLD.get(mode, f"mode {mode!r} is not one serve runs")  # type: ignore[arg-type]
 
 
 def where(config: Mapping[str, Any]) -> str:

@@ -105,8 +105,8 @@ class StreamReader(RedisReader):
             entries = list(self._holding.values())
             try:
                 for start in range(0, len(entries), KEEP_CHUNK):
-                    await self.client.xclaim(self.key, self.group, self.consumer, 0, entries[start : start + KEEP_CHUNK],
-                                             justid=True)  # fmt: skip
+                    chunk = entries[start : start + KEEP_CHUNK]
+                    await self.client.xclaim(self.key, self.group, self.consumer, 0, chunk, justid=True)
             except (RedisError, OSError) as exc:  # the next read or ack meets the fault too; until then, try again
                 said = f"{type(exc).__name__}: {exc}"
                 for secret in self.secrets:

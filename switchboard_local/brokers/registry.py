@@ -69,7 +69,9 @@ MODULES: dict[str, str] = {
 }
 # The options every broker shares (the CLI's --url, --url-env, --batch, --queue, --ack); none may declare one of these.
 SHARED = ("url", "url_env", "batch", "queue", "ack", "broker")
-ON_COMPLETE_GUARANTEE = "--ack on-complete: each stored message is held unacked until every todo made from it is finished"
+ON_COMPLETE_GUARANTEE = (
+    "--ack on-complete: each stored message is held unacked until every todo made from it is finished"
+)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ DEFAULT_VISIBILITY = 60
 MIN_VISIBILITY = 2  # renewed every third of it: shorter leaves no time for a renewal's round trip
 MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
-HAND_BACK_WAIT = 5.0  # seconds a stop waits for SQS to take back the held messages (else they return after their timeout)
+HAND_BACK_WAIT = 5.0  # seconds a stop waits for SQS to take the held messages back (else: after their timeout)
 
 QUEUE_URL = Option("queue_url", "the queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); --queue is "
                    "the switchboard queue its todos go to.", required=True)  # fmt: skip
@@ -343,7 +343,8 @@ class Reader:
         client = await self._sqs()
         failed = []
         for start in range(0, len(acked), MAX_BATCH):  # held messages finish many at a time; a call takes ten
-            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(acked[start : start + MAX_BATCH])]
+            chunk = acked[start : start + MAX_BATCH]
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
             reply = await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
             failed += reply.get("Failed", [])
         for message in acked:

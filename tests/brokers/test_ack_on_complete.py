@@ -12,12 +12,12 @@ import pytest
 from nats.js import api
 
 from switchboard_local.brokers import sqs
-from switchboard_local.core import rules
+from switchboard_local.core import rules, sources
 
-from support.brokers import Running, calls
+from support.brokers import Running, add_adapter, calls
 from support.holding import BROKER_NAMES, bodies, cancel, complete, dead_letter, rig_for, todo_ids
 from support.nats_server import consumer_info
-from support.sql import value
+from support.sql import run, value
 
 pytestmark = pytest.mark.anyio
 
@@ -193,3 +193,20 @@ async def test_after_a_stop_the_next_start_holds_the_same_messages_again_at_once
         await second.until(rig.counts, (0, 0))
         await second.finish()
     assert (events(db_path), todos(db_path)) == (3, 3)
+
+
+async def test_a_list_adapter_set_to_ack_on_complete_by_hand_reads_nothing_and_says_why(real_store, broker,
+                                                                                        db_path) -> None:  # fmt: skip
+    adapter = await add_adapter(real_store, broker.url, "list", "jobs", name="jobs")
+    edited = json.dumps({**adapter.config, "ack": "on-complete"})  # what `adapter add` refuses for a list
+    run(db_path, "UPDATE sources SET config = ? WHERE name = 'jobs'", (edited,))
+    broker.client().lpush("jobs", '{"n": 1}')
+    running = Running(real_store, await sources.get(real_store, "jobs"), connect=broker.connect)
+    error = "SELECT last_error FROM sources WHERE name = 'jobs'"
+    await running.until(lambda: value(db_path, error) is not None, True)
+    await running.finish()
+    assert value(db_path, error) == ("CannotHold: --ack on-complete: a Redis list keeps no delivery state per message: "
+                                     "held messages would sit in KEY:processing, which every start re-reads from its "
+                                     "head (--mode stream can: its consumer group's pending entries); re-add it with "
+                                     "--ack on-store")  # fmt: skip
+    assert broker.client().llen("jobs") == 1 and events(db_path) == 0  # nothing read, nothing stored

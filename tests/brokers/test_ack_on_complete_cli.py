@@ -13,6 +13,7 @@ import pytest
 from switchboard_local.core import sources
 from switchboard_local.core.store.opener import open_store
 
+from support import fake_broker
 from support.cli import as_json
 from support.redis_server import free_port
 
@@ -80,3 +81,13 @@ def test_an_adapter_stored_before_there_was_ack_is_shown_acking_on_store(cli, db
     asyncio.run(add())
     (shown,) = as_json(cli, "adapter", "list")
     assert shown["ack"] == "on-store" and "on-complete" not in shown["guarantee"]
+
+
+def test_a_broker_that_declares_nothing_of_holding_is_refused_ack_on_complete(monkeypatch, cli) -> None:
+    fake_broker.register(monkeypatch)  # written to the contract of before: it has no cannot_hold
+    refused = cli("adapter", "add", "work", "--broker", "fake", "--topic", "t", "--url", "fake://here", "--ack",
+                  "on-complete")  # fmt: skip
+    assert refused.code == 2
+    assert "--ack on-complete cannot work here: fake adapters cannot hold a message unacked until its todos" in (
+        refused.err)  # fmt: skip
+    fake_broker.reset()

@@ -131,7 +131,8 @@ def rig_for(request: pytest.FixtureRequest, broker: str, *, short_lease: bool = 
     leases of SHORT_LEASE seconds (a held message must be renewed that often; what a killed process held
     comes back that soon)."""
     if broker == "redis":
-        made: Rig = RedisRig(request.getfixturevalue("redis_server"), **({"claim_idle": SHORT_LEASE} if short_lease else {}))
+        made: Rig = RedisRig(request.getfixturevalue("redis_server"),
+                             **({"claim_idle": SHORT_LEASE} if short_lease else {}))  # fmt: skip
     elif broker == "nats":
         made = NatsRig(request.getfixturevalue("nats_server"), **({"ack_wait": SHORT_LEASE} if short_lease else {}))
     else:
