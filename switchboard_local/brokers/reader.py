@@ -60,13 +60,40 @@ class Reader(Protocol):
     async def ack(self, messages: list[Message], stored: list[bool]) -> None:
         """Settle exactly the messages whose ``stored`` is True (the same order as ``messages``).
 
-        Called only after their commit. The others stay un-acked: the broker
-        keeps them for a later read (a lossy broker has nothing to do here).
+        Called only after their commit (and, for a message held, once its
+        todos are finished: any number of them). The others stay un-acked: the
+        broker keeps them for a later read (a lossy broker has nothing to do here).
         """
         ...
 
     async def close(self) -> None:
         """Let go of the connection; never raises for a broker fault. Un-acked messages stay with the broker."""
+        ...
+
+
+class HoldingReader(Reader, Protocol):
+    """A reader that can also hold stored messages unacked for long (``--ack on-complete``;
+    its broker's ``cannot_hold`` answers None).
+
+    After a commit the loop calls ``hold`` with the stored messages that made
+    todos, then ``ack`` for the batch with those left out; once every todo
+    made from a held message is finished it calls ``ack`` with it (``stored``
+    all True). Everything else is as for ``Reader``.
+    """
+
+    async def hold(self, messages: list[Message]) -> None:
+        """Keep these stored messages unacked at the broker until ``ack`` settles them, however long.
+
+        Renews, in the background, whatever lease the broker puts on a delivery
+        (an in-progress ack, a visibility timeout, an idle time) well before it
+        runs out, so that the broker never delivers a held message again while
+        this reader lives. A message of the same ``external_id`` held already
+        (the broker delivered it again) takes its place. ``close`` stops the
+        renewals and leaves the held messages with the broker, unacked: they
+        are delivered again to the next reader (handed back at once where the
+        broker can be told so; else once their lease runs out), and their keys
+        collapse them.
+        """
         ...
 
 

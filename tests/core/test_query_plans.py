@@ -66,6 +66,8 @@ PLANS = {
     "todos_of_event": "todos_by_event",
     "event_in_scope": "todos_by_event",
     "event_in_queues": "todos_by_event",
+    # what an adapter acking on completion asks of the messages it holds
+    "events_in_play": "todos_by_event",
 }
 
 # Statements that walk every todo, and why that is accepted.

@@ -682,6 +682,12 @@ WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
    OR event_id = :event_id
 ORDER BY id;
 
+-- name: events_in_play
+-- Which of :ids (a JSON array of event ids) still have a todo they produced pending or claimed.
+SELECT DISTINCT event_id FROM todos
+WHERE event_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+  AND state IN ('pending', 'claimed');
+
 -- name: event_in_scope
 -- Whether a todo in one of :queues (a JSON array) came from the event.
 SELECT 1 AS "1" FROM todos

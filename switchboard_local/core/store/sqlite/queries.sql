@@ -558,6 +558,13 @@ WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
    OR event_id = :event_id
 ORDER BY id;
 
+-- name: events_in_play
+-- Which of :ids (a JSON array of event ids) still have work in play: a todo
+-- they produced (their delivery's, or a replay's) pending or claimed. An
+-- adapter acking on completion asks it of the messages it holds.
+SELECT DISTINCT event_id FROM todos
+WHERE event_id IN (SELECT value FROM json_each(:ids)) AND state IN ('pending', 'claimed');
+
 -- name: event_in_scope
 -- Whether a todo in one of :queues (a JSON array) came from the event.
 SELECT 1 FROM todos
