@@ -31,6 +31,7 @@ PLANS = {
     "claim_next_in_queue": "todos_ready_by_queue",
     "claim_next_in_queues": "todos_ready_by_queue",
     "claim_by_id": "INTEGER PRIMARY KEY",
+    "todos_by_ids": "INTEGER PRIMARY KEY",  # todo wait, wait_todos
     "any_lapsed_lease": "todos_leases",
     "end_lapsed_attempts": "todos_leases",
     "recover_lapsed_leases": "todos_leases",

@@ -63,6 +63,11 @@ WHERE queue = :queue AND idempotency_key = :idempotency_key
 -- name: get_todo
 SELECT * FROM todos WHERE id = :id;
 
+-- name: todos_by_ids
+-- The todos :ids names (a JSON array of todo ids), by id: what `todo wait`
+-- and the MCP tool wait_todos look at each time a commit wakes them.
+SELECT * FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
 -- name: list_todos
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
