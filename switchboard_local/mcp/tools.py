@@ -1,4 +1,4 @@
-"""The thirteen MCP tools, each a thin call of one core verb inside the caller's scope.
+"""The fourteen MCP tools, each a thin call of one core verb inside the caller's scope.
 
 Argument names match the core and the CLI (``id``, ``lease_token``,
 ``queue``…); a docstring is the tool's description, written for the model
@@ -30,7 +30,7 @@ from ..core.todo_model import (
     NewTodo,
     State,
 )
-from ..core.todos import MAX_BATCH, Completion, Failure, Lease, NextClaim
+from ..core.todos import MAX_BATCH, MAX_WAITED, Completion, Failure, Lease, NextClaim
 from .channel import Doorbell
 from .models import (
     ClaimNextResult,
@@ -45,6 +45,7 @@ from .models import (
     TodoFull,
     TodoPage,
     TodoRow,
+    WaitedTodos,
     finished_items,
     finished_row,
     finished_with_next,
@@ -91,6 +92,8 @@ class Session:
     # The queues of this session's claim_next calls that are waiting right now:
     # what lands there is about to be handed over, so the doorbell stays silent.
     polling: list[frozenset[str] | None] = field(default_factory=list)
+    # The todos this session made with create_for: wait_todos answers them wherever they went.
+    created: set[int] = field(default_factory=set)
 
     def is_polling(self, queue: str) -> bool:
         return any(queues is None or queue in queues for queues in self.polling)
@@ -447,11 +450,36 @@ async def create_for(
         idempotency_key=idempotency_key,
     )
     todo, created = await todos.create(s.store, new, by=s.owner)
+    if created:
+        s.created.add(todo.id)
     if not created and not s.scope.has_queue(todo.queue):
         # A live todo the agent cannot read holds the key: it learns that much
         # (what idempotency promises), and nothing of the todo.
         return CreatedTodo(todo=None, created=False)
     return CreatedTodo(todo=TodoRow.of(todo), created=created)
+
+
+WaitIds = Annotated[
+    list[Annotated[int, Field(strict=True, ge=1, le=INT64_MAX)]],
+    Field(min_length=1, max_length=MAX_WAITED, description="ids of the todos to wait for (e.g. create_for's)"),
+]
+
+
+async def wait_todos(
+    ctx: Context,
+    ids: WaitIds,
+    wait_seconds: Annotated[
+        float, Field(strict=True, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for all to finish")
+    ] = 0,
+) -> WaitedTodos:
+    """Wait for todos to finish, e.g. the ones you handed on with create_for: answers each one's state (done,
+    failed: a dead letter, cancelled, or still pending or claimed) and result as soon as all are finished, or when
+    wait_seconds pass (finished false: call again to wait on). Todos in your queues, or made by your create_for."""
+    s = _session(ctx)
+    found = await todos.wait_finished(
+        s.store, ids, wait=wait_seconds, changes=s.changes, queues=s.scope.queues, own=s.created
+    )
+    return WaitedTodos.of(found, BATCH_BUDGET)
 
 
 # ---------------------------------------------------------------- events
@@ -503,7 +531,7 @@ class ToolSpec:
 
 
 TOOLS = tuple(
-    ToolSpec(fn.__name__, fn, read_only=fn in (list_todos, get_todo, list_events, get_event, queue_stats))
+    ToolSpec(fn.__name__, fn, read_only=fn in (list_todos, get_todo, wait_todos, list_events, get_event, queue_stats))
     for fn in (
         list_todos,
         get_todo,
@@ -514,6 +542,7 @@ TOOLS = tuple(
         fail,
         release,
         create_for,
+        wait_todos,
         list_events,
         get_event,
         replay_event,

@@ -110,6 +110,15 @@ async def test_a_todo_out_of_the_scope_is_one_that_does_not_exist(store) -> None
         await todos.of_ids(store, [mine, theirs], queues=["mine"])
 
 
+async def test_a_todo_the_caller_made_is_answered_wherever_it_put_it(store) -> None:
+    (mine,) = await made(store, "mine", queue="mine")
+    handed_on, other = await made(store, "handed on", "someone else's", queue="theirs")
+    found = await todos.of_ids(store, [mine, handed_on], queues=["mine"], own={handed_on})
+    assert [(t.id, t.queue) for t in found] == [(mine, "mine"), (handed_on, "theirs")]
+    with pytest.raises(NotFound, match=rf"todo {other} does not exist$"):
+        await todos.of_ids(store, [handed_on, other], queues=["mine"], own={handed_on})
+
+
 @pytest.mark.parametrize(
     ("ids", "message"),
     [

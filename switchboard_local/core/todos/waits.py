@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument, NotFound
@@ -48,15 +48,19 @@ def _ids(todo_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-async def of_ids(store: Store, todo_ids: Sequence[int], *, queues: Sequence[str] | None = None) -> list[Todo]:
-    """The todos named, as they are now, in the order named (each once); ``queues``: a scope each must be in.
+async def of_ids(
+    store: Store, todo_ids: Sequence[int], *, queues: Sequence[str] | None = None, own: Collection[int] = ()
+) -> list[Todo]:
+    """The todos named, as they are now, in the order named (each once).
 
-    NotFound names every id that does not exist (or is out of the scope), and nothing is answered.
+    ``queues``: a scope each must be in, unless its id is among ``own`` (todos
+    the caller made, wherever it put them). NotFound names every id that does
+    not exist (or is out of the scope), and nothing is answered.
     """
     ids = _ids(todo_ids)
     await settle_lapsed(store)
     rows = await store.read_all(Q.todos_by_ids, {"ids": json.dumps(ids)})
-    found = {todo.id: todo for todo in map(Todo.from_row, rows) if queues is None or todo.queue in queues}
+    found = {t.id: t for t in map(Todo.from_row, rows) if queues is None or t.queue in queues or t.id in own}
     missing = [todo_id for todo_id in ids if todo_id not in found]
     if len(missing) == 1:
         raise NotFound(f"todo {missing[0]} does not exist")
@@ -72,19 +76,21 @@ async def wait_finished(
     wait: float,
     changes: Changes,
     queues: Sequence[str] | None = None,
+    own: Collection[int] = (),
 ) -> list[Todo]:
     """The todos named once every one is finished, or as they are when ``wait`` seconds have passed.
 
-    ``wait``: seconds, 0 for a look without waiting, ``math.inf`` for as long as it takes.
-    ``changes`` must be running (``watch.following``). Which of them were done,
-    failed or cancelled, or are still pending or claimed, the caller reads from the answer.
+    ``wait``: seconds, 0 for a look without waiting, ``math.inf`` for as long as
+    it takes. ``changes`` must be running (``watch.following``); ``queues`` and
+    ``own`` as for ``of_ids``. Which of them were done, failed or cancelled, or
+    are still pending or claimed, the caller reads from the answer.
     """
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or math.isnan(wait) or wait < 0:
         raise InvalidArgument(f"the wait is a number of seconds, 0 or more, got {wait!r}")
     deadline = time.monotonic() + wait
     while True:
         seen = changes.count  # before the look: a commit during it still wakes the wait below
-        found = await of_ids(store, todo_ids, queues=queues)
+        found = await of_ids(store, todo_ids, queues=queues, own=own)
         remaining = deadline - time.monotonic()
         if all(map(finished, found)) or remaining <= 0:
             return found
