@@ -56,6 +56,7 @@ DEFAULT_VISIBILITY = 60
 MIN_VISIBILITY = 2  # renewed every third of it: shorter leaves no time for a renewal's round trip
 MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
+HOLDING_WAIT = 5  # the longest poll while messages are held: holding.RECHECK, the most between two releases
 HAND_BACK_WAIT = 5.0  # seconds a stop waits for SQS to take the held messages back (else: after their timeout)
 
 QUEUE_URL = Option("queue_url", "the queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); --queue is "
@@ -319,7 +320,8 @@ class Reader:
         reply = await client.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=self.batch,
-            WaitTimeSeconds=self.wait,
+            # While it holds messages the loop must get back to its release (holding.RECHECK) between reads.
+            WaitTimeSeconds=min(self.wait, HOLDING_WAIT) if self._holding else self.wait,
             VisibilityTimeout=self.visibility,
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],

@@ -52,6 +52,7 @@ from .models import (
 )
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
+MAX_CREATED = 10_000  # create_for's todos a session remembers as its own
 MAX_PAGE = 200
 
 
@@ -92,8 +93,14 @@ class Session:
     # The queues of this session's claim_next calls that are waiting right now:
     # what lands there is about to be handed over, so the doorbell stays silent.
     polling: list[frozenset[str] | None] = field(default_factory=list)
-    # The todos this session made with create_for: wait_todos answers them wherever they went.
-    created: set[int] = field(default_factory=set)
+    # The todos this session made with create_for (the newest MAX_CREATED): wait_todos and
+    # get_todo answer them wherever they went.
+    created: dict[int, None] = field(default_factory=dict)
+
+    def made(self, todo_id: int) -> None:
+        self.created[todo_id] = None
+        if len(self.created) > MAX_CREATED:
+            del self.created[next(iter(self.created))]  # the oldest: dicts keep their order
 
     def is_polling(self, queue: str) -> bool:
         return any(queues is None or queue in queues for queues in self.polling)
@@ -167,7 +174,7 @@ async def get_todo(ctx: Context, id: TodoId) -> TodoFull:
     """Show one todo in full: payload, result, last error and its attempt history (who claimed it, when, how each
     attempt ended). It does not claim it and never shows a lease token."""
     s = _session(ctx)
-    return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues))
+    return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues, own=s.created))
 
 
 async def queue_stats(ctx: Context) -> QueueStatsResult:
@@ -451,7 +458,7 @@ async def create_for(
     )
     todo, created = await todos.create(s.store, new, by=s.owner)
     if created:
-        s.created.add(todo.id)
+        s.made(todo.id)
     if not created and not s.scope.has_queue(todo.queue):
         # A live todo the agent cannot read holds the key: it learns that much
         # (what idempotency promises), and nothing of the todo.

@@ -153,6 +153,36 @@ async def test_a_held_sqs_message_is_kept_hidden_so_it_is_never_received_again(r
     assert stored(db_path) == 1  # received once: never visible again
 
 
+class NotingWaits(Counting):
+    """The SQS client, with each ReceiveMessage's long poll (WaitTimeSeconds) noted."""
+
+    def __init__(self, options: dict, waits: list[int]) -> None:
+        super().__init__(options, [])
+        self.waits = waits
+
+    async def receive_message(self, **kwargs):  # noqa: ANN003, ANN201
+        self.waits.append(kwargs["WaitTimeSeconds"])
+        return await self.client.receive_message(**kwargs)
+
+
+async def test_while_it_holds_messages_an_sqs_long_poll_is_cut_to_a_release_interval(request, real_store,
+                                                                                     db_path) -> None:  # fmt: skip
+    # A release runs between reads: a 20 s poll on a quiet queue would delete a finished message 20 s late.
+    with rig_for(request, "sqs") as rig:
+        waits: list[int] = []
+        rig.publish([json.dumps({"n": 1})])
+        running = Running(real_store, await rig.add(real_store, wait_seconds=8),
+                          connect=lambda options: NotingWaits(options, waits))  # fmt: skip
+        await running.until(rig.counts, (0, 1))  # held
+        await running.until(lambda: waits.count(sqs.HOLDING_WAIT) >= 2, True)
+        await complete(real_store, todo_ids(db_path, "work")[0])
+        await running.until(rig.counts, (0, 0))
+        polls_when_deleted = len(waits)
+        await running.until(lambda: len(waits) > polls_when_deleted, True)  # the next poll: nothing held
+        await running.finish()
+    assert (waits[0], waits.count(sqs.HOLDING_WAIT) >= 2, waits[-1]) == (8, True, 8)  # cut only while holding
+
+
 async def test_at_the_consumers_max_ack_pending_jetstream_delivers_no_more_until_a_todo_finishes(
     request, real_store, db_path, caplog
 ) -> None:

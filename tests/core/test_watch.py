@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from switchboard_local.core import events, queues, todos, watch
+from switchboard_local.core.errors import Unavailable
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo
@@ -168,3 +169,36 @@ async def test_a_long_poll_tries_again_when_a_commit_lands_and_not_before(store,
         created, _ = await todos.create(store, NewTodo(queue="q", title="late"))
     assert [todo.id if todo else None for todo in found] == [None, created.id]
     assert answer["todo"].id == created.id
+
+
+class Outage:
+    """The store, but its data_version fails from its ``fails_from``-th call on (a listener's connection lost)."""
+
+    def __init__(self, store: Any, fails_from: int) -> None:
+        self.store, self.fails_from, self.calls = store, fails_from, 0
+
+    async def data_version(self) -> Any:
+        self.calls += 1
+        if self.calls >= self.fails_from:
+            raise Unavailable("the database server is unreachable")
+        return await self.store.data_version()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_a_wait_on_a_store_that_cannot_be_polled_ends_at_its_timeout_rather_than_never(store) -> None:
+    created, _ = await todos.create(store, NewTodo(queue="q", title="t"))
+    with anyio.fail_after(10):
+        async with watch.following(Outage(store, fails_from=1)) as changes:
+            (found,) = await todos.wait_finished(store, [created.id], wait=0, changes=changes)
+    assert found.state == "pending"
+
+
+async def test_a_poll_that_fails_wakes_the_waiters_to_look_for_themselves(store) -> None:
+    outage = Outage(store, fails_from=2)  # the first poll reads the version; the next ones fail
+    with anyio.fail_after(10):  # the wait asks for 60 s: only a wake-up ends it sooner
+        async with watch.following(outage) as changes:
+            seen = changes.count
+            assert await changes.wait(seen, timeout=60) > seen
+    assert outage.calls >= 2

@@ -87,8 +87,23 @@ async def test_an_agent_waits_on_what_its_create_for_made_outside_its_queues_and
         await finish(store, made, {"artifact": "a.tar"})
         answer = await call(client, "wait_todos", ids=[made])
         hidden = await refused(client, "wait_todos", ids=[made, elsewhere])
+        shown = await call(client, "get_todo", id=made)  # the result in full, past wait_todos' size bound
+        not_shown = await refused(client, "get_todo", id=elsewhere)
     assert [(t["id"], t["result"]) for t in answer["todos"]] == [(made, {"artifact": "a.tar"})]
     assert hidden == f"not_found: todo {elsewhere} does not exist"
+    assert (shown["id"], shown["result"]) == (made, {"artifact": "a.tar"})
+    assert not_shown == f"not_found: todo {elsewhere} does not exist"
+
+
+async def test_a_session_remembers_its_newest_create_for_todos_and_forgets_the_oldest(store, monkeypatch) -> None:
+    monkeypatch.setattr(tools, "MAX_CREATED", 2)
+    agent = await agents.add(store, "lead", queues=["lead"], create_queues=["builds"])
+    async with connect(store, agent) as client:
+        made = [(await call(client, "create_for", title=f"build {n}", queue="builds"))["todo"]["id"] for n in range(3)]
+        forgotten = await refused(client, "wait_todos", ids=[made[0]])
+        remembered = await call(client, "wait_todos", ids=made[1:])
+    assert forgotten == f"not_found: todo {made[0]} does not exist"
+    assert [t["id"] for t in remembered["todos"]] == made[1:]
 
 
 async def test_a_result_past_the_answers_size_bound_is_named_not_inlined(store, monkeypatch) -> None:
