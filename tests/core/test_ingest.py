@@ -13,6 +13,7 @@ from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store.interface import Store, Transaction
 from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -418,6 +419,18 @@ async def test_many_events_are_asked_about_in_bounded_reads_and_answered_whole(s
     for finished in made[1::2]:
         await todos.cancel(store, finished.todo_ids[0], by="operator")
     ids = [m.event_id for m in made]
+    asked: list[list[int]] = []
+    read_all = store.read_all
+
+    async def noted(sql, params=()):
+        if sql == Q.events_in_play:
+            asked.append(json.loads(params["ids"]))
+        return await read_all(sql, params)
+
+    monkeypatch.setattr(store, "read_all", noted)
     # The first and the last event in play, each at a chunk's edge (3 + 3 + 1 ids).
     assert await events.in_play(store, [*ids, *ids]) == set(ids[::2])
+    assert asked == [ids[0:3], ids[3:6], ids[6:]]  # each id asked about once, in reads of at most the chunk
+    asked.clear()
     assert await events.in_play(store, []) == set()
+    assert asked == []
