@@ -210,12 +210,9 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         _forget_survivors(area)
         resume = True
     if resume:
-        undecided = _undecided(area)
-        if not undecided and _meta():
-            print(f"{area}: nothing left for mutmut to run")
-            run_by_copy(area, jobs, resume)  # mutmut leaves these undecided: they run in copies
-            return
-        names = undecided or names
+        # With nothing undecided, mutmut still runs on the area's patterns: it makes the mutants of a
+        # function changed (or added) since the last run anew, and runs only those (the decided ones it skips).
+        names = _undecided(area) or names
     elif area == "store":
         names = sorted(n for n in _meta() if _in_area(n, area)) or names
     _skip_tests(area)
