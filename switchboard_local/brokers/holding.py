@@ -44,15 +44,16 @@ Answer = Ingested | Exception
 
 
 class Holding:
-    """The messages one reader holds until their todos finish, by external id (a message
-    delivered again takes the place of the one held: the broker's newest delivery is the one to ack)."""
+    """The messages one reader holds until their todos finish, by the broker's id for each (a message
+    delivered again takes the place of the one held: the broker's newest delivery is the one to ack;
+    two messages sharing an external id, one event, are both held and both acked when its todos finish)."""
 
     def __init__(self, store: Store, name: str, reader: HoldingReader, changes: watch.Changes) -> None:
         self.store = store
         self.name = name
         self.reader = reader
         self.changes = changes
-        self.held: dict[str, tuple[Message, int]] = {}  # external id -> (message, its event's id)
+        self.held: dict[str, tuple[Message, int]] = {}  # Message.held_as -> (message, its event's id)
         self._asked_at = float("-inf")
         self._seen = changes.count
 
@@ -62,7 +63,7 @@ class Holding:
         if keep:
             await self.reader.hold([m for m, _ in keep])  # before the batch's ack: no moment unrenewed
             for message, answer in keep:
-                self.held[message.external_id] = (message, answer.event_id)
+                self.held[message.held_as] = (message, answer.event_id)
         await self.reader.ack(messages, [isinstance(a, Ingested) and not a.todo_ids for a in answers])
 
     async def release(self) -> None:
@@ -77,7 +78,7 @@ class Holding:
             return
         await self.reader.ack(done, [True] * len(done))
         for message in done:
-            del self.held[message.external_id]
+            del self.held[message.held_as]
         log.debug("adapter %s: %d held messages acked, their todos finished; %d held", self.name, len(done),
                   len(self.held))  # fmt: skip
 

@@ -223,7 +223,7 @@ class JetStreamReader:
         self._renew_every = self.ack_wait / 3
         self._batch: list[Msg] = []  # read and neither acked nor left to redelivery: nak'd on close
         self._renewing: asyncio.Task[None] | None = None
-        self._holding: dict[str, Msg] = {}  # held until their todos finish (--ack on-complete), by external id
+        self._holding: dict[str, Msg] = {}  # held until their todos finish (--ack on-complete), by Message.held_as
         self._keeping: asyncio.Task[None] | None = None
         self._max_ack_pending = 0  # the consumer's (0: no limit): what it delivers unacked at most
         self._at_limit = False
@@ -246,7 +246,7 @@ class JetStreamReader:
         acked = [m for m, done in zip(messages, stored) if done]
         for message in acked:
             await message.receipt.ack()
-            self._holding.pop(message.external_id, None)
+            self._holding.pop(message.held_as, None)
         # The others stay unacked: the server redelivers them after AckWait (or they are held).
         self._batch = []
         if acked:
@@ -255,7 +255,7 @@ class JetStreamReader:
     async def hold(self, messages: list[Message]) -> None:
         """Held until their todos finish: an in-progress ack for each every third of AckWait, as for a batch."""
         for message in messages:
-            self._holding[message.external_id] = message.receipt
+            self._holding[message.held_as] = message.receipt
         if self._keeping is None:
             self._keeping = asyncio.create_task(self._keep(), name=f"adapter:{self.name}:holding")
         at_limit = 0 < self._max_ack_pending <= len(self._holding)
@@ -351,7 +351,7 @@ class JetStreamReader:
         if msg_id:
             headers["nats-msg-id"] = msg_id
         return Message(external_id=msg_id or str(sequence), body=msg.data, type=msg.subject, headers=headers,
-                       receipt=msg)  # fmt: skip
+                       receipt=msg, broker_id=str(sequence))  # fmt: skip
 
     async def _renew(self, msgs: list[Msg]) -> None:
         """Until the batch is acked: tell the server it is still being worked on, well within AckWait."""

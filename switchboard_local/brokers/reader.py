@@ -24,6 +24,15 @@ class Message:
     type: str  # the event type rules match on (Redis: the key)
     headers: dict[str, str]  # where it was read, kept with the event
     receipt: Any = field(default=None, compare=False, repr=False)  # what ``ack`` needs to settle it
+    # The broker's own id for this message, the same on each redelivery (NATS: the stream sequence;
+    # SQS: the MessageId), where the external id may be shared by two messages (a producer's id reused
+    # past the broker's duplicate window: one event for both). Empty: the external id is the broker's.
+    broker_id: str = field(default="", compare=False)
+
+    @property
+    def held_as(self) -> str:
+        """What a held message is known by (--ack on-complete): one key per message, whichever delivery."""
+        return self.broker_id or self.external_id
 
 
 class Reader(Protocol):

@@ -43,7 +43,7 @@ class StreamReader(RedisReader):
         self.claim_idle: float = self.config["claim_idle"]
         self._started = False
         self._own_pending: bytes | str | None = "0"  # where the re-read of our own pending entries has got to
-        self._holding: dict[str, bytes] = {}  # held entries: external id -> entry id
+        self._holding: dict[str, bytes] = {}  # held entries: Message.held_as -> entry id
         self._keeping: asyncio.Task[None] | None = None
         self._claim_from: bytes | str | None = None  # the XAUTOCLAIM cursor while a take-over runs
         # Never claimed: the first read takes over at once. (Not 0.0: time.monotonic() starts
@@ -82,11 +82,11 @@ class StreamReader(RedisReader):
         if acked:
             await self.client.xack(self.key, self.group, *[m.receipt for m in acked])
         for message in acked:
-            self._holding.pop(message.external_id, None)
+            self._holding.pop(message.held_as, None)
 
     async def hold(self, messages: list[Message]) -> None:
         for message in messages:
-            self._holding[message.external_id] = message.receipt
+            self._holding[message.held_as] = message.receipt
         if self._keeping is None:
             self._keeping = asyncio.create_task(self._keep(), name=f"adapter:{self.name}:holding")
 

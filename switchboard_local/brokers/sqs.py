@@ -305,7 +305,7 @@ class Reader:
         self._stack = AsyncExitStack()
         self._client: Any = None
         self._renewing: asyncio.Task[None] | None = None
-        self._holding: dict[str, str] = {}  # held until their todos finish (--ack on-complete): external id -> handle
+        self._holding: dict[str, str] = {}  # held until their todos finish (--ack on-complete): Message.held_as -> handle
         self._keeping: asyncio.Task[None] | None = None
 
     async def _sqs(self) -> Any:
@@ -350,7 +350,7 @@ class Reader:
             reply = await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
             failed += reply.get("Failed", [])
         for message in acked:
-            self._holding.pop(message.external_id, None)
+            self._holding.pop(message.held_as, None)
         if failed:
             codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
             raise NotDeleted(count=len(failed), codes=codes)
@@ -358,7 +358,7 @@ class Reader:
     async def hold(self, messages: list[Message]) -> None:
         """Held until their todos finish: a new visibility timeout every third of one, as for a batch."""
         for message in messages:
-            self._holding[message.external_id] = message.receipt
+            self._holding[message.held_as] = message.receipt
         if self._keeping is None:
             self._keeping = asyncio.create_task(self._keep(), name=f"sqs-holding:{self.name}")
 
@@ -441,4 +441,5 @@ class Reader:
             type=self.queue,
             headers=headers,
             receipt=received["ReceiptHandle"],
+            broker_id=received["MessageId"],
         )

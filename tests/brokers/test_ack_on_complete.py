@@ -5,6 +5,7 @@ num_ack_pending, ApproximateNumberOfMessagesNotVisible) falls only as those todo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -119,6 +120,41 @@ async def test_a_held_jetstream_message_gets_in_progress_acks_so_it_is_never_red
         await running.finish()
         rig.nats.run(subscription.unsubscribe())
     assert stored(db_path) == 1
+
+
+async def test_two_jetstream_messages_sharing_a_msg_id_are_both_held_and_both_acked_when_its_todo_finishes(
+    request, real_store, db_path
+) -> None:
+    # A producer's Nats-Msg-Id reused past the stream's duplicate window: two messages, one event and one todo.
+    # Held by the message id, the second took the first's place: the first went unrenewed and came back.
+    with rig_for(request, "nats", short_lease=True) as rig:
+        renewals: list[str] = []
+
+        async def seen(msg) -> None:  # noqa: ANN001
+            if msg.data == b"+WPI":
+                renewals.append(msg.subject)
+
+        async def send_twice() -> None:
+            js = rig.nats.client.jetstream()
+            await js.update_stream(api.StreamConfig(name="WORK", subjects=["work.>"], duplicate_window=0.1))
+            await js.publish("work.job", b'{"n": 1}', headers={"Nats-Msg-Id": "order-7"})
+            while (await js.publish("work.job", b'{"n": 1}', headers={"Nats-Msg-Id": "order-7"})).duplicate:
+                await asyncio.sleep(0.05)  # until the window has passed: the broker says when
+
+        rig.nats.run(send_twice())
+        subscription = rig.nats.run(rig.nats.client.subscribe("$JS.ACK.WORK.>", cb=seen))
+        running = Running(real_store, await rig.add(real_store))
+        await running.until(lambda: events(db_path), 1)  # the consumer exists once something is stored
+        await running.until(rig.counts, (0, 2))  # both delivered, both held
+        assert (events(db_path), todos(db_path)) == (1, 1)
+        info = lambda: rig.nats.run(consumer_info(rig.nats.client, "WORK"))  # noqa: E731
+        # Each renewed past two AckWaits (or, were one left unrenewed, its redelivery).
+        await running.until(lambda: len(renewals) >= 8 or info().num_redelivered > 0, True)
+        assert (info().num_redelivered, info().num_ack_pending) == (0, 2)
+        await complete(real_store, todo_ids(db_path, "work")[0])
+        await running.until(rig.counts, (0, 0))
+        await running.finish()
+        rig.nats.run(subscription.unsubscribe())
 
 
 class Counting:
