@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -50,6 +51,7 @@ NAME = "sqs"
 DESCRIPTION = "Amazon SQS: long-polled, deleted after the commit (a standard or FIFO queue)"
 
 MAX_BATCH = 10  # ReceiveMessage's and the batch calls' maximum
+RENEW_CALLS = 10  # ChangeMessageVisibilityBatch calls at once: 100 held messages a round trip
 DEFAULT_WAIT = 1  # seconds; also how soon a stop is noticed (the Reader protocol's "about a second")
 MAX_WAIT = 20  # SQS's longest poll
 DEFAULT_VISIBILITY = 60
@@ -395,23 +397,38 @@ class Reader:
             await self._hide(list(self._holding.values()), "keep the held messages hidden")
 
     async def _hide(self, handles: list[str], what: str, seconds: int | None = None) -> None:
-        """A new visibility timeout (``seconds``, else --visibility-timeout) for each message, ten a call; a
-        failure is logged (the next ack or read meets a fault of the connection too; a message that came back
-        is delivered again, and its key collapses it)."""
+        """A new visibility timeout (``seconds``, else --visibility-timeout) for each message, ten a call and
+        up to RENEW_CALLS calls at once; a call that fails is logged and the others go on (the next ack or
+        read meets a fault of the connection too; a message that came back is delivered again, and its key
+        collapses it)."""
         timeout = self.visibility if seconds is None else seconds
-        failed = []
-        for start in range(0, len(handles), MAX_BATCH):
-            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": timeout}
-                       for i, h in enumerate(handles[start : start + MAX_BATCH])]  # fmt: skip
-            try:
-                reply = await self._client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
-            except (BotoCoreError, ClientError, OSError) as exc:
-                log.warning("adapter %s: cannot %s: %s", self.name, what, _said(exc, self.secrets))
-                return
-            failed += reply.get("Failed", [])
+        gate = asyncio.Semaphore(RENEW_CALLS)
+
+        async def call(chunk: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": timeout} for i, h in enumerate(chunk)]
+            async with gate:
+                try:
+                    reply = await self._client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+                except (BotoCoreError, ClientError, OSError) as exc:
+                    return [{"Code": "not sent"}] * len(chunk), _said(exc, self.secrets)
+            return reply.get("Failed", []), None
+
+        started = time.monotonic()
+        chunks = [handles[at : at + MAX_BATCH] for at in range(0, len(handles), MAX_BATCH)]
+        answers = await asyncio.gather(*(call(chunk) for chunk in chunks))
+        failed = [f for refused, _ in answers for f in refused]
+        errors = [error for _, error in answers if error is not None]
+        if errors:
+            log.warning("adapter %s: cannot %s: %d of %d calls failed: %s", self.name, what, len(errors), len(answers),
+                        errors[0])  # fmt: skip
         if failed:
             codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
             log.warning("adapter %s: cannot %s: %d messages refused (%s)", self.name, what, len(failed), codes)
+        took = time.monotonic() - started
+        if seconds is None and took > self.visibility / 3:
+            log.warning("adapter %s: renewing %d held messages took %.1f s, more than a third of the visibility "
+                        "timeout: some may become visible; raise --visibility-timeout", self.name, len(handles),
+                        took)  # fmt: skip
 
     async def _stop_renewing(self) -> None:
         if self._renewing is not None:

@@ -10,6 +10,7 @@ import json
 import logging
 
 import pytest
+from botocore.exceptions import ClientError
 from nats.js import api
 
 from switchboard_local.brokers import sqs
@@ -217,6 +218,49 @@ async def test_while_it_holds_messages_an_sqs_long_poll_is_cut_to_a_release_inte
         await running.until(lambda: len(waits) > polls_when_deleted, True)  # the next poll: nothing held
         await running.finish()
     assert (waits[0], waits.count(sqs.HOLDING_WAIT) >= 2, waits[-1]) == (8, True, 8)  # cut only while holding
+
+
+class OneHandleRefused(Counting):
+    """The SQS client, refusing every visibility change that names one message's handle (the first held),
+    and noting how many messages each ReceiveMessage brought."""
+
+    def __init__(self, options: dict, received: list[int]) -> None:
+        super().__init__(options, [])
+        self.received, self.refused_handle = received, None
+
+    async def receive_message(self, **kwargs):  # noqa: ANN003, ANN201
+        reply = await self.client.receive_message(**kwargs)
+        got = reply.get("Messages", [])
+        self.received.append(len(got))
+        if got and self.refused_handle is None:
+            self.refused_handle = got[0]["ReceiptHandle"]
+        return reply
+
+    async def change_message_visibility_batch(self, **kwargs):  # noqa: ANN003, ANN201
+        if any(e["ReceiptHandle"] == self.refused_handle for e in kwargs["Entries"]):
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "refused by the test"}},
+                              "ChangeMessageVisibilityBatch")  # fmt: skip
+        return await self.client.change_message_visibility_batch(**kwargs)
+
+
+async def test_a_renewal_call_sqs_fails_leaves_only_its_own_ten_messages_unrenewed(request, real_store,
+                                                                                   db_path) -> None:  # fmt: skip
+    with rig_for(request, "sqs", short_lease=True) as rig:
+        received: list[int] = []
+        rig.publish(bodies(30))
+        running = Running(real_store, await rig.add(real_store),
+                          connect=lambda options: OneHandleRefused(options, received))  # fmt: skip
+        await running.until(lambda: events(db_path), 30)
+        await running.until(rig.counts, (0, 30))  # all held
+        first_rounds = len(received)
+        # Past three visibility timeouts: the refused call's ten come back (received again), the rest never.
+        await running.until(lambda: sum(received) >= 40 and len(received) >= first_rounds + 3, True)
+        await running.until(lambda: len(received) >= first_rounds + 12, True)
+        assert sum(received) == 40 and events(db_path) == 30
+        for todo_id in todo_ids(db_path, "work"):
+            await complete(real_store, todo_id)
+        await running.until(rig.counts, (0, 0))
+        await running.finish()
 
 
 async def test_at_the_consumers_max_ack_pending_jetstream_delivers_no_more_until_a_todo_finishes(
