@@ -85,8 +85,9 @@ async def held_once(rig, real_store, db_path, connect=None) -> Running:
     return running
 
 
-async def test_a_held_stream_entry_is_claimed_again_so_no_take_over_delivers_it_twice(request, real_store,
-                                                                                      db_path) -> None:  # fmt: skip
+async def test_a_held_stream_entry_is_claimed_again_so_no_take_over_delivers_it_twice(request, real_store, db_path,
+                                                                                      caplog) -> None:  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     with rig_for(request, "redis", short_lease=True) as rig:
         running = await held_once(rig, real_store, db_path)
         take_overs = calls(rig.client, "xautoclaim")
@@ -95,6 +96,7 @@ async def test_a_held_stream_entry_is_claimed_again_so_no_take_over_delivers_it_
         (entry,) = rig.client.xpending_range("work", "switchboard", "-", "+", 10)
         assert (entry["times_delivered"], rig.counts()) == (1, (0, 1))  # never delivered again, still held
         assert calls(rig.client, "xclaim") >= 3  # ...because it was claimed again (JUSTID: no delivery)
+        assert [m for m in caplog.messages if "renew" in m] == []  # each renewal went through
         await complete(real_store, todo_ids(db_path, "work")[0])
         await running.until(rig.counts, (0, 0))
         await running.finish()
@@ -320,3 +322,17 @@ async def test_a_list_adapter_set_to_ack_on_complete_by_hand_reads_nothing_and_s
                                      "head (--mode stream can: its consumer group's pending entries); re-add it with "
                                      "--ack on-store")  # fmt: skip
     assert broker.client().llen("jobs") == 1 and events(db_path) == 0  # nothing read, nothing stored
+
+
+async def test_a_pubsub_adapter_set_to_ack_on_complete_by_hand_says_why_and_keeps_retrying(real_store, broker,
+                                                                                          db_path) -> None:  # fmt: skip
+    adapter = await add_adapter(real_store, broker.url, "pubsub", "alerts", name="alerts")
+    edited = json.dumps({**adapter.config, "ack": "on-complete"})  # what `adapter add` refuses for pub/sub
+    run(db_path, "UPDATE sources SET config = ? WHERE name = 'alerts'", (edited,))
+    running = Running(real_store, await sources.get(real_store, "alerts"), connect=broker.connect)
+    failures = "SELECT consecutive_failures FROM sources WHERE name = 'alerts'"
+    await running.until(lambda: value(db_path, failures), lambda n: n >= 2)  # its reader closed, and tried again
+    await running.finish()
+    assert value(db_path, "SELECT last_error FROM sources WHERE name = 'alerts'") == (
+        "CannotHold: --ack on-complete: Redis pub/sub keeps nothing to hold: a message is gone once it is delivered; "
+        "re-add it with --ack on-store")  # fmt: skip

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
+from collections.abc import Callable
 
 import pytest
 
-from switchboard_local.brokers.loop import Consumer, Supervisor
+from switchboard_local.brokers.loop import Consumer, Faults, Supervisor
 from switchboard_local.brokers.redis_client import url_password
 from switchboard_local.brokers.redis_stream import StreamReader
 from switchboard_local.brokers.registry import BROKERS
-from switchboard_local.core import rules, sources, todos
+from switchboard_local.core import leadership, rules, sources, todos
 from switchboard_local.core.events import body_hash
 
 from support.brokers import Running, add_adapter
 from support.redis_server import free_port, started_redis_server
 from support.sql import drop_trigger, refuse_inserts, rows, value
+from support.waits import until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +223,48 @@ def test_the_password_is_masked_in_health_even_when_percent_encoded() -> None:
     consumer = Consumer(None, source, asyncio.Event())  # type: ignore[arg-type]
     consumer._secrets = StreamReader(source).secrets  # what the consumer takes from its reader
     assert consumer._describe(RuntimeError("AUTH p@ss:word failed")) == "RuntimeError: AUTH **** failed"
+
+
+async def test_batches_are_stored_under_the_ingest_lease_and_none_once_another_process_leads(
+    real_store, broker, db_path, caplog
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="switchboard_local.brokers")
+    r = broker.client()
+    adapter = await add_adapter(real_store, broker.url, "stream", "orders")
+    events = lambda: value(db_path, "SELECT count(*) FROM events")  # noqa: E731
+    pending = lambda: r.xpending("orders", "switchboard")["pending"]  # noqa: E731
+    first = await leadership.try_lead(real_store, leadership.Candidate("holder-1", 1001, "box", "serve"))
+
+    async def consume(lease: leadership.Lease, until: Callable[[], bool], faults: Faults = Faults()) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(Consumer(real_store, adapter, stop, faults, broker.connect, lease).run())
+        await until_async(until, True)
+        if faults.pause_after_commit:
+            task.cancel()  # paused after the commit: the process dies before the ack
+        else:
+            stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    r.xadd("orders", {"payload": json.dumps({"n": 1})})
+    await consume(first, lambda: events() == 1, Faults(pause_after_commit=True))
+    r.xadd("orders", {"payload": json.dumps({"n": 2})})
+    await consume(first, lambda: (events(), pending()) == (2, 0))  # the first again (a duplicate), then the second
+
+    await leadership.release(real_store, first)
+    second = await leadership.try_lead(real_store, leadership.Candidate("holder-2", 1002, "box", "serve"))
+    r.xadd("orders", {"payload": json.dumps({"n": 3})})
+    failures = "SELECT consecutive_failures FROM sources WHERE name = 'orders'"
+    await consume(first, lambda: value(db_path, failures) >= 1)  # the lease it stores under is gone
+    assert (events(), pending()) == (2, 1)  # nothing stored, nothing acked
+    assert value(db_path, "SELECT last_error FROM sources") == (
+        f"NotLeader: not_leader: this process no longer leads ingest (fence {first.fence}); the batch was not stored")
+    await consume(second, lambda: (events(), pending()) == (3, 0))
+
+    assert caplog.messages.count("fault hook: committed 1 messages, pausing before the ack") == 1
+    assert [m for m in caplog.messages if "fence" in m and "NotLeader" not in m] == [
+        f"adapter orders: batch stored under fence {first.fence}: events [1]",
+        f"adapter orders: batch stored under fence {first.fence}: events []",  # a redelivery made no event
+        f"adapter orders: batch stored under fence {first.fence}: events [2]",
+        f"adapter orders: batch stored under fence {second.fence}: events [3]",
+    ]

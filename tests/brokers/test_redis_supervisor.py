@@ -15,11 +15,12 @@ import sqlite3
 import pytest
 
 from switchboard_local.brokers import loop
+from switchboard_local.brokers import redis as redis_broker
 from switchboard_local.brokers.loop import Consumer, Supervisor
-from switchboard_local.core import sources, webhook_config
+from switchboard_local.core import leadership, sources, webhook_config
 
 from support.brokers import Running, add_adapter
-from support.sql import value
+from support.sql import run, value
 
 pytestmark = pytest.mark.anyio
 
@@ -169,3 +170,33 @@ async def test_stopping_the_supervisor_stops_every_adapter_it_runs(real_store, b
     await running.finish()
     assert not supervisor.running
     assert {about(log, name)[-1] for name in ("jobs", "orders")} == {"adapter jobs: stopped", "adapter orders: stopped"}
+
+
+async def test_the_log_says_what_each_adapter_reads_or_why_it_cannot_say(real_store, broker, db_path, log,
+                                                                        monkeypatch) -> None:  # fmt: skip
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    await add_adapter(real_store, broker.url, "list", "jobs", name="jobs")
+    # A row from a later version (or edited by hand): a broker this one does not have.
+    run(db_path, "UPDATE sources SET config = json_set(config, '$.broker', 'kafka') WHERE name = 'jobs'")
+
+    def undescribable(config: dict) -> str:
+        raise KeyError("key")  # a config its broker cannot describe
+
+    monkeypatch.setattr(redis_broker, "where", undescribable)
+    supervisor = Supervisor(real_store, poll=POLL, connect=broker.connect)
+    running = Running(real_store, supervisor=supervisor)
+    await running.until(lambda: sorted(supervisor.running), ["jobs", "orders"])
+    await running.finish()
+    assert about(log, "orders")[0] == "adapter orders: started (cannot say (KeyError))"
+    assert about(log, "jobs")[0] == "adapter jobs: started (no such broker in this version)"
+
+
+async def test_the_adapters_store_under_the_supervisors_ingest_lease(real_store, broker, db_path, log) -> None:
+    log.set_level(logging.DEBUG, logger="switchboard_local.brokers")
+    lease = await leadership.try_lead(real_store, leadership.Candidate("holder-1", 1001, "box", "serve"))
+    await add_adapter(real_store, broker.url, "stream", "orders")
+    broker.client().xadd("orders", {"n": "1"})
+    running = Running(real_store, supervisor=Supervisor(real_store, poll=POLL, connect=broker.connect, lease=lease))
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 1)
+    await running.finish()
+    assert f"adapter orders: batch stored under fence {lease.fence}: events [1]" in log.messages

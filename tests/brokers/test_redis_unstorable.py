@@ -58,11 +58,13 @@ async def test_in_a_list_only_the_unstorable_message_stays_in_the_processing_lis
     running = Running(real_store, await sources.get(real_store, "jobs"), connect=broker.connect)
     await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 3)
     await running.until(lambda: r.llen("jobs:processing"), 1)
+    r.lpush("jobs", '"five"')  # what comes after it is read and stored: it blocks nothing (until the next start)
+    await running.until(lambda: value(db_path, "SELECT count(*) FROM events"), 4)
     await running.finish()
 
     assert r.lrange("jobs:processing", 0, -1) == [f'"{POISON}"'.encode()]
     assert r.llen("jobs") == 0
-    assert bodies(db_path) == ['"four"', '"one"', '"three"']
+    assert bodies(db_path) == ['"five"', '"four"', '"one"', '"three"']
 
 
 async def test_an_unstorable_entry_is_stored_once_the_cause_is_gone_and_nothing_twice(real_store, broker,
