@@ -20,7 +20,8 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
   d  webhook ingest over loopback HTTP, 1 and 32 senders (bench/webhooks.py),
      beside the bare-HTTP ceiling: the receiver's stack answering 202 and
      nothing else, 32 senders (bench/bare_http.py)
-  e  Redis stream drain, batch 1 and 64, beside raw XREADGROUP+XACK (bench/redis_drain.py)
+  e  Redis stream drain, batch 1 and 64, beside raw XREADGROUP (100) + XACK (bench/brokers.py's Redis
+     figures; bench/brokers.py measures every broker)
   f  MCP over stdio: start → initialize, claim_next+complete p50/p99 (bench/mcp.py)
   g  scale: claim_next latency with 1,000 vs 1,000,000 todos in the file, bytes per todo
   h  webhook ingest, 32 senders, with no dashboard page open vs 4 pages streaming (bench/dashboard_load.py)
@@ -136,8 +137,8 @@ def raw_batched_insert(tmp: Path) -> float:
     return total / (time.perf_counter() - start)
 
 
-def raw_ingest_rows(tmp: Path) -> float:
-    """The floor under an adapter batch: this project's schema, bare sqlite3, 64
+def raw_ingest_rows(tmp: Path, batch: int = 64) -> float:
+    """The floor under an adapter batch: this project's schema, bare sqlite3, ``batch``
     messages per transaction, each an event, a todo and their link, with
     executemany and nothing else (no routing, no validation, no dedup answers)."""
     from switchboard_local.core.store.queries import Q
@@ -154,17 +155,17 @@ def raw_ingest_rows(tmp: Path) -> float:
             "priority": 0, "max_attempts": 5, "visible_at": 1, "now": 1}  # fmt: skip
     total = N * 5
     start = time.perf_counter()
-    for batch in range(total // 64):
-        keys = [f"{batch}-{i}" for i in range(64)]
+    for number in range(total // batch):
+        keys = [f"{number}-{i}" for i in range(batch)]
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(Q.insert_event.replace("RETURNING id", ""), [{**event, "external_id": k, "pruned_key": f"id:{k}"} for k in keys])
-        first = conn.execute("SELECT max(id) FROM events").fetchone()[0] - 63
+        first = conn.execute("SELECT max(id) FROM events").fetchone()[0] - (batch - 1)
         conn.executemany(Q.insert_todo.replace("RETURNING *", ""),
                          [{**todo, "event_id": first + i, "idempotency_key": k} for i, k in enumerate(keys)])  # fmt: skip
-        first_todo = conn.execute("SELECT max(id) FROM todos").fetchone()[0] - 63
-        conn.executemany(Q.link_event_todo, [{"event_id": first + i, "position": 0, "todo_id": first_todo + i} for i in range(64)])
+        first_todo = conn.execute("SELECT max(id) FROM todos").fetchone()[0] - (batch - 1)
+        conn.executemany(Q.link_event_todo, [{"event_id": first + i, "position": 0, "todo_id": first_todo + i} for i in range(batch)])
         conn.execute("COMMIT")
-    return (total // 64 * 64) / (time.perf_counter() - start)
+    return (total // batch * batch) / (time.perf_counter() - start)
 
 
 def fdatasync_ms(tmp: Path) -> float:
@@ -453,10 +454,12 @@ OPT_IN = {"p"}  # run only when named in --only: it needs a PostgreSQL server
 Measure = tuple[tuple[str, ...], Callable[[int], tuple[float, ...]]]
 
 
-def interleaved(measures: list[Measure], runs: int) -> dict[str, float]:
+def interleaved(measures: list[Measure], runs: int, seen: dict[str, list[float]] | None = None) -> dict[str, float]:
     """Run every measure once per round, round after round, so that what is compared
-    is measured side by side in time too; then each figure's median."""
-    seen: dict[str, list[float]] = {name: [] for names, _ in measures for name in names}
+    is measured side by side in time too; then each figure's median (``seen``, when
+    given, gets every round's value)."""
+    seen = {} if seen is None else seen
+    seen.update({name: [] for names, _ in measures for name in names})
     for i in range(runs):
         for names, measure in measures:
             for name, value in zip(names, measure(i), strict=True):
@@ -515,20 +518,19 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack, pg_server: 
         names = tuple(f"bare_http_32_senders_{k}" for k in ("per_s", "p50_ms", "p99_ms"))
         measures.append((names, lambda i: tuple(bare.run(1000, 32).values())))
     if "e" in sections:
-        rd = _load("redis_drain")
-        from support.redis_server import RedisServer
-
-        server = RedisServer(tmp).start()
-        stack.callback(server.stop)
+        brokers = _load("brokers")
+        redis = brokers.Redis(tmp)  # bench/brokers.py's Redis figures, with batch 1 too
+        stack.callback(redis.stop)
         entries = 5000
 
         def raw_run(i: int) -> tuple[float]:
-            rd.fill(server, f"raw{i}", entries)
-            return (rd.raw(server, f"raw{i}", entries),)
+            return (redis.raw(redis.fill(f"raw{i}", entries), entries, 100),)
 
         def drain_run(i: int, batch: int) -> tuple[float]:
-            rd.fill(server, f"d{batch}-{i}", entries)
-            return (asyncio.run(rd.drain(server, f"d{batch}-{i}", entries, batch, fresh(i, f"rd{batch}") / "db")),)
+            key = redis.fill(f"d{batch}-{i}", entries)
+            per_s = asyncio.run(brokers.drain("redis", redis.config(key, batch), entries, fresh(i, f"rd{batch}") / "db"))
+            assert redis.left(key) == (0, 0)
+            return (per_s,)
 
         measures += [
             (("redis_raw_per_s",), raw_run),

@@ -191,11 +191,16 @@ def _forget_survivors(area: str) -> None:
         stats = json.loads(stats_path.read_text())
         stats["tests_by_mangled_function_name"], stats["duration_by_test"] = {}, {}
         stats_path.write_text(json.dumps(stats))
+    # equivalent.toml's mutants stay as they are: they survive whatever the tests, and each costs
+    # its tests' whole time to run again.
+    surviving = [name for name, (_, code) in _meta().items()
+                 if _in_area(name, area) and STATUS.get(code, "suspicious") not in KILLED]  # fmt: skip
+    again = set(_not_known_equivalent(surviving))
     for meta in (ROOT / "mutants" / PACKAGE).rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data["exit_code_by_key"]
-        for name, code in codes.items():
-            if _in_area(name, area) and STATUS.get(code, "suspicious") not in KILLED:
+        for name in codes:
+            if name in again:
                 codes[name] = None
         meta.write_text(json.dumps(data))
     if BY_COPY_RESULTS.exists():
@@ -210,12 +215,9 @@ def run_python(area: str, jobs: int, resume: bool, log_path: Path, survivors: bo
         _forget_survivors(area)
         resume = True
     if resume:
-        undecided = _undecided(area)
-        if not undecided and _meta():
-            print(f"{area}: nothing left for mutmut to run")
-            run_by_copy(area, jobs, resume)  # mutmut leaves these undecided: they run in copies
-            return
-        names = undecided or names
+        # With nothing undecided, mutmut still runs on the area's patterns: it makes the mutants of a
+        # function changed (or added) since the last run anew, and runs only those (the decided ones it skips).
+        names = _undecided(area) or names
     elif area == "store":
         names = sorted(n for n in _meta() if _in_area(n, area)) or names
     _skip_tests(area)

@@ -45,7 +45,7 @@ TARGETS = (
     "any_lapsed_lease", "heartbeat", "complete", "fail", "release", "redrive", "stats", "insert_todo*",
     "live_todo_by_key", "seen_delivery", "insert_event", "remember_delivery", "prune_*",
     "keep_pruned_delivery", "forget_delivery_keys", "list_todos*", "list_events", "todo_arrivals",
-    "event_in_scope", "event_in_queues", "todo_ids_of_event", "link_event_todo",
+    "event_in_scope", "event_in_queues", "todo_ids_of_event", "link_event_todo", "events_in_play",
 )  # fmt: skip
 STATES = {"pending": "failed", "claimed": "pending", "done": "failed", "failed": "done",
           "lease_expired": "released"}  # fmt: skip

@@ -101,6 +101,13 @@ def guarantee(config: Mapping[str, Any]) -> str:
             f"a message that cannot be stored is {unstorable}")  # fmt: skip
 
 
+def cannot_hold(config: Mapping[str, Any]) -> str:
+    """Why a queue's deliveries cannot wait unacked for their todos (--ack on-complete)."""
+    return ("RabbitMQ delivers a consumer at most its prefetch window (--batch) unacked, so --batch messages waiting "
+            "on their todos would stop its deliveries; and it closes a channel whose delivery stays unacked past "
+            "its consumer_timeout (30 minutes by default), returning every held message to the queue")  # fmt: skip
+
+
 def where(config: Mapping[str, Any]) -> str:
     text = f"queue {config.get('amqp_queue')!r}"
     if config.get("amqp_dead_letter_exchange"):

@@ -5,7 +5,9 @@ batch through its reader (``reader.py``; its broker's, from ``registry.py``),
 stores it (events and their routed todos) in one transaction, and only after
 COMMIT tells the reader which messages to ack. A crash anywhere before the ack
 leaves the messages with the broker; the next start re-reads them and the
-idempotency keys collapse what was already stored.
+idempotency keys collapse what was already stored. An adapter that acks on
+completion (``--ack on-complete``) holds each stored message that made todos
+unacked until they are finished (``holding.py``).
 
 Broker and database faults back off (1 s doubling to 30 s, with jitter) and
 resume; they never crash ``serve`` and never ack what did not commit. The
@@ -24,9 +26,10 @@ from typing import Any
 
 from ..core import leadership, routing, sources
 from ..core.errors import StoreFault
-from ..core.events import Guard, NewEvent
+from ..core.events import Guard, Ingested, NewEvent
 from ..core.sources import Source
 from ..core.store.interface import Store
+from .holding import CannotHold, holding
 from .reader import Message, Reader
 from .registry import BROKERS
 
@@ -88,7 +91,7 @@ class Consumer:
                 await self._consume(reader)
             except Exception as exc:  # broker, database, or a bug: back off, never crash serve
                 message = self._describe(exc)
-                if isinstance(exc, (*self._broker_faults, OSError, StoreFault)):
+                if isinstance(exc, (*self._broker_faults, OSError, StoreFault, CannotHold)):
                     log.warning("adapter %s: %s; retrying in up to %.0f s", self.source.name, message, self._delay)
                 else:  # a bug: its type and place, never a message that might quote the URL
                     log.error("adapter %s: unexpected %s at %s; retrying", self.source.name, type(exc).__name__,
@@ -103,13 +106,20 @@ class Consumer:
             await self._health(force=True)  # what was stored since the last record counts too
 
     async def _consume(self, reader: Reader) -> None:
-        # A stop is noticed between batches: the batch in flight is stored and acked, the rest stays un-acked.
-        while not self.stop.is_set():
-            messages = await reader.read()
-            if messages:
-                stored = await self._commit([self._event(reader, m) for m in messages])
-                await reader.ack(messages, stored)
-            await self._ok()
+        # A stop is noticed between batches: the batch in flight is stored and acked (or held), the rest
+        # stays un-acked. Held messages stay with the broker when the reader goes (holding.py).
+        async with holding(self.store, self.source, reader) as held:
+            while not self.stop.is_set():
+                messages = await reader.read()
+                if messages:
+                    answers = await self._commit([self._event(reader, m) for m in messages])
+                    if held is None:
+                        await reader.ack(messages, [not isinstance(a, Exception) for a in answers])
+                    else:
+                        await held.settle(messages, answers)
+                if held is not None:
+                    await held.release()
+                await self._ok()
 
     def _event(self, reader: Reader, message: Message) -> NewEvent:
         return NewEvent(
@@ -125,8 +135,9 @@ class Consumer:
             body=message.body,
         )
 
-    async def _commit(self, events: list[NewEvent]) -> list[bool]:
-        """Store a batch in one transaction; answer which messages are stored (may be acked).
+    async def _commit(self, events: list[NewEvent]) -> list[Ingested | Exception]:
+        """Store a batch in one transaction; answer each message's ``Ingested`` (stored: it may be
+        acked), or the exception that kept it from being stored.
 
         A message that cannot be routed is kept as a bare event (the back half
         does that), so it cannot block the ones behind it; one that cannot even
@@ -149,7 +160,7 @@ class Consumer:
             log.warning("fault hook: committed %d messages, pausing before the ack", len(events))
             await asyncio.Event().wait()  # the test kills the process here
         self._stored_since_health += sum(stored)
-        return stored
+        return answers
 
     async def _ok(self) -> None:
         """A poll or a batch went through: the next fault starts its backoff afresh."""

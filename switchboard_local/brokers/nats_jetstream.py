@@ -7,12 +7,19 @@ sends in-progress acks (``+WPI``) every third of the consumer's AckWait, so a
 slow commit is never redelivered under it; anything left unacked by a crash is
 redelivered by the server once AckWait has passed, and its key collapses what
 was stored already. The stream is never created unless --create-stream.
+
+With --ack on-complete a stored message is held unacked until its todos
+finish: it gets the same in-progress acks for as long as it is held, and the
+consumer's num_ack_pending is then the work in progress. The consumer's
+max_ack_pending (JetStream's default 1000) caps it: at the cap the server
+delivers nothing more until a held message is acked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -32,6 +39,8 @@ from ..core.sources import Source
 from ..core.text import first_control
 from . import options as shared_options
 from .reader import Message
+
+log = logging.getLogger("switchboard_local.brokers")
 
 NAME = "nats"
 DESCRIPTION = "NATS JetStream: a durable pull consumer on a stream"
@@ -125,6 +134,11 @@ def guarantee(config: Mapping[str, Any]) -> str:
             f"what a crash left unacked is redelivered after AckWait ({wait} s)")  # fmt: skip
 
 
+def cannot_hold(config: Mapping[str, Any]) -> None:
+    """A pull consumer holds a message for as long as in-progress acks renew its AckWait (--ack on-complete)."""
+    return None
+
+
 def where(config: Mapping[str, Any]) -> str:
     subject = config.get("subject") or "(all)"
     return f"stream {config.get('stream')} subject {subject} durable {config.get('durable')}"
@@ -207,8 +221,12 @@ class JetStreamReader:
         self._client: Client | None = None
         self._sub: Any = None  # the pull subscription, once the consumer is bound
         self._renew_every = self.ack_wait / 3
-        self._held: list[Msg] = []  # read and neither acked nor left to redelivery: nak'd on close
+        self._batch: list[Msg] = []  # read and neither acked nor left to redelivery: nak'd on close
         self._renewing: asyncio.Task[None] | None = None
+        self._holding: dict[str, Msg] = {}  # held until their todos finish (--ack on-complete), by Message.held_as
+        self._keeping: asyncio.Task[None] | None = None
+        self._max_ack_pending = 0  # the consumer's (0: no limit): what it delivers unacked at most
+        self._at_limit = False
 
     async def read(self) -> list[Message]:
         if self._sub is None:
@@ -219,28 +237,49 @@ class JetStreamReader:
             return []
         if not msgs:
             return []
-        self._held = msgs
+        self._batch = msgs
         self._renewing = asyncio.create_task(self._renew(msgs), name=f"adapter:{self.name}:in-progress")
         return [self._message(m) for m in msgs]
 
     async def ack(self, messages: list[Message], stored: list[bool]) -> None:
         await self._stop_renewing()
-        acked = [m.receipt for m, done in zip(messages, stored) if done]
-        for msg in acked:
-            await msg.ack()
-        # The others stay unacked: the server redelivers them after AckWait.
-        self._held = []
+        acked = [m for m, done in zip(messages, stored) if done]
+        for message in acked:
+            await message.receipt.ack()
+            self._holding.pop(message.held_as, None)
+        # The others stay unacked: the server redelivers them after AckWait (or they are held).
+        self._batch = []
         if acked:
             await self.client.flush(timeout=API_TIMEOUT)  # the acks are with the server when this returns
 
+    async def hold(self, messages: list[Message]) -> None:
+        """Held until their todos finish: an in-progress ack for each every third of AckWait, as for a batch."""
+        for message in messages:
+            self._holding[message.held_as] = message.receipt
+        if self._keeping is None:
+            self._keeping = asyncio.create_task(self._keep(), name=f"adapter:{self.name}:holding")
+        at_limit = 0 < self._max_ack_pending <= len(self._holding)
+        if at_limit and not self._at_limit:  # said once each time it is reached: the server delivers no more
+            log.warning("adapter %s: %d messages held for their todos reach the consumer's max_ack_pending: "
+                        "JetStream delivers no more to it until some of those todos finish", self.name,
+                        len(self._holding))  # fmt: skip
+        self._at_limit = at_limit
+
     async def close(self) -> None:
         await self._stop_renewing()
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
         if self._client is None:
             return
-        for msg in self._held:  # never stored (the commit failed): redelivered now rather than after AckWait
+        # Never stored (the commit failed), or held: redelivered now rather than after AckWait (a held one
+        # to the next reader, which finds its todos and holds it again, or acks it if they are finished).
+        for msg in [*self._batch, *self._holding.values()]:
             with contextlib.suppress(nats.errors.Error, OSError):
                 await msg.nak()
-        self._held = []
+        self._batch, self._holding = [], {}
         with contextlib.suppress(nats.errors.Error, OSError):
             await self._client.close()  # flushes what is buffered (the naks) first
 
@@ -259,6 +298,7 @@ class JetStreamReader:
         info = await self._ensure_consumer(js)
         # Renew within the consumer's own AckWait, which may differ from ours when it was made elsewhere.
         self._renew_every = max((info.config.ack_wait or DEFAULT_ACK_WAIT) / 3, 0.1)
+        self._max_ack_pending = max(info.config.max_ack_pending or 0, 0)
         self._sub = await js.pull_subscribe_bind(consumer=self.durable, stream=self.stream)
 
     async def _ensure_stream(self, js: Any) -> None:
@@ -311,7 +351,7 @@ class JetStreamReader:
         if msg_id:
             headers["nats-msg-id"] = msg_id
         return Message(external_id=msg_id or str(sequence), body=msg.data, type=msg.subject, headers=headers,
-                       receipt=msg)  # fmt: skip
+                       receipt=msg, broker_id=str(sequence))  # fmt: skip
 
     async def _renew(self, msgs: list[Msg]) -> None:
         """Until the batch is acked: tell the server it is still being worked on, well within AckWait."""
@@ -320,6 +360,19 @@ class JetStreamReader:
             for msg in msgs:
                 await msg.in_progress()
             await self.client.flush(timeout=API_TIMEOUT)
+
+    async def _keep(self) -> None:
+        """Until the reader closes: an in-progress ack for each held message, well within AckWait."""
+        while True:
+            await asyncio.sleep(self._renew_every)
+            if not self._holding:
+                continue
+            try:
+                for msg in list(self._holding.values()):
+                    await msg.in_progress()
+                await self.client.flush(timeout=API_TIMEOUT)
+            except (nats.errors.Error, OSError) as exc:  # the next read or ack meets the fault too; until then, again
+                log.warning("adapter %s: cannot renew the held messages: %s", self.name, _said(exc, self._url))
 
     async def _stop_renewing(self) -> None:
         task, self._renewing = self._renewing, None

@@ -24,6 +24,15 @@ class Message:
     type: str  # the event type rules match on (Redis: the key)
     headers: dict[str, str]  # where it was read, kept with the event
     receipt: Any = field(default=None, compare=False, repr=False)  # what ``ack`` needs to settle it
+    # The broker's own id for this message, the same on each redelivery (NATS: the stream sequence;
+    # SQS: the MessageId), where the external id may be shared by two messages (a producer's id reused
+    # past the broker's duplicate window: one event for both). Empty: the external id is the broker's.
+    broker_id: str = field(default="", compare=False)
+
+    @property
+    def held_as(self) -> str:
+        """What a held message is known by (--ack on-complete): one key per message, whichever delivery."""
+        return self.broker_id or self.external_id
 
 
 class Reader(Protocol):
@@ -60,13 +69,40 @@ class Reader(Protocol):
     async def ack(self, messages: list[Message], stored: list[bool]) -> None:
         """Settle exactly the messages whose ``stored`` is True (the same order as ``messages``).
 
-        Called only after their commit. The others stay un-acked: the broker
-        keeps them for a later read (a lossy broker has nothing to do here).
+        Called only after their commit (and, for a message held, once its
+        todos are finished: any number of them). The others stay un-acked: the
+        broker keeps them for a later read (a lossy broker has nothing to do here).
         """
         ...
 
     async def close(self) -> None:
         """Let go of the connection; never raises for a broker fault. Un-acked messages stay with the broker."""
+        ...
+
+
+class HoldingReader(Reader, Protocol):
+    """A reader that can also hold stored messages unacked for long (``--ack on-complete``;
+    its broker's ``cannot_hold`` answers None).
+
+    After a commit the loop calls ``hold`` with the stored messages that made
+    todos, then ``ack`` for the batch with those left out; once every todo
+    made from a held message is finished it calls ``ack`` with it (``stored``
+    all True). Everything else is as for ``Reader``.
+    """
+
+    async def hold(self, messages: list[Message]) -> None:
+        """Keep these stored messages unacked at the broker until ``ack`` settles them, however long.
+
+        Renews, in the background, whatever lease the broker puts on a delivery
+        (an in-progress ack, a visibility timeout, an idle time) well before it
+        runs out, so that the broker never delivers a held message again while
+        this reader lives. A message of the same ``external_id`` held already
+        (the broker delivered it again) takes its place. ``close`` stops the
+        renewals and leaves the held messages with the broker, unacked: they
+        are delivered again to the next reader (handed back at once where the
+        broker can be told so; else once their lease runs out), and their keys
+        collapse them.
+        """
         ...
 
 

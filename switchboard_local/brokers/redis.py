@@ -27,11 +27,27 @@ NAME = "redis"
 DESCRIPTION = "Redis: a stream's consumer group, a reliable list, or a pub/sub channel"
 READERS: dict[str, type[RedisReader]] = {"stream": StreamReader, "list": ListReader, "pubsub": PubSubReader}
 
-__all__ = ["DESCRIPTION", "NAME", "OPTIONS", "Reader", "configure", "env", "guarantee", "probe", "where"]
+__all__ = ["DESCRIPTION", "NAME", "OPTIONS", "Reader", "cannot_hold", "configure", "env", "guarantee", "probe", "where"]
 
 
 def guarantee(config: Mapping[str, Any]) -> str:
     return GUARANTEES.get(config.get("mode"), "unknown: this adapter's mode is not one serve runs")  # type: ignore[arg-type]
+
+
+# Why a mode cannot hold a stored message unacked until its todos finish (--ack on-complete).
+CANNOT_HOLD = {
+    "list": "a Redis list keeps no delivery state per message: held messages would sit in KEY:processing, which "
+            "every start re-reads from its head (--mode stream can: its consumer group's pending entries)",
+    "pubsub": "Redis pub/sub keeps nothing to hold: a message is gone once it is delivered",
+}  # fmt: skip
+
+
+def cannot_hold(config: Mapping[str, Any]) -> str | None:
+    """Stream mode holds (its pending entries, claimed again while held); the others cannot."""
+    mode = config.get("mode")
+    if mode == "stream":
+        return None
+    return CANNOT_HOLD.get(mode, f"mode {mode!r} is not one serve runs")  # type: ignore[arg-type]
 
 
 def where(config: Mapping[str, Any]) -> str:

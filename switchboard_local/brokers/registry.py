@@ -6,7 +6,7 @@ module level:
     NAME          "nats": the name `adapter add --broker` takes, kept in each config as ``broker``
     DESCRIPTION   one line: what its adapters read ("NATS JetStream: a durable pull consumer")
     OPTIONS       tuple of core.adapters.Option: what `adapter add` takes beyond the shared
-                  --url/--url-env/--batch/--queue (CLI ``--stream``, config key ``stream``);
+                  --url/--url-env/--batch/--queue/--ack (CLI ``--stream``, config key ``stream``);
                   no name of SHARED below; a help that does not name the broker (the CLI does)
     URL           False when its adapters name no URL (SQS: the AWS environment says where);
                   left out, it is True: exactly one of --url and --url-env is required
@@ -15,7 +15,13 @@ module level:
                   None where not given) validated into the config stored with the adapter.
                   Raises core.errors.InvalidArgument naming the option (``--stream must …``);
                   never quotes a URL (it may hold a password); does no network I/O. The
-                  registry adds ``"broker": NAME``. brokers/options.py has the shared checks.
+                  registry adds ``"broker": NAME`` and ``"ack"`` (checked here, with
+                  cannot_hold). brokers/options.py has the shared checks.
+    cannot_hold(config) -> str | None
+                  None when this config's reader can hold a stored message unacked until
+                  every todo made from it is finished (``--ack on-complete``: its Reader
+                  has ``hold``, reader.py); else why not, which `adapter add` says when it
+                  refuses --ack on-complete. Left out, the broker cannot: refused, saying so
     guarantee(config) -> str   the delivery guarantee, one line (CLI, `status`, the dashboard)
     where(config) -> str       what it reads, no secret ("stream ORDERS subject orders.>")
     env(config) -> list[str]   the environment variables it reads (`service install`, `doctor`)
@@ -48,7 +54,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..core.adapters import Backlog, Option, broker_name
+from ..core.adapters import ACK, ACK_MODES, ON_COMPLETE, ON_STORE, Backlog, Option, ack_mode, broker_name
 from ..core.errors import InvalidArgument
 from ..core.sources import Source
 from .reader import ReaderFactory
@@ -61,8 +67,11 @@ MODULES: dict[str, str] = {
     "amqp": "switchboard_local.brokers.amqp",
     "sqs": "switchboard_local.brokers.sqs",
 }
-# The options every broker shares (the CLI's --url, --url-env, --batch, --queue); none may declare one of these.
-SHARED = ("url", "url_env", "batch", "queue", "broker")
+# The options every broker shares (the CLI's --url, --url-env, --batch, --queue, --ack); none may declare one of these.
+SHARED = ("url", "url_env", "batch", "queue", "ack", "broker")
+ON_COMPLETE_GUARANTEE = (
+    "--ack on-complete: each stored message is held unacked until every todo made from it is finished"
+)
 
 
 @dataclass(frozen=True)
@@ -89,10 +98,25 @@ class Entry:
                    frozenset(getattr(module, "OPTIONAL_ENV", ())))  # fmt: skip
 
     def configure(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        return {**self.module.configure(dict(options)), "broker": self.name}
+        ack = options.get(ACK)
+        if ack is not None and ack not in ACK_MODES:
+            raise InvalidArgument(f"--ack must be one of {', '.join(ACK_MODES)}")
+        config = {**self.module.configure(dict(options)), "broker": self.name, ACK: ack or ON_STORE}
+        if config[ACK] == ON_COMPLETE and (why := self.cannot_hold(config)) is not None:
+            raise InvalidArgument(f"--ack on-complete cannot work here: {why}")
+        return config
+
+    def cannot_hold(self, config: Mapping[str, Any]) -> str | None:
+        """Why this config's messages cannot be held unacked until their todos finish; None when they can."""
+        said = getattr(self.module, "cannot_hold", None)
+        if said is None:
+            return f"{self.name} adapters cannot hold a message unacked until its todos finish"
+        why = said(config)
+        return None if why is None else str(why)
 
     def guarantee(self, config: Mapping[str, Any]) -> str:
-        return str(self.module.guarantee(config))
+        said = str(self.module.guarantee(config))
+        return f"{said}; {ON_COMPLETE_GUARANTEE}" if ack_mode(config) == ON_COMPLETE else said
 
     def where(self, config: Mapping[str, Any]) -> str:
         return str(self.module.where(config))

@@ -10,11 +10,21 @@ messages again and their keys collapse them into the todos already made.
 The client is aiobotocore (botocore on asyncio): the region, the endpoint and
 the credentials come from the standard AWS environment and config files, as
 for the AWS CLI; none is ever stored with the source.
+
+With --ack on-complete a stored message is held until its todos finish: its
+visibility is renewed the same way for as long as it is held, and the queue's
+ApproximateNumberOfMessagesNotVisible is then the work in progress. SQS caps
+both: a message stays hidden at most 12 hours from its receive (then it is
+received again, collapses, and is held anew), and a queue has at most about
+120,000 messages in flight (20,000 for FIFO, whose held message also holds
+back the rest of its message group). A stop hands the held messages back (a
+timeout of 0), so that the next start holds them again at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -46,6 +56,8 @@ DEFAULT_VISIBILITY = 60
 MIN_VISIBILITY = 2  # renewed every third of it: shorter leaves no time for a renewal's round trip
 MAX_VISIBILITY = 43_200  # SQS's 12 hours
 IDLE_POLL = 1.0  # with --wait-seconds 0, one empty receive a second at most (each request is billed)
+HOLDING_WAIT = 5  # the longest poll while messages are held: holding.RECHECK, the most between two releases
+HAND_BACK_WAIT = 5.0  # seconds a stop waits for SQS to take the held messages back (else: after their timeout)
 
 QUEUE_URL = Option("queue_url", "the queue's URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); --queue is "
                    "the switchboard queue its todos go to.", required=True)  # fmt: skip
@@ -145,6 +157,12 @@ def guarantee(config: Mapping[str, Any]) -> str:
     keyed = "MessageDeduplicationId" if is_fifo(config) else "MessageId"
     return (f"durable: deleted (DeleteMessageBatch) only after the commit; what a crash leaves returns after the "
             f"{seconds} s visibility timeout and is keyed by its {keyed}")  # fmt: skip
+
+
+def cannot_hold(config: Mapping[str, Any]) -> None:
+    """A received message stays hidden for as long as its visibility is renewed (--ack on-complete; up to 12 hours
+    a receive)."""
+    return None
 
 
 def where(config: Mapping[str, Any]) -> str:
@@ -287,6 +305,8 @@ class Reader:
         self._stack = AsyncExitStack()
         self._client: Any = None
         self._renewing: asyncio.Task[None] | None = None
+        self._holding: dict[str, str] = {}  # held until their todos finish (--ack on-complete): Message.held_as -> handle
+        self._keeping: asyncio.Task[None] | None = None
 
     async def _sqs(self) -> Any:
         if self._client is None:
@@ -300,7 +320,8 @@ class Reader:
         reply = await client.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=self.batch,
-            WaitTimeSeconds=self.wait,
+            # While it holds messages the loop must get back to its release (holding.RECHECK) between reads.
+            WaitTimeSeconds=min(self.wait, HOLDING_WAIT) if self._holding else self.wait,
             VisibilityTimeout=self.visibility,
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
@@ -318,20 +339,43 @@ class Reader:
         await self._stop_renewing()
         # The unstored stay hidden until their timeout runs out: a message that cannot be stored is not
         # re-read at once, again and again (the queue's redrive policy, if any, moves it on after maxReceiveCount).
-        entries = [
-            {"Id": str(i), "ReceiptHandle": m.receipt} for i, (m, done) in enumerate(zip(messages, stored)) if done
-        ]
-        if not entries:
+        acked = [m for m, done in zip(messages, stored) if done]
+        if not acked:
             return
         client = await self._sqs()
-        reply = await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        failed = reply.get("Failed", [])
+        failed = []
+        for start in range(0, len(acked), MAX_BATCH):  # held messages finish many at a time; a call takes ten
+            chunk = acked[start : start + MAX_BATCH]
+            entries = [{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(chunk)]
+            reply = await client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            failed += reply.get("Failed", [])
+        for message in acked:
+            self._holding.pop(message.held_as, None)
         if failed:
             codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
             raise NotDeleted(count=len(failed), codes=codes)
 
+    async def hold(self, messages: list[Message]) -> None:
+        """Held until their todos finish: a new visibility timeout every third of one, as for a batch."""
+        for message in messages:
+            self._holding[message.held_as] = message.receipt
+        if self._keeping is None:
+            self._keeping = asyncio.create_task(self._keep(), name=f"sqs-holding:{self.name}")
+
     async def close(self) -> None:
         await self._stop_renewing()
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
+        if self._holding and self._client is not None:
+            # Handed back at once (a timeout of 0): the next reader finds their todos and holds them again, or
+            # deletes them if those are finished. Should SQS not answer, they come back after their timeout.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HAND_BACK_WAIT):
+                    await self._hide(list(self._holding.values()), "hand back the held messages", seconds=0)
+        self._holding = {}
         try:
             await self._stack.aclose()
         except (BotoCoreError, ClientError, OSError):
@@ -340,21 +384,34 @@ class Reader:
 
     async def _renew(self, handles: list[str]) -> None:
         """Keep a batch hidden while the loop commits it: a new timeout every third of one, until its ack."""
-        entries = [
-            {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": self.visibility} for i, h in enumerate(handles)
-        ]
         while True:
             await asyncio.sleep(self.visibility / 3)
+            await self._hide(handles, "keep a batch hidden while it commits")
+
+    async def _keep(self) -> None:
+        """Until the reader closes: keep the held messages hidden, a new timeout every third of one."""
+        while True:
+            await asyncio.sleep(self.visibility / 3)
+            await self._hide(list(self._holding.values()), "keep the held messages hidden")
+
+    async def _hide(self, handles: list[str], what: str, seconds: int | None = None) -> None:
+        """A new visibility timeout (``seconds``, else --visibility-timeout) for each message, ten a call; a
+        failure is logged (the next ack or read meets a fault of the connection too; a message that came back
+        is delivered again, and its key collapses it)."""
+        timeout = self.visibility if seconds is None else seconds
+        failed = []
+        for start in range(0, len(handles), MAX_BATCH):
+            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": timeout}
+                       for i, h in enumerate(handles[start : start + MAX_BATCH])]  # fmt: skip
             try:
                 reply = await self._client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
-                failed = reply.get("Failed", [])
             except (BotoCoreError, ClientError, OSError) as exc:
-                log.warning("adapter %s: cannot keep a batch hidden while it commits: %s", self.name,
-                            _said(exc, self.secrets))  # fmt: skip
-                continue
-            if failed:  # the message came back and may be delivered again: its key collapses it
-                codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
-                log.warning("adapter %s: %d messages could not be kept hidden (%s)", self.name, len(failed), codes)
+                log.warning("adapter %s: cannot %s: %s", self.name, what, _said(exc, self.secrets))
+                return
+            failed += reply.get("Failed", [])
+        if failed:
+            codes = ", ".join(sorted({str(f.get("Code")) for f in failed}))
+            log.warning("adapter %s: cannot %s: %d messages refused (%s)", self.name, what, len(failed), codes)
 
     async def _stop_renewing(self) -> None:
         if self._renewing is not None:
@@ -384,4 +441,5 @@ class Reader:
             type=self.queue,
             headers=headers,
             receipt=received["ReceiptHandle"],
+            broker_id=received["MessageId"],
         )

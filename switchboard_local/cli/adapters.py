@@ -22,7 +22,7 @@ from ..core.sources import Source
 from .common import INT, FloatRange, IntRange, Out, common, operator, table, warn, when
 
 # The options every broker shares, given to its ``configure`` as they are (None: not given).
-SHARED = ("url", "url_env", "batch", "queue")
+SHARED = ("url", "url_env", "batch", "queue", "ack")
 
 
 def register(main: click.Group) -> None:
@@ -67,6 +67,7 @@ def _text(a: Source) -> str:
         ("broker", said["description"] or said["broker"]),
         *([("url", _url(c))] if entry is None or entry.takes_url else []),  # none where the broker takes none
         ("guarantee", said["guarantee"]),
+        ("ack", _ack(said["ack"])),
         ("queue", f"{c.get('queue') or a.name} (when no rule matches)"),
         ("batch", c.get("batch")),
         *_own(a),
@@ -78,6 +79,12 @@ def _text(a: Source) -> str:
     width = max(12, *(len(name) for name, _ in fields))  # a broker's option may have a longer name
     head = f"adapter {a.name}: {said['broker']}{reads} ({'enabled' if a.enabled else 'disabled'})"
     return "\n".join([head, *(f"  {name:<{width}} {value}" for name, value in fields)])
+
+
+def _ack(mode: str) -> str:
+    if mode == adapters.ON_COMPLETE:
+        return f"{mode} (each message held unacked until its todos finish)"
+    return f"{mode} (each message acked once stored)"
 
 
 @click.group()
@@ -150,6 +157,10 @@ class BrokerCommand(click.Command):
 @click.option("--queue", default=None, help="Queue for messages no rule matches (default: the adapter name).")
 @click.option("--batch", type=IntRange(1, 10_000), default=None, help="Messages per transaction (default 64, or the "
               "broker's most).")  # fmt: skip
+@click.option("--ack", type=click.Choice(adapters.ACK_MODES), default=None,
+              help="When a stored message is acked at the broker: on-store (default: once its commit is done) or "
+                   "on-complete (held unacked until every todo made from it is finished, where the broker can hold "
+                   "a message that long; refused, saying why, where it cannot).")  # fmt: skip
 @common
 def adapter_add(db: Path | None, as_json: bool | None, name: str, broker: str, **given: Any) -> None:
     """Add an adapter NAME reading from a broker (--broker, and that broker's options); its events have source NAME."""
@@ -197,12 +208,13 @@ def _options_for(entry: Broker, given: dict[str, Any]) -> dict[str, Any]:
 @adapter.command("list")
 @common
 def adapter_list(db: Path | None, as_json: bool | None) -> None:
-    """List adapters: broker, what each reads, and whether it is enabled."""
+    """List adapters: broker, what each reads, when it acks, and whether it is enabled."""
     out = Out(db, as_json)
     found = out.run(lambda store: sources.list_sources(store, family="queue"))
     views = [_view(a) for a in found]
-    rows = [[v["name"], v["broker"], v["reads"] or "-", "enabled" if v["enabled"] else "disabled"] for v in views]
-    out.emit(views, table(["NAME", "BROKER", "READS", "STATE"], rows) if rows else "no adapters")
+    rows = [[v["name"], v["broker"], v["reads"] or "-", v["ack"], "enabled" if v["enabled"] else "disabled"]
+            for v in views]  # fmt: skip
+    out.emit(views, table(["NAME", "BROKER", "READS", "ACK", "STATE"], rows) if rows else "no adapters")
 
 
 @adapter.command("status")
@@ -214,11 +226,11 @@ def adapter_status(db: Path | None, as_json: bool | None) -> None:
     state = "enabled" if leader is not None else "enabled, not consumed"
     views = [_view(a) for a in found]
     rows = [
-        [a.name, v["broker"], state if a.enabled else "disabled", when(a.last_poll_at), a.consecutive_failures,
-         a.messages_stored, _last_error(a)]
+        [a.name, v["broker"], v["ack"], state if a.enabled else "disabled", when(a.last_poll_at),
+         a.consecutive_failures, a.messages_stored, _last_error(a)]
         for a, v in zip(found, views, strict=True)
     ]  # fmt: skip
-    headers = ["NAME", "BROKER", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"]
+    headers = ["NAME", "BROKER", "ACK", "STATE", "LAST POLL", "FAILURES", "STORED", "LAST ERROR"]
     text = table(headers, rows) if rows else "no adapters"
     if rows and leader is None:
         text += "\nnobody consumes: no process leads ingest (start `switchboard-local serve`; see `switchboard-local status`)"

@@ -3,7 +3,8 @@
 Exit codes: 0 ok; 1 refused (not found, conflict, forbidden); 2 usage or
 invalid argument; 3 the database cannot be used (unusable or unavailable);
 4 busy (another process held the write lock past the busy timeout); 5 the
-listen address cannot be bound (`serve`); 130 interrupted (Ctrl-C).
+listen address cannot be bound (`serve`); 6 the wait ran out before every
+todo named had finished (`todo wait --timeout`); 130 interrupted (Ctrl-C).
 
 Every error is one line on stderr, ``switchboard-local: CODE: sentence``, and
 nothing written to a terminal carries a raw control character: names, titles
@@ -47,6 +48,7 @@ EXIT_USAGE = 2
 EXIT_UNUSABLE = 3
 EXIT_BUSY = 4
 EXIT_CANNOT_LISTEN = 5
+EXIT_TIMED_OUT = 6
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 # The most `@FILE` or `@-` may hold: far above any payload cap the database sets,

@@ -29,6 +29,7 @@ from ..core.todos import Lease, NextClaim
 from . import batch, live
 from .common import ID, INT, FloatRange, IntRange, JsonValue, Out, common, operator, table, when
 from .events import SinceValue
+from .todo_wait import todo_wait
 
 
 def register(main: click.Group) -> None:
@@ -177,6 +178,9 @@ def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
     out = Out(db, as_json)
     found = out.run(lambda store: todos.get(store, todo_id))
     out.emit(found.to_dict(), _todo_text(found))
+
+
+todo.add_command(todo_wait)
 
 
 @todo.command("claim")

@@ -11,6 +11,9 @@ the core reads only the keys every broker shares:
     url_env   the environment variable that holds the URL instead
     batch     messages stored per transaction
     queue     the queue for messages no rule matches (default: the adapter's name)
+    ack       when a stored message is acked at its broker: ``on-store`` (after
+              its commit; a row without the key) or ``on-complete`` (once every
+              todo made from it is finished; held unacked until then)
 
 What only a broker's library can tell (its backlog, its delivery guarantee,
 where it reads) is asked of its entry through ``Broker``, handed in by the
@@ -29,6 +32,9 @@ from .sources import Source
 
 PROBE_TIMEOUT = 1.0  # seconds a broker has to answer a backlog probe
 URL, URL_ENV = "url", "url_env"
+ACK = "ack"
+ON_STORE, ON_COMPLETE = "on-store", "on-complete"
+ACK_MODES = (ON_STORE, ON_COMPLETE)
 
 
 @dataclass(frozen=True)
@@ -97,9 +103,10 @@ class Broker(Protocol):
     optional_env: frozenset[str]
 
     def configure(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """`adapter add`'s options (this broker's and the shared url, url_env, batch, queue; None
+        """`adapter add`'s options (this broker's and the shared url, url_env, batch, queue, ack; None
         where not given) validated into the config stored with the adapter, ``broker`` included.
-        Raises InvalidArgument naming the option; never quotes a URL; no network I/O."""
+        Raises InvalidArgument naming the option (``--ack on-complete`` where this broker, or this
+        config of it, cannot hold a message that long: saying why); never quotes a URL; no network I/O."""
         ...
 
     def guarantee(self, config: Mapping[str, Any]) -> str:
@@ -152,6 +159,11 @@ def url(config: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
     return (env.get(name) or None) if name else None
 
 
+def ack_mode(config: Mapping[str, Any]) -> str:
+    """When an adapter acks a stored message: ``on-complete`` when its config says so, else ``on-store``."""
+    return ON_COMPLETE if config.get(ACK) == ON_COMPLETE else ON_STORE
+
+
 def broker_name(source: Source, brokers: Brokers) -> str:
     """The name of an adapter's broker, as its config says (a row without one: the default)."""
     name = source.config.get("broker")
@@ -186,10 +198,10 @@ def _unknown(why: str) -> dict[str, Any]:
 
 def describe(source: Source, brokers: Brokers | None) -> dict[str, Any]:
     """What an adapter's broker says of it, for people and scripts: {"broker", "description",
-    "reads", "guarantee"}. Never fails: a row stored by another version, or edited by hand,
+    "reads", "guarantee", "ack"}. Never fails: a row stored by another version, or edited by hand,
     is still shown (with what cannot be said of it as None, or the guarantee saying why)."""
     name = source.config.get("broker") if brokers is None else broker_name(source, brokers)
-    found = {"broker": name, "description": None, "reads": None, "guarantee": None}
+    found = {"broker": name, "description": None, "reads": None, "guarantee": None, "ack": ack_mode(source.config)}
     try:
         broker = None if brokers is None else brokers.of(source)
         if broker is None:

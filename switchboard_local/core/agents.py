@@ -34,6 +34,7 @@ TOOL_NAMES = (
     "fail",
     "release",
     "create_for",
+    "wait_todos",
     "list_events",
     "get_event",
     "replay_event",

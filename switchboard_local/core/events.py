@@ -30,6 +30,7 @@ from .store.interface import Store, Transaction
 from .store.queries import Q
 from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
 from .todos import insert_id, insert_params
+from .todos.claims import settle_lapsed
 from .watch import FOLLOW_BATCH, IDLE_SECONDS, follow
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
@@ -340,6 +341,27 @@ async def todos_of_event(store: Store, event_id: int) -> list[Todo]:
     a todo pruned since is no longer among them.
     """
     return [Todo.from_row(r) for r in await store.read_all(Q.todos_of_event, {"event_id": event_id})]
+
+
+IN_PLAY_CHUNK = 500  # event ids asked about per read: a bounded parameter, however many are held
+
+
+async def in_play(store: Store, event_ids: Sequence[int]) -> set[int]:
+    """Which of these events still have work in play: a todo they produced (their delivery's, or
+    a replay's) pending or claimed. For the others every such todo is finished (done, a dead letter or
+    cancelled), or there never was one (a drop rule, an unroutable event, an unknown id).
+
+    What an adapter acking on completion asks of the messages it holds unacked. A
+    lapsed lease is settled first, as before any read of todos: a last attempt that
+    lapsed is a dead letter, finished, though nothing committed since.
+    """
+    await settle_lapsed(store)
+    ids = sorted(set(event_ids))
+    found: set[int] = set()
+    for start in range(0, len(ids), IN_PLAY_CHUNK):
+        chunk = json.dumps(ids[start : start + IN_PLAY_CHUNK])
+        found.update(int(r["event_id"]) for r in await store.read_all(Q.events_in_play, {"ids": chunk}))
+    return found
 
 
 async def list_events(

@@ -3,8 +3,9 @@
 SQLite has no cross-process notifications, but ``PRAGMA data_version`` is a
 cheap read that changes whenever another connection commits. ``Changes`` polls
 it (plus this store's own commit count) on a short interval, never holding a
-transaction open, and wakes whoever waits for the next commit. Several waiters
-in one process share one poller. ``follow`` turns it into a feed of new rows
+transaction open, and wakes whoever waits for the next commit (a poll the store
+cannot answer wakes them too: each meets the outage in its own read rather
+than waiting on). Several waiters in one process share one poller. ``follow`` turns it into a feed of new rows
 by id (``todo watch``; ``events tail`` through events.follow_events): ids only grow, and every write holds
 the one write lock, so once an id is committed every smaller one is committed
 too or never will be, and a cursor on the last id seen misses nothing.
@@ -20,6 +21,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from .errors import StoreFault
 from .store.interface import Store
 from .store.queries import Q
 from .todo_model import Todo
@@ -44,17 +46,27 @@ class Changes:
         self.ready = asyncio.Event()  # set once the starting version is read: later commits count
 
     async def run(self) -> None:
-        seen = await self._store.data_version()
+        seen = await self._version()
         self.ready.set()
         while True:
             await asyncio.sleep(self._interval)
-            version = await self._store.data_version()
-            if version != seen:
+            version = await self._version()
+            if version is None or version != seen:
                 seen = version
                 self.count += 1
                 # Wake everyone waiting on this event; later waiters get a fresh one.
                 changed, self._changed = self._changed, asyncio.Event()
                 changed.set()
+
+    async def _version(self) -> tuple[int, int] | None:
+        """The file's data version; None when the store cannot say (an outage, a listener's
+        connection lost). Then every poll wakes the waiters, as if something committed: each
+        looks for itself, and its own read either meets the fault (answered as that fault,
+        never a hang) or finds the store back."""
+        try:
+            return await self._store.data_version()
+        except StoreFault:
+            return None
 
     async def wait(self, after: int, timeout: float) -> int:
         """Wait until the count passes ``after`` or ``timeout`` seconds pass; return the count.
@@ -146,7 +158,7 @@ async def follow(
     cursor moves past each batch. Between looks it waits on ``Changes`` for a
     commit from any process. When none comes within ``idle`` seconds it yields
     an empty batch, so that the caller can look around (is its reader still
-    there?). A failed poll of the file ends the feed with its error. Iterate
+    there?). A read that fails ends the feed with its error. Iterate
     it inside ``contextlib.aclosing``: its poller stops when the feed is closed.
     """
     changes = Changes(store, interval=interval)

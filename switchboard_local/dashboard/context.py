@@ -49,5 +49,6 @@ class Context:
         return await adapters.backlog(source, self.brokers, timeout)
 
     def broker(self, source: Source) -> dict[str, Any]:
-        """What an adapter's broker says of it: {"broker", "description", "reads", "guarantee"}."""
+        """What an adapter's broker says of it, and when it acks:
+        {"broker", "description", "reads", "guarantee", "ack"}."""
         return adapters.describe(source, self.brokers)

@@ -230,6 +230,43 @@ class ClaimNextResult(Out):
         return data
 
 
+class WaitedTodo(Out):
+    """A todo waited on: how it stands, and what it ended with."""
+
+    id: int
+    queue: str
+    title: str
+    state: State
+    dead_letter: bool = Field(description="state is failed: its attempts are used up (no retry unless redriven)")
+    result: Any = Field(description="what its complete gave; null when result_omitted")
+    result_omitted: bool = Field(description="true when the answer's size bound left its result out: get_todo shows it")
+    last_error: str | None
+    cancel_reason: str | None
+
+    @classmethod
+    def of(cls, todo: Todo, *, with_result: bool = True) -> WaitedTodo:
+        return cls.model_validate({
+            "id": todo.id, "queue": todo.queue, "title": todo.title, "state": todo.state,
+            "dead_letter": todo.dead_letter, "result": todo.result if with_result else None,
+            "result_omitted": not with_result, "last_error": todo.last_error, "cancel_reason": todo.cancel_reason,
+        })  # fmt: skip
+
+
+class WaitedTodos(Out):
+    todos: list[WaitedTodo] = Field(description="the todos named, in the order named")
+    finished: bool = Field(description="true once every one is done, failed (a dead letter) or cancelled")
+
+    @classmethod
+    def of(cls, found: list[Todo], budget: int) -> WaitedTodos:
+        """Each result inlined while the results so far fit ``budget`` bytes (the answer is one stdio line)."""
+        rows = []
+        for todo in found:
+            size = len(json.dumps(todo.result, ensure_ascii=False).encode())
+            rows.append(WaitedTodo.of(todo, with_result=size <= budget))
+            budget -= size if size <= budget else 0
+        return cls(todos=rows, finished=all(map(todos.finished, found)))
+
+
 class CreatedTodo(Out):
     todo: TodoRow | None = Field(
         description="the todo created, or the live one holding the key; null when that one is on a queue you cannot read"

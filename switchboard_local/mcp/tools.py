@@ -1,4 +1,4 @@
-"""The thirteen MCP tools, each a thin call of one core verb inside the caller's scope.
+"""The fourteen MCP tools, each a thin call of one core verb inside the caller's scope.
 
 Argument names match the core and the CLI (``id``, ``lease_token``,
 ``queue``…); a docstring is the tool's description, written for the model
@@ -30,7 +30,7 @@ from ..core.todo_model import (
     NewTodo,
     State,
 )
-from ..core.todos import MAX_BATCH, Completion, Failure, Lease, NextClaim
+from ..core.todos import MAX_BATCH, MAX_WAITED, Completion, Failure, Lease, NextClaim
 from .channel import Doorbell
 from .models import (
     ClaimNextResult,
@@ -45,12 +45,14 @@ from .models import (
     TodoFull,
     TodoPage,
     TodoRow,
+    WaitedTodos,
     finished_items,
     finished_row,
     finished_with_next,
 )
 
 UNSCOPED_NAME = "mcp"  # the owner prefix when no agent is named
+MAX_CREATED = 10_000  # create_for's todos a session remembers as its own
 MAX_PAGE = 200
 
 
@@ -91,6 +93,14 @@ class Session:
     # The queues of this session's claim_next calls that are waiting right now:
     # what lands there is about to be handed over, so the doorbell stays silent.
     polling: list[frozenset[str] | None] = field(default_factory=list)
+    # The todos this session made with create_for (the newest MAX_CREATED): wait_todos and
+    # get_todo answer them wherever they went.
+    created: dict[int, None] = field(default_factory=dict)
+
+    def made(self, todo_id: int) -> None:
+        self.created[todo_id] = None
+        if len(self.created) > MAX_CREATED:
+            del self.created[next(iter(self.created))]  # the oldest: dicts keep their order
 
     def is_polling(self, queue: str) -> bool:
         return any(queues is None or queue in queues for queues in self.polling)
@@ -164,7 +174,7 @@ async def get_todo(ctx: Context, id: TodoId) -> TodoFull:
     """Show one todo in full: payload, result, last error and its attempt history (who claimed it, when, how each
     attempt ended). It does not claim it and never shows a lease token."""
     s = _session(ctx)
-    return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues))
+    return TodoFull.of(await todos.get(s.store, id, queues=s.scope.queues, own=s.created))
 
 
 async def queue_stats(ctx: Context) -> QueueStatsResult:
@@ -447,11 +457,36 @@ async def create_for(
         idempotency_key=idempotency_key,
     )
     todo, created = await todos.create(s.store, new, by=s.owner)
+    if created:
+        s.made(todo.id)
     if not created and not s.scope.has_queue(todo.queue):
         # A live todo the agent cannot read holds the key: it learns that much
         # (what idempotency promises), and nothing of the todo.
         return CreatedTodo(todo=None, created=False)
     return CreatedTodo(todo=TodoRow.of(todo), created=created)
+
+
+WaitIds = Annotated[
+    list[Annotated[int, Field(strict=True, ge=1, le=INT64_MAX)]],
+    Field(min_length=1, max_length=MAX_WAITED, description="ids of the todos to wait for (e.g. create_for's)"),
+]
+
+
+async def wait_todos(
+    ctx: Context,
+    ids: WaitIds,
+    wait_seconds: Annotated[
+        float, Field(strict=True, ge=0, le=MAX_WAIT_SECONDS, description="wait up to this long for all to finish")
+    ] = 0,
+) -> WaitedTodos:
+    """Wait for todos to finish, e.g. the ones you handed on with create_for: answers each one's state (done,
+    failed: a dead letter, cancelled, or still pending or claimed) and result as soon as all are finished, or when
+    wait_seconds pass (finished false: call again to wait on). Todos in your queues, or made by your create_for."""
+    s = _session(ctx)
+    found = await todos.wait_finished(
+        s.store, ids, wait=wait_seconds, changes=s.changes, queues=s.scope.queues, own=s.created
+    )
+    return WaitedTodos.of(found, BATCH_BUDGET)
 
 
 # ---------------------------------------------------------------- events
@@ -503,7 +538,7 @@ class ToolSpec:
 
 
 TOOLS = tuple(
-    ToolSpec(fn.__name__, fn, read_only=fn in (list_todos, get_todo, list_events, get_event, queue_stats))
+    ToolSpec(fn.__name__, fn, read_only=fn in (list_todos, get_todo, wait_todos, list_events, get_event, queue_stats))
     for fn in (
         list_todos,
         get_todo,
@@ -514,6 +549,7 @@ TOOLS = tuple(
         fail,
         release,
         create_for,
+        wait_todos,
         list_events,
         get_event,
         replay_event,

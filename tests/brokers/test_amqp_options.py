@@ -16,12 +16,12 @@ def test_the_options_are_stored_as_the_adapters_config_with_the_broker_named() -
     config = BROKERS.get("amqp").configure({"url": URL, "amqp_queue": "orders", "batch": 10, "queue": "fulfilment",
                                             "amqp_dead_letter_exchange": "dead-letters"})  # fmt: skip
     assert config == {"broker": "amqp", "url": URL, "amqp_queue": "orders", "batch": 10, "queue": "fulfilment",
-                      "amqp_dead_letter_exchange": "dead-letters"}  # fmt: skip
+                      "amqp_dead_letter_exchange": "dead-letters", "ack": "on-store"}  # fmt: skip
 
 
 def test_a_url_in_the_environment_is_stored_by_its_name_and_the_batch_defaults_to_64() -> None:
     config = BROKERS.get("amqp").configure({"url_env": "RABBITMQ_URL", "amqp_queue": "orders"})
-    assert config == {"broker": "amqp", "url_env": "RABBITMQ_URL", "amqp_queue": "orders", "batch": 64}
+    assert config == {"broker": "amqp", "url_env": "RABBITMQ_URL", "amqp_queue": "orders", "batch": 64, "ack": "on-store"}
     assert amqp.env(config) == ["RABBITMQ_URL"]
     assert amqp.env(amqp.configure({"url": URL, "amqp_queue": "orders"})) == []
 

@@ -30,7 +30,7 @@ from switchboard_local.core import routing
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store.opener import open_store
 
-from support.cli import invoke
+from support.cli import REPO_ROOT, invoke
 from support.fuzz import fuzz_settings
 
 pytestmark = pytest.mark.fuzz
@@ -181,10 +181,11 @@ def argument_vectors(draw: st.DrawFn, world: World, *, payloads_only: bool = Fal
 
 
 def run(world: World, args: list[str | bytes], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "SWITCHBOARD_DB": str(world.db)}
+    env = {**os.environ, "SWITCHBOARD_DB": str(world.db), "PYTHONPATH": str(REPO_ROOT)}
     try:
         return subprocess.run(
-            [sys.executable, "-m", "switchboard_local", *args], input=stdin, capture_output=True, env=env, timeout=60
+            [sys.executable, "-m", "switchboard_local", *args], input=stdin, capture_output=True, env=env, timeout=60,
+            cwd=world.db.parent,  # a relative name drawn for a path (`db copy --to`) lands there, not in the checkout
         )
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the CLI did not end: {args!r}") from None

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from switchboard_local.core import events, retention, todos
+from switchboard_local.core import events, retention, routing, rules, sources, todos, webhook_config
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import Conflict, InvalidArgument, NotFound
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.store.interface import Store, Transaction
 from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.queries import Q
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
 
@@ -335,3 +337,100 @@ async def test_list_events_since_keeps_those_received_at_or_after_the_instant(st
     assert [e.id for e in await events.list_events(store, since=instant)] == [second]
     assert [e.id for e in await events.list_events(store, since=instant - 1000)] == [first, second]
     assert await events.list_events(store, since=instant + 1) == []
+
+
+# ---------------------------------------------------------------- events in play
+# Which events still have work in play (``events.in_play``): what an adapter acking on completion
+# asks of the messages it holds. An event is in play while a todo it produced is pending or claimed;
+# done, a dead letter and cancelled are finished, and an event that produced no todo never is.
+
+
+async def add_hooks_source(store) -> None:
+    await sources.add(store, "hooks", family="webhook", kind="open", trust_mode="open",
+                      config=webhook_config.source_config("open", {}))  # fmt: skip
+
+
+def job_delivery(payload, n: int) -> NewEvent:
+    return NewEvent(source="hooks", family="webhook", type="job", external_id=f"d-{n}", trust_mode="open",
+                    verified=True, body=json.dumps(payload).encode(), content_type="application/json")  # fmt: skip
+
+
+async def test_an_event_is_in_play_until_every_todo_it_produced_is_finished(store) -> None:
+    await add_hooks_source(store)
+    for queue in ("a", "b", "c"):  # each delivery fans out to three todos
+        await rules.add(store, source="hooks", queue=queue, max_attempts=1)
+    made = await routing.deliver(store, job_delivery({}, 1))
+    other = await routing.deliver(store, job_delivery({}, 2))
+    a, b, c = made.todo_ids
+    assert await events.in_play(store, [made.event_id, other.event_id]) == {made.event_id, other.event_id}
+
+    await todos.complete(store, Lease.of(await todos.claim(store, a, owner="w")))  # done
+    claimed = await todos.claim(store, b, owner="w")
+    assert await events.in_play(store, [made.event_id]) == {made.event_id}  # one pending, one claimed
+    await todos.fail(store, Lease.of(claimed), error="no")  # its only attempt: a dead letter
+    assert await events.in_play(store, [made.event_id]) == {made.event_id}  # one still pending
+    await todos.cancel(store, c, by="operator")
+    assert await events.in_play(store, [made.event_id, other.event_id]) == {other.event_id}
+
+
+async def test_a_last_attempt_whose_lease_lapsed_finishes_its_event_with_no_commit_since(store, clock) -> None:
+    await add_hooks_source(store)
+    await rules.add(store, source="hooks", queue="a", max_attempts=1)
+    made = await routing.deliver(store, job_delivery({}, 1))
+    await todos.claim(store, made.todo_ids[0], owner="w", lease=30)
+    clock.advance(29)
+    assert await events.in_play(store, [made.event_id]) == {made.event_id}
+    clock.advance(2)  # the lease lapsed on the last attempt: a dead letter
+    assert await events.in_play(store, [made.event_id]) == set()
+    assert (await todos.get(store, made.todo_ids[0])).state == "failed"
+
+
+async def test_a_lapsed_lease_with_attempts_left_keeps_its_event_in_play(store, clock) -> None:
+    await add_hooks_source(store)
+    made = await routing.deliver(store, job_delivery({}, 1))  # the default route: five attempts
+    await todos.claim(store, made.todo_ids[0], owner="w", lease=30)
+    clock.advance(31)
+    assert await events.in_play(store, [made.event_id]) == {made.event_id}  # pending again
+
+
+async def test_an_event_that_produced_no_todo_is_never_in_play(store) -> None:
+    await add_hooks_source(store)
+    await rules.add(store, source="hooks", where=["skip=yes"], drop=True)
+    dropped = await routing.deliver(store, job_delivery({"skip": "yes"}, 1))
+    assert dropped.todo_ids == ()
+    assert await events.in_play(store, [dropped.event_id, 999_999]) == set()
+
+
+async def test_a_replays_todos_keep_the_event_in_play(store) -> None:
+    await add_hooks_source(store)
+    made = await routing.deliver(store, job_delivery({}, 1))
+    await todos.complete(store, Lease.of(await todos.claim(store, made.todo_ids[0], owner="w")))
+    assert await events.in_play(store, [made.event_id]) == set()
+    (again,) = await routing.replay(store, made.event_id)
+    assert await events.in_play(store, [made.event_id]) == {made.event_id}
+    await todos.complete(store, Lease.of(await todos.claim(store, again, owner="w")))
+    assert await events.in_play(store, [made.event_id]) == set()
+
+
+async def test_many_events_are_asked_about_in_bounded_reads_and_answered_whole(store, monkeypatch) -> None:
+    await add_hooks_source(store)
+    monkeypatch.setattr(events, "IN_PLAY_CHUNK", 3)
+    made = [await routing.deliver(store, job_delivery({}, n)) for n in range(7)]
+    for finished in made[1::2]:
+        await todos.cancel(store, finished.todo_ids[0], by="operator")
+    ids = [m.event_id for m in made]
+    asked: list[list[int]] = []
+    read_all = store.read_all
+
+    async def noted(sql, params=()):
+        if sql == Q.events_in_play:
+            asked.append(json.loads(params["ids"]))
+        return await read_all(sql, params)
+
+    monkeypatch.setattr(store, "read_all", noted)
+    # The first and the last event in play, each at a chunk's edge (3 + 3 + 1 ids).
+    assert await events.in_play(store, [*ids, *ids]) == set(ids[::2])
+    assert asked == [ids[0:3], ids[3:6], ids[6:]]  # each id asked about once, in reads of at most the chunk
+    asked.clear()
+    assert await events.in_play(store, []) == set()
+    assert asked == []

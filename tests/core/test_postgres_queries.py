@@ -132,7 +132,7 @@ TWINS: dict[str, list[str]] = {
     # JSON: SQLite's json_each and json_extract, PostgreSQL's jsonb functions and operators.
     "json": [
         "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
-        "complete_many", "event_in_scope", "list_events", "event_in_queues",
+        "complete_many", "event_in_scope", "list_events", "event_in_queues", "events_in_play", "todos_by_ids",
     ],
     # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
     # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.

@@ -31,6 +31,7 @@ PLANS = {
     "claim_next_in_queue": "todos_ready_by_queue",
     "claim_next_in_queues": "todos_ready_by_queue",
     "claim_by_id": "INTEGER PRIMARY KEY",
+    "todos_by_ids": "INTEGER PRIMARY KEY",  # todo wait, wait_todos
     "any_lapsed_lease": "todos_leases",
     "end_lapsed_attempts": "todos_leases",
     "recover_lapsed_leases": "todos_leases",
@@ -66,6 +67,8 @@ PLANS = {
     "todos_of_event": "todos_by_event",
     "event_in_scope": "todos_by_event",
     "event_in_queues": "todos_by_event",
+    # what an adapter acking on completion asks of the messages it holds
+    "events_in_play": "todos_by_event",
 }
 
 # Statements that walk every todo, and why that is accepted.

@@ -26,7 +26,7 @@ NUMERIC = [
     ("heartbeat", "id"), ("heartbeat", "lease_seconds"),
     ("complete", "id"), ("complete", "lease_seconds"), ("complete", "max"), ("complete", "items.id"),
     ("fail", "id"), ("fail", "lease_seconds"), ("fail", "max"), ("fail", "items.id"),
-    ("release", "id"), ("release", "delay_seconds"), ("create_for", "priority"),
+    ("release", "id"), ("release", "delay_seconds"), ("create_for", "priority"), ("wait_todos", "wait_seconds"),
     ("list_events", "limit"), ("get_event", "id"), ("replay_event", "id"),
 ]  # fmt: skip
 BOOLEAN = [("complete", "claim_next"), ("fail", "claim_next")]
@@ -81,7 +81,7 @@ def test_every_parameter_of_every_tool_has_its_own_description(db_path) -> None:
 
 def test_what_the_model_reads_of_the_tools_stays_within_12_kb(db_path) -> None:
     tools = listed_over_stdio(db_path)
-    assert len(tools) == 13
+    assert len(tools) == 14
     assert len(model_visible(tools).encode()) <= TOOLS_LIST_BUDGET
     # Nothing pydantic adds that says nothing: titles, null branches, null defaults.
     noise = [path for tool in tools for path in _noise(tool["inputSchema"], tool["name"])]
@@ -129,6 +129,7 @@ async def calls(store: Store, tool: str, path: str, bad: Any) -> dict[str, Any]:
         "complete": {"id": 2, "lease_token": token, "claim_next": True},
         "fail": {"id": 2, "lease_token": token, "claim_next": True},
         "release": {"id": 2, "lease_token": token}, "create_for": {"title": "t", "queue": "q"},
+        "wait_todos": {"ids": [1]},
         "list_events": {}, "get_event": {"id": 1}, "replay_event": {"id": 1},
     }  # fmt: skip
     arguments = base[tool]

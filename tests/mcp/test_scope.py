@@ -60,7 +60,7 @@ async def test_without_an_agent_every_queue_and_every_tool(store) -> None:
     await new(store, "a")
     await new(store, "b")
     async with connect(store) as client:
-        assert len((await client.list_tools()).tools) == 13
+        assert len((await client.list_tools()).tools) == 14
         listed = await call(client, "list_todos")
     assert {t["queue"] for t in listed["todos"]} == {"a", "b"}
 

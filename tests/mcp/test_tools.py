@@ -20,7 +20,7 @@ from support.mcp import call, claim_attempts, connect, refused
 
 pytestmark = pytest.mark.anyio
 
-READ_ONLY = {"list_todos", "get_todo", "list_events", "get_event", "queue_stats"}
+READ_ONLY = {"list_todos", "get_todo", "wait_todos", "list_events", "get_event", "queue_stats"}
 ROW_FIELDS = {
     "id", "queue", "title", "kind", "state", "dead_letter", "priority", "assignee", "attempt", "max_attempts",
     "owner", "lease_expires_at", "visible_at", "event_id", "last_error", "created_at", "updated_at", "payload_size",
@@ -42,7 +42,7 @@ async def webhook(store, source="gh", external_id="d1", body=b'{"action": "opene
     return await routing.deliver(store, event)
 
 
-async def test_tools_list_offers_the_thirteen_tools_typed_and_read_only_where_they_only_read(store) -> None:
+async def test_tools_list_offers_the_fourteen_tools_typed_and_read_only_where_they_only_read(store) -> None:
     async with connect(store) as client:
         listed = (await client.list_tools()).tools
     assert [t.name for t in listed] == list(TOOL_NAMES)

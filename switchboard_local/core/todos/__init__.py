@@ -19,6 +19,7 @@ asks for the noun's verb without knowing the module it lives in:
     lifecycle.py  create, and the leased verbs: heartbeat, complete, fail, release
     batches.py    complete_many, fail_many: the single verbs' bodies, each item alone
     reads.py      get, list_todos, stats
+    waits.py      of_ids, wait_finished: todos named by id, waited on until they finish
     operator.py   redrive, force_release, cancel: an operator's verbs on one todo
     bulk.py       redrive_many, redrive_group, cancel_many, purge, and their counts
 
@@ -42,10 +43,13 @@ from .claims import MAX_BATCH, ClaimedBatch, NextClaim, claim, claim_next, claim
 from .lifecycle import Finished, Lease, complete, create, fail, heartbeat, insert, insert_id, insert_params, release
 from .operator import cancel, force_release, redrive
 from .reads import get, list_todos, queues_without_todos, stats
+from .waits import FINISHED, MAX_WAITED, finished, of_ids, wait_finished
 
 __all__ = [
     "BULK_BATCH",
+    "FINISHED",
     "MAX_BATCH",
+    "MAX_WAITED",
     "PURGEABLE",
     "ClaimedBatch",
     "Completion",
@@ -70,6 +74,7 @@ __all__ = [
     "create",
     "fail",
     "fail_many",
+    "finished",
     "force_release",
     "get",
     "heartbeat",
@@ -77,6 +82,7 @@ __all__ = [
     "insert_id",
     "insert_params",
     "list_todos",
+    "of_ids",
     "purge",
     "queues_without_todos",
     "redrive",
@@ -84,4 +90,5 @@ __all__ = [
     "redrive_many",
     "release",
     "stats",
+    "wait_finished",
 ]

@@ -8,7 +8,7 @@ lapsed todo as what it will become, without writing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from ..errors import InvalidArgument, NotFound
@@ -18,11 +18,14 @@ from ..todo_model import MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, requ
 from .claims import settle_lapsed
 
 
-async def get(store: Store, todo_id: int, *, queues: Sequence[str] | None = None) -> Todo:
-    """One todo with its attempt history (``queues``: a scope it must be in)."""
+async def get(
+    store: Store, todo_id: int, *, queues: Sequence[str] | None = None, own: Collection[int] = ()
+) -> Todo:
+    """One todo with its attempt history (``queues``: a scope it must be in, unless
+    its id is among ``own``: todos the caller made, wherever it put them)."""
     await settle_lapsed(store)
     row = await store.read_one(Q.get_todo, {"id": todo_id})
-    if row is None or (queues is not None and row["queue"] not in queues):
+    if row is None or (queues is not None and row["queue"] not in queues and todo_id not in own):
         raise NotFound(f"todo {todo_id} does not exist")
     # A second read, a later snapshot: attempts are only ever added or closed,
     # so the history is at least as new as the todo (never missing its attempt).

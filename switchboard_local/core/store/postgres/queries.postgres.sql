@@ -111,6 +111,15 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   completed_by, cancelled_by, cancel_reason
 FROM todos WHERE id = :id;
 
+-- name: todos_by_ids
+-- The todos :ids names (a JSON array of todo ids), by id.
+SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason
+FROM todos WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint)) ORDER BY id;
+
 -- name: list_todos
 -- As queries.sql's: newest first, before a cursor; any filter may be NULL;
 -- of every queue (one queue: list_todos_in_queue).
@@ -681,6 +690,12 @@ FROM todos
 WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
    OR event_id = :event_id
 ORDER BY id;
+
+-- name: events_in_play
+-- Which of :ids (a JSON array of event ids) still have a todo they produced pending or claimed.
+SELECT DISTINCT event_id FROM todos
+WHERE event_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+  AND state IN ('pending', 'claimed');
 
 -- name: event_in_scope
 -- Whether a todo in one of :queues (a JSON array) came from the event.

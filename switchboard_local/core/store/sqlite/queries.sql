@@ -63,6 +63,11 @@ WHERE queue = :queue AND idempotency_key = :idempotency_key
 -- name: get_todo
 SELECT * FROM todos WHERE id = :id;
 
+-- name: todos_by_ids
+-- The todos :ids names (a JSON array of todo ids), by id: what `todo wait`
+-- and the MCP tool wait_todos look at each time a commit wakes them.
+SELECT * FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
 -- name: list_todos
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
@@ -557,6 +562,13 @@ SELECT * FROM todos
 WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
    OR event_id = :event_id
 ORDER BY id;
+
+-- name: events_in_play
+-- Which of :ids (a JSON array of event ids) still have work in play: a todo
+-- they produced (their delivery's, or a replay's) pending or claimed. An
+-- adapter acking on completion asks it of the messages it holds.
+SELECT DISTINCT event_id FROM todos
+WHERE event_id IN (SELECT value FROM json_each(:ids)) AND state IN ('pending', 'claimed');
 
 -- name: event_in_scope
 -- Whether a todo in one of :queues (a JSON array) came from the event.
