@@ -12,14 +12,14 @@
 -- database with a user_version of its own is never taken for ours.
 PRAGMA application_id = 1396853841;
 
--- One delivery that arrived: a webhook request, a broker message, an operator
--- action. Immutable once written.
+-- One delivery that arrived: a webhook request, a broker message, a schedule's
+-- tick, an operator action. Immutable once written.
 CREATE TABLE IF NOT EXISTS events (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune: ids are cursors
-    source          TEXT    NOT NULL,            -- configured webhook or adapter name
-    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'operator')),
-    type            TEXT    NOT NULL,            -- e.g. X-GitHub-Event, or the stream key
-    external_id     TEXT    NOT NULL,            -- provider delivery id, entry id, or body hash
+    source          TEXT    NOT NULL,            -- configured webhook, adapter or schedule name
+    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule', 'operator')),
+    type            TEXT    NOT NULL,            -- e.g. X-GitHub-Event, the stream key, or 'tick'
+    external_id     TEXT    NOT NULL,            -- provider delivery id, entry id, body hash, or a tick's due instant
     trust_mode      TEXT    NOT NULL,            -- how the source is trusted (signature kind, queue, open)
     verified        INTEGER NOT NULL CHECK (verified IN (0, 1)),
     verify_detail   TEXT,                        -- how it was verified, or why not
@@ -151,12 +151,14 @@ CREATE TABLE IF NOT EXISTS agents (
 );
 
 -- The sources: configured producers of events. Webhook sources (family
--- 'webhook') and adapters (family 'queue', drained by a broker consumer;
--- config.broker names the broker, redis when absent); an event's source is a name from here. Health fields are
+-- 'webhook'), adapters (family 'queue', drained by a broker consumer;
+-- config.broker names the broker, redis when absent) and schedules (family
+-- 'schedule': config holds the cron expression, zone and catch-up; the ingest
+-- leader fires their ticks); an event's source is a name from here. Health fields are
 -- written by the running consumers.
 CREATE TABLE IF NOT EXISTS sources (
     name                 TEXT    PRIMARY KEY CHECK (name <> ''),
-    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue')),
+    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule')),
     kind                 TEXT    NOT NULL,        -- github, stripe, hmac, open, stream, list, ...
     trust_mode           TEXT    NOT NULL,        -- how its events are trusted (the kind, 'open', 'queue')
     enabled              INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
@@ -167,7 +169,8 @@ CREATE TABLE IF NOT EXISTS sources (
     last_poll_at         INTEGER,
     last_error           TEXT,
     consecutive_failures INTEGER NOT NULL DEFAULT 0,
-    messages_stored      INTEGER NOT NULL DEFAULT 0
+    messages_stored      INTEGER NOT NULL DEFAULT 0,
+    last_tick_at         INTEGER                  -- a schedule's newest tick fired (its due instant)
 );
 
 -- Routing rules, applied in position order to each new event of their

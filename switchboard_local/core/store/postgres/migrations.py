@@ -37,6 +37,15 @@ WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_u
 UPDATE sources SET config = (config - 'redis_url_env') || jsonb_build_object('url_env', config -> 'redis_url_env')
 WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_url_env' AND NOT config ? 'url_env';
 """,
+    # Schedules (core/schedules.py): the family 'schedule' for sources and events, and a schedule's newest
+    # fired tick (SQLite's migration 11 rebuilds its tables for the CHECKs; here they are replaced).
+    11: """
+ALTER TABLE events DROP CONSTRAINT events_family_check,
+    ADD CONSTRAINT events_family_check CHECK (family IN ('webhook', 'queue', 'schedule', 'operator'));
+ALTER TABLE sources DROP CONSTRAINT sources_family_check,
+    ADD CONSTRAINT sources_family_check CHECK (family IN ('webhook', 'queue', 'schedule'));
+ALTER TABLE sources ADD COLUMN last_tick_at timestamptz;
+""",
 }
 
 

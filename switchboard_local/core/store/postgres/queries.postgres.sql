@@ -722,31 +722,36 @@ VALUES (:name, :family, :kind, :trust_mode, true, CAST(:config AS jsonb), CAST(:
 ON CONFLICT (name) DO NOTHING
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: get_source
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE name = :name;
 
 -- name: list_sources
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE (CAST(:family AS text) IS NULL OR family = :family) ORDER BY name;
 
 -- name: set_source_enabled
 UPDATE sources SET enabled = CAST(:enabled AS integer) <> 0, updated_at = sb_ts(:now) WHERE name = :name
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: set_source_secrets
 UPDATE sources SET secrets = CAST(:secrets AS jsonb), updated_at = sb_ts(:now) WHERE name = :name
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: record_source_health
 -- A running consumer's poll: success resets the failure count, failure bumps it.
@@ -756,6 +761,11 @@ SET last_poll_at = sb_ts(:now),
     consecutive_failures = CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE consecutive_failures + 1 END,
     messages_stored = messages_stored + CAST(:stored AS bigint)
 WHERE name = :name;
+
+-- name: advance_schedule
+-- A schedule's newest fired tick: never moved back (GREATEST skips a NULL).
+UPDATE sources SET last_tick_at = GREATEST(last_tick_at, sb_ts(:due))
+WHERE name = :name AND family = 'schedule';
 
 -- ---- agents ----
 
@@ -1070,15 +1080,16 @@ SELECT FROM moved;
 -- name: copy_read_sources
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
        CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-       sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+       sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_sources
 INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-                     last_poll_at, last_error, consecutive_failures, messages_stored)
+                     last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at)
 VALUES (:name, :family, :kind, :trust_mode, CAST(:enabled AS integer) <> 0, CAST(:config AS jsonb),
         CAST(:secrets AS jsonb), sb_ts(:created_at), sb_ts(:updated_at), sb_ts(:last_poll_at), :last_error,
-        :consecutive_failures, :messages_stored);
+        :consecutive_failures, :messages_stored, sb_ts(:last_tick_at));
 
 -- name: copy_read_rules
 SELECT id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,

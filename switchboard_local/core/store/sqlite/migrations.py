@@ -261,6 +261,64 @@ UPDATE sources SET config = json_remove(json_set(config, '$.url_env', json_extra
 WHERE family = 'queue' AND json_valid(config) AND json_type(config, '$.redis_url_env') IS NOT NULL
   AND json_type(config, '$.url_env') IS NULL;
 """,
+    # Schedules (core/schedules.py): a third family of sources, 'schedule', whose ticks are events of that
+    # family; a schedule's newest fired tick (sources.last_tick_at). Both CHECKs change, so both tables are
+    # rebuilt (foreign keys are off while migrating), keeping every row, the event ids, their sequence and
+    # the indexes.
+    11: """
+CREATE TEMP TABLE migration_11_sequence AS SELECT seq FROM sqlite_sequence WHERE name = 'events';
+CREATE TABLE events_v11 (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    source          TEXT    NOT NULL,
+    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule', 'operator')),
+    type            TEXT    NOT NULL,
+    external_id     TEXT    NOT NULL,
+    trust_mode      TEXT    NOT NULL,
+    verified        INTEGER NOT NULL CHECK (verified IN (0, 1)),
+    verify_detail   TEXT,
+    content_type    TEXT,
+    headers         TEXT    NOT NULL DEFAULT '{}',
+    body            BLOB    NOT NULL,
+    size            INTEGER NOT NULL,
+    received_at     INTEGER NOT NULL,
+    UNIQUE (source, external_id)
+);
+INSERT INTO events_v11 (id, source, family, type, external_id, trust_mode, verified, verify_detail, content_type,
+                        headers, body, size, received_at)
+SELECT id, source, family, type, external_id, trust_mode, verified, verify_detail, content_type,
+       headers, body, size, received_at
+FROM events;
+DROP TABLE events;
+ALTER TABLE events_v11 RENAME TO events;
+DELETE FROM sqlite_sequence WHERE name = 'events';
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'events', MAX(COALESCE((SELECT seq FROM migration_11_sequence), 0), COALESCE((SELECT MAX(id) FROM events), 0));
+DROP TABLE migration_11_sequence;
+CREATE INDEX events_received ON events (received_at);
+CREATE TABLE sources_v11 (
+    name                 TEXT    PRIMARY KEY CHECK (name <> ''),
+    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule')),
+    kind                 TEXT    NOT NULL,
+    trust_mode           TEXT    NOT NULL,
+    enabled              INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
+    config               TEXT    NOT NULL DEFAULT '{}',
+    secrets              TEXT    NOT NULL DEFAULT '[]',
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    last_poll_at         INTEGER,
+    last_error           TEXT,
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    messages_stored      INTEGER NOT NULL DEFAULT 0,
+    last_tick_at         INTEGER
+);
+INSERT INTO sources_v11 (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+                         last_poll_at, last_error, consecutive_failures, messages_stored)
+SELECT name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+       last_poll_at, last_error, consecutive_failures, messages_stored
+FROM sources;
+DROP TABLE sources;
+ALTER TABLE sources_v11 RENAME TO sources;
+""",
 }
 
 

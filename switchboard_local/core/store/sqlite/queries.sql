@@ -613,6 +613,12 @@ SET last_poll_at = :now,
     messages_stored = messages_stored + :stored
 WHERE name = :name;
 
+-- name: advance_schedule
+-- A schedule's newest fired tick (the due instant): never moved back, so a
+-- late write of a slower pass cannot make fired ticks look due again.
+UPDATE sources SET last_tick_at = max(COALESCE(last_tick_at, :due), :due)
+WHERE name = :name AND family = 'schedule';
+
 -- ---- agents ----
 -- Agent profiles for the MCP server (agents.py) and the statements that keep
 -- an agent inside its scope.
@@ -887,14 +893,14 @@ WHERE name IN ('events', 'todos');
 
 -- name: copy_read_sources
 SELECT name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-       last_poll_at, last_error, consecutive_failures, messages_stored
+       last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at
 FROM sources WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_sources
 INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-                     last_poll_at, last_error, consecutive_failures, messages_stored)
+                     last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at)
 VALUES (:name, :family, :kind, :trust_mode, :enabled, :config, :secrets, :created_at, :updated_at,
-        :last_poll_at, :last_error, :consecutive_failures, :messages_stored);
+        :last_poll_at, :last_error, :consecutive_failures, :messages_stored, :last_tick_at);
 
 -- name: copy_read_rules
 SELECT id, position, source, type, conditions, action, queue, title, assignee, priority,
