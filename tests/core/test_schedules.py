@@ -6,17 +6,19 @@ schedule's catch-up says; DST as the cron library handles it. Time is the store'
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
 from switchboard_local.core import leadership, routing, rules, schedules, sources, todos
 from switchboard_local.core.errors import InvalidArgument
-from switchboard_local.core.events import get_event, list_events
+from switchboard_local.core.events import get_event, list_events, todos_of_event
 from switchboard_local.core.leadership import NotLeader
 from switchboard_local.core.store.opener import open_store
 
-from support.sql import count, run, value
+from support.sql import count, pg_connection, run, value
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +261,62 @@ async def test_a_schedule_edited_by_hand_into_a_bad_cron_is_shown_and_skipped_sa
     assert "is not a cron expression" in source.last_error
     assert "is not a cron expression" in schedules.describe(source, clock.now_ms())["problem"]
     assert value(db_path, "SELECT count(*) FROM events") == 0
+
+
+def _v10_rows(now: str) -> list[str]:
+    body, verified = ("'x'::bytea", "true") if now == "now()" else ("X'78'", "1")  # the body b"x"
+    return [
+        "INSERT INTO sources (name, family, kind, trust_mode, config, created_at, updated_at) VALUES "
+        f"""('gh', 'webhook', 'open', 'open', '{{"queue": "builds"}}', {now}, {now})""",
+        "INSERT INTO events (id, source, family, type, external_id, trust_mode, verified, body, size, received_at) "
+        f"VALUES (41, 'gh', 'webhook', 'push', 'd-41', 'open', {verified}, {body}, 1, {now})",
+        "INSERT INTO todos (queue, title, event_id, state, visible_at, created_at, updated_at) "
+        f"VALUES ('builds', 'push', 41, 'pending', {now}, {now}, {now})",
+        "INSERT INTO event_todos (event_id, position, todo_id) VALUES (41, 0, 1)",
+    ]
+
+
+@pytest.fixture
+def v10_database(backend: str, tmp_path, request: pytest.FixtureRequest):
+    """A database as version 10 left it (tests/data/schema-v10*.sql): a webhook source, an event (id 41,
+    the highest ever given: 42 and on were pruned) and its todo."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    if backend == "sqlite":
+        path = tmp_path / "switchboard.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.executescript((data / "schema-v10.sql").read_text("utf-8"))
+            conn.executescript("PRAGMA user_version = 10;\n" + ";\n".join(_v10_rows("0")) + ";\n"
+                               "UPDATE sqlite_sequence SET seq = 50 WHERE name = 'events';")  # fmt: skip
+        finally:
+            conn.close()
+        return path
+    server = request.getfixturevalue("postgres_server")
+    request.getfixturevalue("monkeypatch").setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    url = server.empty_database()
+    request.addfinalizer(lambda: server.drop(url))
+    with pg_connection(url) as conn:
+        conn.execute((data / "schema-v10.postgres.sql").read_text("utf-8"))
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (10)")
+        for statement in _v10_rows("now()"):
+            conn.execute(statement)
+        conn.execute("SELECT sb_given_id('events', 50)")
+    return url
+
+
+async def test_migration_11_keeps_sources_events_and_their_ids_and_takes_schedules(v10_database, clock):
+    async with await open_store(v10_database, clock=clock) as store:
+        assert [(s.name, s.family) for s in await sources.list_sources(store)] == [("gh", "webhook")]
+        event = await get_event(store, 41)
+        assert (event.source, event.external_id) == ("gh", "d-41")
+        assert [t.queue for t in await todos_of_event(store, 41)] == ["builds"]
+        await schedules.add(store, "m", cron="* * * * *")
+        at(clock, "2026-01-01T00:01:01+00:00")
+        await schedules.fire_due(store)
+        (tick,) = await list_events(store, source="m")
+        assert tick.id > 50  # ids pruned before the migration are never given again
+        assert (await sources.get(store, "m")).last_tick_at == ms("2026-01-01T00:01:00+00:00")
+    version = (value(v10_database, "SELECT max(version) FROM schema_migrations") if isinstance(v10_database, str)
+               else value(v10_database, "PRAGMA user_version"))  # fmt: skip
+    assert version == 11
+    assert value(v10_database, "SELECT count(*) FROM event_todos WHERE event_id = 41") == 1
