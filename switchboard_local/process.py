@@ -117,7 +117,7 @@ async def _fire_schedules_forever(store: Store, lease: leadership.Lease | None) 
             done = await schedules.fire_due(store, lease=lease)
             for fired in done.fired:
                 if fired.new:
-                    log.info("schedule %s: fired %d tick(s)", fired.schedule, fired.new)
+                    log.debug("schedule %s: fired %d tick(s)", fired.schedule, fired.new)
             if done.next_due is not None:
                 # Just past the instant: the pass then finds it due (the store's clock may lag the loop's by a little).
                 wait = min(wait, max(0.0, (done.next_due - store.clock.now_ms()) / 1000) + 0.005)

@@ -52,7 +52,7 @@ from .todo_model import MAX_JSON_DEPTH, MAX_TITLE_LENGTH, dump_json_depth
 log = logging.getLogger("switchboard_local.schedules")
 
 FAMILY = "schedule"
-KIND = "cron"
+KIND = "schedule"  # what `source add --kind` names it
 TRUST_MODE = "schedule"
 TICK = "tick"
 CATCH_UPS = ("none", "last", "all")
@@ -212,6 +212,7 @@ def describe(source: Source, now: int, count: int = 3) -> dict[str, Any]:
         "title": source.config.get("title"),
         "payload": source.config.get("payload"),
         "last_tick": rfc3339(source.last_tick_at),
+        "last_tick_local": None,
         "next": [],
         "problem": None,
     }

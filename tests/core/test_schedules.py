@@ -43,7 +43,7 @@ async def ticks_of(store, name: str) -> list[str]:
 async def test_a_schedule_is_kept_with_its_cron_zone_catch_up_queue_title_and_payload(store):
     added = await schedules.add(store, "nightly", cron="30 2 * * *", tz="Europe/Berlin", queue="triage",
                                 title="Nightly triage", payload={"scope": "open"}, catch_up="all", by="op")  # fmt: skip
-    assert (added.family, added.kind, added.trust_mode) == ("schedule", "cron", "schedule")
+    assert (added.family, added.kind, added.trust_mode) == ("schedule", "schedule", "schedule")
     assert added.config == {"cron": "30 2 * * *", "tz": "Europe/Berlin", "catch_up": "all", "queue": "triage",
                             "title": "Nightly triage", "payload": {"scope": "open"}}  # fmt: skip
     shown = schedules.describe(await sources.get(store, "nightly"), store.clock.now_ms(), count=2)
