@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from switchboard_local.core import events, todos
+from switchboard_local.core import events, schedules, todos
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -17,6 +17,7 @@ from switchboard_local.core.todos import Lease
 from support.html import Node, parse
 from support.receiver import add_source
 from support.signing import github, secret_for
+from support.sql import ms, run
 
 pytestmark = pytest.mark.anyio
 
@@ -177,6 +178,18 @@ async def test_the_sources_page_arrives_with_sources_and_adapters(store, board):
     assert cell(row, "Kind").text == "github" and cell(row, "Health").text == "healthy"
     assert "stored 0" in cell(row, "Deliveries").text
     assert "No adapters" in doc.by_id("adapter-rows").text
+
+
+async def test_the_sources_page_shows_each_schedule_s_last_and_next_tick(store, board, db_path):
+    await schedules.add(store, "new-year", cron="0 0 1 1 *", tz="Asia/Tokyo")  # fired by nobody during the test
+    run(db_path, f"UPDATE sources SET last_tick_at = {ms(db_path, 1_767_193_200_000)}")  # 2026-01-01 00:00 in Tokyo
+
+    row = page(board, "/sources").one("tr", data_schedule="new-year")
+
+    assert cell(row, "Cron").text == "0 0 1 1 * Asia/Tokyo"
+    assert "2026-01-01T00:00:00+09:00" in cell(row, "Last tick").text
+    assert "-01-01T00:00:00+09:00" in cell(row, "Next tick").text and "from now" in cell(row, "Next tick").text
+    assert cell(row, "Health").text == "healthy"
 
 
 async def test_a_zero_count_is_never_styled_as_an_alarm(store, board):
