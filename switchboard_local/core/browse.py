@@ -222,7 +222,7 @@ class SourceView:
 
 
 async def sources(store: Store, *, family: str | None = None) -> list[SourceView]:
-    """Every source (``family``: webhook or queue) with its events kept and its last delivery."""
+    """Every source (``family``: webhook, queue or schedule) with its events kept and its last delivery."""
     if family is not None and family not in SOURCE_FAMILIES:
         raise InvalidArgument(f"family must be one of {', '.join(SOURCE_FAMILIES)}, got {family!r}")
     found = await list_sources(store, family=family)
