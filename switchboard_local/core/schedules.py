@@ -28,6 +28,7 @@ that repeats, once).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -78,8 +79,10 @@ class Spec:
     @classmethod
     def of(cls, source: Source) -> Spec:
         """The spec a schedule's config holds; InvalidArgument for one edited into something else."""
-        config = source.config
-        return spec(config.get("cron"), config.get("tz", DEFAULT_ZONE), config.get("catch_up", DEFAULT_CATCH_UP))
+        given = (source.config.get("cron"), source.config.get("tz", DEFAULT_ZONE), source.config.get("catch_up", DEFAULT_CATCH_UP))
+        if all(isinstance(value, str) for value in given):
+            return _checked(*given)  # each pass asks again: the check (a parse, a first instant) once
+        return spec(*given)
 
     @property
     def tzinfo(self) -> ZoneInfo:
@@ -157,6 +160,11 @@ def spec(cron: Any, zone: Any, catch_up: Any) -> Spec:
     if first is None:
         raise InvalidArgument(f"--cron {cron!r} never fires (no instant matches it within 50 years)")
     return Spec(cron, zone, catch_up)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked(cron: str, zone: str, catch_up: str) -> Spec:
+    return spec(cron, zone, catch_up)
 
 
 def configure(
@@ -266,13 +274,24 @@ async def fire_due(store: Store, *, lease: leadership.Lease | None = None) -> Pa
         try:
             timing = Spec.of(source)
         except InvalidArgument as exc:
-            await sources.record_health(store, source.name, error=f"cannot fire: {exc}")
+            if source.last_error != (said := f"cannot fire: {exc}"):  # said once, not written at every pass
+                await sources.record_health(store, source.name, error=said)
+            continue
+        first = _first_after(timing, start_of(source))
+        if first is not None and first > now:  # nothing due: the usual pass, without asking the cron library
+            upcoming.append(first)
             continue
         done = await _fire(store, source, timing, now, lease)
         if done is not None:
             fired.append(done)
         upcoming.extend(timing.next(max(now, start_of(source)), 1))
     return Pass(tuple(fired), min(upcoming, default=None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_after(timing: Spec, start: int) -> int | None:
+    """The first instant due after ``start``: asked at every pass, and the same until a tick fires."""
+    return next(timing.instants(start), None)
 
 
 def plan(timing: Spec, start: int, now: int) -> tuple[list[int], int]:
