@@ -133,13 +133,14 @@ TWINS: dict[str, list[str]] = {
     "json": [
         "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
         "complete_many", "event_in_scope", "list_events", "event_in_queues", "events_in_play", "todos_by_ids",
+        "dependency_states", "add_dependencies", "cancel_dependents",
     ],
     # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
     # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.
     "sqlite's own": [
         "next_todo_id", "claim_next", "cancel_pending", "count_pending", "next_event_id", "data_version",
         "rules_of_source", "keep_pruned_delivery", "copy_last_ids", "copy_seed_sequences",
-        "copy_move_sequences",
+        "copy_move_sequences", "live_todos_by_key",
     ],
     # Times: integer milliseconds in SQLite; timestamptz in PostgreSQL, each parameter through
     # sb_ts() and each column back through sb_ms() (and a todo's payload and result: jsonb there).
@@ -170,7 +171,7 @@ TWINS: dict[str, list[str]] = {
     # NULL equal to NULL: SQLite's `IS :x`, PostgreSQL's IS NOT DISTINCT FROM.
     "null equality": ["dead_letters_with_error"],
     # A size in bytes: SQLite's length() of text counts characters, so a BLOB cast; PostgreSQL's octet_length.
-    "bytes": ["copy_sizes_events", "copy_sizes_todos"],
+    "bytes": ["copy_sizes_events", "copy_sizes_todos", "dependencies_of"],
 }
 # fmt: on
 

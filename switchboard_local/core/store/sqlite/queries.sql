@@ -6,14 +6,16 @@
 -- A new pending todo, unless a live todo holds the same (queue, key): then it
 -- inserts nothing (using up no id) and returns no row; the caller reads the
 -- holder. The look is inside the insert: one statement on the common path.
+-- A todo that waits for others (:waits_for of them, :blocked_by not done)
+-- comes with :visible_at NULL when it is blocked; add_dependencies follows.
 INSERT INTO todos (queue, assignee, title, kind, payload, event_id, idempotency_key,
-                   state, priority, max_attempts, visible_at, created_at, updated_at)
+                   state, priority, max_attempts, visible_at, created_at, updated_at, blocked_by, waits_for)
 SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
-       'pending', :priority, :max_attempts, :visible_at, :now, :now
+       'pending', :priority, :max_attempts, :visible_at, :now, :now, :blocked_by, :waits_for
 WHERE :idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 RETURNING *;
 
 -- name: insert_todo_id
@@ -25,7 +27,7 @@ SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
 WHERE :idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 RETURNING id;
 
 -- name: insert_todo_with_id
@@ -43,7 +45,7 @@ SELECT k.key AS position FROM json_each(:keys) AS k
 WHERE EXISTS (
     SELECT 1 FROM todos
     WHERE queue = json_extract(k.value, '$[0]') AND idempotency_key = json_extract(k.value, '$[1]')
-      AND (state = 'claimed' OR visible_at IS NOT NULL));
+      AND state IN ('pending', 'claimed'));
 
 -- name: next_todo_id
 -- The id SQLite would give the next todo (AUTOINCREMENT: past every id ever used).
@@ -58,7 +60,7 @@ UPDATE todos SET event_id = :event_id WHERE id = :id RETURNING *;
 -- The live (pending or claimed) todo holding a key.
 SELECT * FROM todos
 WHERE queue = :queue AND idempotency_key = :idempotency_key
-  AND (state = 'claimed' OR visible_at IS NOT NULL);
+  AND state IN ('pending', 'claimed');
 
 -- name: get_todo
 SELECT * FROM todos WHERE id = :id;
@@ -67,6 +69,48 @@ SELECT * FROM todos WHERE id = :id;
 -- The todos :ids names (a JSON array of todo ids), by id: what `todo wait`
 -- and the MCP tool wait_todos look at each time a commit wakes them.
 SELECT * FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
+-- ---- dependencies (core/todos/dependencies.py; the trigger that readies a
+-- todo when the last one it waits for is done is in schema.sql) ----
+
+-- name: dependency_states
+-- The todos a new todo is to wait for (:ids, a JSON array of todo ids): each
+-- one's state and queue (an id not listed does not exist).
+SELECT id, state, queue FROM todos WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: live_todos_by_key
+-- The live todos holding :idempotency_key, in any queue (`todo create
+-- --after-key`): a walk of todos_live_key, which holds only live keyed todos.
+SELECT id, queue FROM todos INDEXED BY todos_live_key
+WHERE idempotency_key = :idempotency_key AND state IN ('pending', 'claimed')
+ORDER BY id;
+
+-- name: add_dependencies
+-- Todo :id waits for each of :ids (a JSON array of todo ids, each older than it).
+INSERT INTO todo_deps (todo_id, after_id) SELECT :id, value FROM json_each(:ids);
+
+-- name: dependencies_of
+-- What todo :id waits for, oldest first: each one's id, state, result (JSON
+-- text) and the result's size in bytes.
+SELECT todos.id, todos.state, todos.result, length(CAST(todos.result AS BLOB)) AS result_bytes
+FROM todo_deps JOIN todos ON todos.id = todo_deps.after_id
+WHERE todo_deps.todo_id = :id
+ORDER BY todos.id;
+
+-- name: cancel_dependents
+-- The blocked todos that wait, directly or through others, for the todos :ids
+-- (a JSON array) just cancelled, cancelled too, in the same transaction, each
+-- naming a dependency of its own that was cancelled; the ids it cancelled.
+WITH RECURSIVE down (id, after_id) AS (
+    SELECT todo_id, after_id FROM todo_deps WHERE after_id IN (SELECT value FROM json_each(:ids))
+    UNION
+    SELECT todo_deps.todo_id, todo_deps.after_id FROM todo_deps JOIN down ON todo_deps.after_id = down.id
+)
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, updated_at = :now,
+    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM down WHERE down.id = todos.id) || ' was cancelled'
+WHERE id IN (SELECT id FROM down) AND state = 'pending' AND blocked_by > 0
+RETURNING id;
 
 -- name: list_todos
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
@@ -716,7 +760,7 @@ WHERE (received_at < :cutoff
        OR id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET :max_events))
   AND NOT EXISTS (
       SELECT 1 FROM todos
-      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL))
+      WHERE todos.event_id = events.id AND todos.state IN ('pending', 'claimed'))
 RETURNING id, source, external_id, received_at;
 
 -- name: keep_pruned_delivery
@@ -947,18 +991,19 @@ FROM todos WHERE id > :after_id ORDER BY id LIMIT :limit;
 -- attempt, visible_at): a claimed todo's holder completes it in the target.
 SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt,
        max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result, last_error,
-       created_at, updated_at, claimed_at, completed_at, completed_by, cancelled_by, cancel_reason
+       created_at, updated_at, claimed_at, completed_at, completed_by, cancelled_by, cancel_reason,
+       blocked_by, waits_for
 FROM todos WHERE id > :after_id AND id <= :through_id ORDER BY id;
 
 -- name: copy_insert_todos
 INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
                    attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
                    last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
-                   cancelled_by, cancel_reason)
+                   cancelled_by, cancel_reason, blocked_by, waits_for)
 VALUES (:id, :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key, :state, :priority,
         :attempt, :max_attempts, :owner, :lease_token_hash, :lease_expires_at, :visible_at, :result,
         :last_error, :created_at, :updated_at, :claimed_at, :completed_at, :completed_by,
-        :cancelled_by, :cancel_reason);
+        :cancelled_by, :cancel_reason, :blocked_by, :waits_for);
 
 -- name: copy_read_attempts
 SELECT todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error FROM attempts
