@@ -356,7 +356,8 @@ def hash_token(token: str) -> str:
 @dataclass(frozen=True)
 class QueueStats:
     """One queue's todos by where they stand: pending ones split into ready
-    (claimable now) and delayed (a delay, or a retry's backoff)."""
+    (claimable now), delayed (a delay, or a retry's backoff) and blocked
+    (waiting for todos not done)."""
 
     queue: str
     ready: int
@@ -367,6 +368,7 @@ class QueueStats:
     cancelled: int
     oldest_ready_age_seconds: float | None
     paused: bool = False  # an operator paused the queue: nothing is claimed from it
+    blocked: int = 0  # pending, waiting for todos not done
 
     @classmethod
     def empty(cls, queue: str) -> QueueStats:
@@ -386,12 +388,13 @@ class QueueStats:
             cancelled=row["cancelled"],
             oldest_ready_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
             paused=row["paused_at"] is not None,
+            blocked=row["blocked"],
         )
 
     @property
     def pending(self) -> int:
-        """Waiting to be claimed: ready or delayed."""
-        return self.ready + self.delayed
+        """Waiting to be claimed: ready, delayed or blocked."""
+        return self.ready + self.delayed + self.blocked
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "pending": self.pending}

@@ -28,7 +28,7 @@ TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
     "attempt", "max_attempts", "owner", "lease_expires_at", "visible_at", "idempotency_key",
     "event_id", "result", "last_error", "created_at", "updated_at", "claimed_at", "completed_at",
-    "cancelled_by", "cancel_reason",
+    "cancelled_by", "cancel_reason", "blocked",
 }  # fmt: skip
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -530,6 +530,6 @@ def test_stats_shows_ready_delayed_dead_and_cancelled_per_queue(cli) -> None:
     make_dead(cli, "q", "dead")
     code, out, _, _ = cli("stats")
     header, row = out.splitlines()
-    assert header.split() == ["QUEUE", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST", "READY",
-                              "PAUSED"]  # fmt: skip
-    assert row.split()[:7] == ["q", "1", "1", "0", "0", "1", "1"]
+    assert header.split() == ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST",
+                              "READY", "PAUSED"]  # fmt: skip
+    assert row.split()[:8] == ["q", "1", "1", "0", "0", "0", "1", "1"]

@@ -16,7 +16,7 @@ written (the table's CHECK after_id < todo_id says so too).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from .. import settings
@@ -37,9 +37,12 @@ class Waits:
 NONE = Waits()
 
 
-def resolve(tx: Transaction, todo: NewTodo, scope: Sequence[str] | None = None) -> Waits:
+def resolve(
+    tx: Transaction, todo: NewTodo, scope: Sequence[str] | None = None, own: Collection[int] = ()
+) -> Waits:
     """The todos ``todo`` asks to wait for, checked: each exists (and is in ``scope``, the
-    caller's queues, when one is given) and is not cancelled; keys name live todos, one each."""
+    caller's queues, when one is given, unless its id is among ``own``: todos the caller
+    made) and is not cancelled; keys name live todos, one each."""
     if not todo.after and not todo.after_keys:
         return NONE
     ids = list(todo.after)
@@ -60,7 +63,7 @@ def resolve(tx: Transaction, todo: NewTodo, scope: Sequence[str] | None = None) 
     not_done = 0
     for todo_id in ids:
         row = rows.get(todo_id)
-        if row is None or (scope is not None and row["queue"] not in scope):
+        if row is None or (scope is not None and row["queue"] not in scope and todo_id not in own):
             raise NotFound(f"todo {todo_id} does not exist: a todo can only wait for todos that exist")
         if row["state"] == "cancelled":
             raise Conflict(f"todo {todo_id} was cancelled: nothing can wait for it")

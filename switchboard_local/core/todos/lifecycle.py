@@ -8,7 +8,7 @@ raises the error that explains why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,12 @@ from .claims import NextClaim, by_and_why, check_scope, claim_next_body, recover
 
 
 async def create(
-    store: Store, todo: NewTodo, *, by: str | None = None, scope: Sequence[str] | None = None
+    store: Store,
+    todo: NewTodo,
+    *,
+    by: str | None = None,
+    scope: Sequence[str] | None = None,
+    own: Collection[int] = (),
 ) -> tuple[Todo, bool]:
     """Create a pending todo directly (CLI, agent); returns it and whether it was created.
 
@@ -49,7 +54,8 @@ async def create(
     With ``by`` (an OS user, an agent) a new todo comes from an event of the
     audit trail (``todo.create``), as a delivered one comes from its delivery.
     A todo that waits for others (``todo.after``, ``todo.after_keys``: in
-    ``scope``, the caller's queues, when given) is blocked until they are done.
+    ``scope``, the caller's queues, when given, or among ``own``, the todos it
+    made) is blocked until they are done.
     """
     if todo.idempotency_key is not None and todo.idempotency_key.startswith(DERIVED_KEY_PREFIX):
         raise InvalidArgument(
@@ -59,7 +65,7 @@ async def create(
     def body(tx: Transaction) -> tuple[Todo, bool]:
         settings.require_size(tx, "payload", todo.payload_json)
         now = store.clock.now_ms()
-        made, created = insert(tx, todo, now=now, scope=scope)
+        made, created = insert(tx, todo, now=now, scope=scope, own=own)
         if by is None or not created:
             return made, created
         event_id = audit.record(tx, now, by=by, action="todo.create", subject=made.id, queue=made.queue,
@@ -70,10 +76,16 @@ async def create(
 
 
 def insert(
-    tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None, scope: Sequence[str] | None = None
+    tx: Transaction,
+    todo: NewTodo,
+    *,
+    now: int,
+    event_id: int | None = None,
+    scope: Sequence[str] | None = None,
+    own: Collection[int] = (),
 ) -> tuple[Todo, bool]:
     """The insert behind ``create``: the stored (or live, holding the key) todo, and whether it is new."""
-    waits = dependencies.resolve(tx, todo, scope)
+    waits = dependencies.resolve(tx, todo, scope, own)
     params = insert_params(todo, now=now, event_id=event_id)
     if waits.ids:
         params.update(waits_for=len(waits.ids), blocked_by=waits.not_done)

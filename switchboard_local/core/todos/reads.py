@@ -40,7 +40,7 @@ async def get(
     return todo
 
 
-TIMINGS = ("ready", "delayed", "dead")  # list_todos's filter on when a todo can be claimed
+TIMINGS = ("ready", "delayed", "dead", "blocked")  # list_todos's filter on when a todo can be claimed
 
 
 async def list_todos(

@@ -172,7 +172,8 @@ WHERE (CAST(:state AS text) IS NULL OR state = :state)
   AND (CAST(:timing AS text) IS NULL
        OR (:timing = 'ready' AND visible_at <= sb_ts(:now))
        OR (:timing = 'delayed' AND visible_at > sb_ts(:now))
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (CAST(:queues AS jsonb) IS NULL OR queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
   AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -191,7 +192,8 @@ WHERE queue = :queue
   AND (CAST(:timing AS text) IS NULL
        OR (:timing = 'ready' AND visible_at <= sb_ts(:now))
        OR (:timing = 'delayed' AND visible_at > sb_ts(:now))
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (CAST(:queues AS jsonb) IS NULL OR queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
   AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -594,14 +596,15 @@ WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancell
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE ready)                                  AS ready,
-           count(*) FILTER (WHERE state = 'pending' AND NOT ready)        AS delayed,
+           count(*) FILTER (WHERE state = 'pending' AND blocked_by = 0 AND NOT ready) AS delayed,
            count(*) FILTER (WHERE state = 'claimed' AND NOT lapsed)       AS claimed,
            count(*) FILTER (WHERE state = 'done')                         AS done,
            count(*) FILTER (WHERE state = 'failed' OR (lapsed AND attempt >= max_attempts)) AS dead,
            count(*) FILTER (WHERE state = 'cancelled')                    AS cancelled,
+           count(*) FILTER (WHERE state = 'pending' AND blocked_by > 0)   AS blocked,
            MIN(CASE WHEN ready THEN created_at END)                       AS oldest_ready_created_at
     FROM (SELECT *, lapsed AND attempt < max_attempts OR visible_at <= sb_ts(:now) AS ready
-          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at,
+          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at, blocked_by,
                        (state = 'claimed' AND lease_expires_at <= sb_ts(:now)) AS lapsed
                 FROM todos) AS flagged) AS marked
     GROUP BY queue
@@ -614,7 +617,7 @@ SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
-       sb_ms(counts.oldest_ready_created_at) AS oldest_ready_created_at,
+       COALESCE(counts.blocked, 0) AS blocked, sb_ms(counts.oldest_ready_created_at) AS oldest_ready_created_at,
        sb_ms(queues.paused_at) AS paused_at, queues.paused_by
 FROM names
 LEFT JOIN counts ON counts.queue = names.queue

@@ -116,14 +116,16 @@ RETURNING id;
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
 -- 'ready' (claimable now), 'delayed' (claimable later: a delay or a retry's
--- backoff), 'dead' (a dead letter: state 'failed'). Of every queue: a list of
+-- backoff), 'dead' (a dead letter: state 'failed'), 'blocked' (waiting for
+-- todos not done). Of every queue: a list of
 -- one queue is list_todos_in_queue's.
 SELECT * FROM todos
 WHERE (:state IS NULL OR state = :state)
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -138,7 +140,8 @@ WHERE queue = :queue
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -479,19 +482,21 @@ WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancell
 -- whose lease lapsed counts as what the next claim will make of it (ready
 -- again, or a dead letter when its attempts are used up). Pending todos are
 -- ready (claimable now) or delayed (a delay, or a retry's backoff); the oldest
--- ready todo's creation time gives its age. A paused queue is listed even with
+-- ready todo's creation time gives its age; blocked ones wait for todos not
+-- done (neither ready nor delayed). A paused queue is listed even with
 -- no todos, with zero counts; paused_at is NULL unless the queue is paused.
 WITH counts AS (
     SELECT queue,
            SUM(ready)                                            AS ready,
-           SUM(state = 'pending' AND NOT ready)                  AS delayed,
+           SUM(state = 'pending' AND blocked_by = 0 AND NOT ready) AS delayed,
            SUM(state = 'claimed' AND NOT lapsed)                 AS claimed,
            SUM(state = 'done')                                   AS done,
            SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts)) AS dead,
            SUM(state = 'cancelled')                              AS cancelled,
+           SUM(state = 'pending' AND blocked_by > 0)             AS blocked,
            MIN(CASE WHEN ready THEN created_at END)              AS oldest_ready_created_at
     FROM (SELECT *, lapsed AND attempt < max_attempts OR visible_at <= :now AS ready
-          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at,
+          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at, blocked_by,
                        (state = 'claimed' AND lease_expires_at <= :now) AS lapsed
                 FROM todos))
     GROUP BY queue
@@ -504,7 +509,7 @@ SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
-       counts.oldest_ready_created_at, queues.paused_at, queues.paused_by
+       COALESCE(counts.blocked, 0) AS blocked, counts.oldest_ready_created_at, queues.paused_at, queues.paused_by
 FROM names
 LEFT JOIN counts ON counts.queue = names.queue
 LEFT JOIN queues ON queues.name = names.queue AND queues.paused_at IS NOT NULL
