@@ -35,9 +35,7 @@ async def get(
         for r in await store.read_all(Q.attempts_of_todo, {"todo_id": todo_id})
     )
     todo = replace(Todo.from_row(row), attempts=attempts)
-    if todo.waits_for:
-        todo = await store.peek(lambda tx: with_dependencies(tx, todo))
-    return todo
+    return await store.peek(lambda tx: with_dependencies(tx, todo)) if todo.waits_for else todo
 
 
 TIMINGS = ("ready", "delayed", "dead", "blocked")  # list_todos's filter on when a todo can be claimed
