@@ -207,6 +207,9 @@ CREATE INDEX IF NOT EXISTS todos_by_queue ON todos (queue, id);
 CREATE INDEX IF NOT EXISTS todos_dead ON todos (queue, id) WHERE state = 'failed';
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 
+-- Blocked todos, per queue (see schema.sql).
+CREATE INDEX IF NOT EXISTS todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+
 -- Idempotency: one live todo per (queue, key). Live = pending or claimed.
 -- Inserts name this index's columns and predicate in ON CONFLICT, so that two
 -- transactions racing for one key answer as SQLite's serialized ones do.

@@ -106,6 +106,10 @@ CREATE INDEX IF NOT EXISTS todos_dead ON todos (queue, id) WHERE state = 'failed
 
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 
+-- Blocked todos, per queue (a queue's bulk cancel; the dashboard's and `todo list --blocked`):
+-- only todos waiting for others enter it, and leave when readied or cancelled.
+CREATE INDEX IF NOT EXISTS todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+
 -- Idempotency: one live todo per (queue, key). Live = pending (blocked or
 -- not) or claimed; finished todos (done, dead letters, cancelled) free the key. Keys of
 -- todos derived from events start with 'event:', a prefix no direct producer

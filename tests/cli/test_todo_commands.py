@@ -126,7 +126,7 @@ def test_fail_to_dead_letter_then_redrive(cli) -> None:
     stats = as_json(cli, "stats")["queues"]
     assert stats == [
         {"queue": "q", "ready": 0, "delayed": 0, "pending": 0, "claimed": 0, "done": 0, "dead": 1, "cancelled": 0,
-         "oldest_ready_age_seconds": None, "paused": False}
+         "oldest_ready_age_seconds": None, "paused": False, "blocked": 0}
     ]  # fmt: skip
     redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
     assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)

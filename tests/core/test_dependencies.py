@@ -138,6 +138,16 @@ async def test_a_bulk_cancel_cancels_the_dependents_of_what_it_cancels(store) ->
     assert (got.state, got.cancel_reason) == ("cancelled", f"dependency {a.id} was cancelled")
 
 
+async def test_a_bulk_cancel_of_a_queue_takes_its_blocked_todos_too(store) -> None:
+    elsewhere = await new(store, "elsewhere", queue="other")
+    ready = await new(store, "ready", queue="q")
+    blocked = await new(store, "blocked", queue="q", after=(elsewhere.id,))
+    assert await todos.count_pending(store, queue="q") == 2
+    assert await todos.cancel_many(store, queue="q", by="ana", batch=1) == 2
+    states = [(await todos.get(store, t.id)).state for t in (elsewhere, ready, blocked)]
+    assert states == ["pending", "cancelled", "cancelled"]
+
+
 async def test_a_cancelled_dependent_leaves_what_it_waited_for_alone(store) -> None:
     a = await new(store, "a")
     b = await new(store, "b", after=(a.id,))

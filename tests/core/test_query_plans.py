@@ -60,8 +60,8 @@ PLANS = {
     "purge_todos": "todos_by_queue",
     "count_purgeable": "todos_by_queue",
     # pending todos of a queue (bulk cancel)
-    "count_pending": "todos_ready_by_queue",
-    "cancel_pending": "todos_ready_by_queue",
+    "count_pending": "todos_blocked",
+    "cancel_pending": "todos_blocked",
     # dead letters
     "dead_letters": "todos_dead",
     "count_dead_letters": "todos_dead",

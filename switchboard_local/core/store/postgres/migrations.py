@@ -55,6 +55,7 @@ ALTER TABLE todos ADD CONSTRAINT todos_pending_visible
 DROP INDEX todos_live_key;
 CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
+CREATE INDEX todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
 CREATE TABLE IF NOT EXISTS todo_deps (
     todo_id   bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
     after_id  bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,

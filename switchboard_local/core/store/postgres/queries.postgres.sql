@@ -514,16 +514,16 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: cancel_pending
--- A queue's pending todos (:kind and :since may be NULL), oldest first, a
--- batch at a time. The batch is picked once (ARRAY: an IN would pick again
--- for every row, past the rows this statement changed) and locked as it is
--- picked (a todo claimed meanwhile is waited for and left out, and the next
--- one taken instead); the update looks at the state again.
+-- A queue's pending todos, blocked ones too (:kind and :since may be NULL),
+-- oldest first, a batch at a time. The batch is picked once (ARRAY: an IN
+-- would pick again for every row, past the rows this statement changed) and
+-- locked as it is picked (a todo claimed meanwhile is waited for and left
+-- out, and the next one taken instead); the update looks at the state again.
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
 WHERE id = ANY (ARRAY(
     SELECT id FROM todos
-    WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+    WHERE queue = :queue AND state = 'pending' AND (visible_at IS NOT NULL OR blocked_by > 0)
       AND (CAST(:kind AS text) IS NULL OR kind = :kind)
       AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since))
     ORDER BY id
@@ -533,8 +533,8 @@ WHERE id = ANY (ARRAY(
 RETURNING id;
 
 -- name: count_pending
-SELECT count(*) AS "count(*)" FROM todos
-WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+SELECT count(*) AS count FROM todos
+WHERE queue = :queue AND state = 'pending'
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
   AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since));
 

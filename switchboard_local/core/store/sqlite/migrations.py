@@ -322,6 +322,7 @@ CREATE INDEX todos_dead ON todos (queue, id) WHERE state = 'failed';
 CREATE INDEX todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
+CREATE INDEX todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
 CREATE TABLE IF NOT EXISTS todo_deps (
     todo_id   INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
     after_id  INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,

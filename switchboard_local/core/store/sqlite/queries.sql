@@ -418,22 +418,30 @@ WHERE id = :id AND state IN ('pending', 'claimed')
 RETURNING *;
 
 -- name: cancel_pending
--- A queue's pending todos (:kind and :since, created at or after, in ms, may
--- be NULL), oldest first, a batch at a time.
+-- A queue's pending todos, blocked ones too (:kind and :since, created at or
+-- after, in ms, may be NULL), oldest first, a batch at a time.
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now, visible_at = NULL
 WHERE id IN (
-    SELECT id FROM todos INDEXED BY todos_ready_by_queue
-    WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
-      AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
+    SELECT id FROM (
+        SELECT id FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
+        UNION ALL
+        SELECT id FROM todos INDEXED BY todos_blocked
+        WHERE queue = :queue AND state = 'pending' AND blocked_by > 0
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since))
     ORDER BY id
     LIMIT :limit)
 RETURNING id;
 
 -- name: count_pending
-SELECT count(*) FROM todos INDEXED BY todos_ready_by_queue
-WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
-  AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since);
+SELECT (SELECT count(*) FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since))
+     + (SELECT count(*) FROM todos INDEXED BY todos_blocked
+        WHERE queue = :queue AND state = 'pending' AND blocked_by > 0
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)) AS count;
 
 -- name: last_ended_attempt
 SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY seq DESC LIMIT 1;
