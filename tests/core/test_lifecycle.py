@@ -1597,7 +1597,7 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
 async def test_list_todos_refuses_an_unknown_timing(store) -> None:
     with pytest.raises(InvalidArgument) as refused:
         await todos.list_todos(store, timing="soon")
-    assert refused.value.message == "timing must be one of ready, delayed, dead, got 'soon'"
+    assert refused.value.message == "timing must be one of ready, delayed, dead, blocked, got 'soon'"
 
 
 # ---------------------------------------------------------------- bulk redrive
