@@ -191,9 +191,11 @@ CREATE TABLE IF NOT EXISTS todos (
     completed_by     text COLLATE "C",
     cancelled_by     text COLLATE "C",
     cancel_reason    text COLLATE "C",
+    blocked_by       integer     NOT NULL DEFAULT 0 CHECK (blocked_by >= 0),    -- see schema.sql
+    waits_for        integer     NOT NULL DEFAULT 0 CHECK (waits_for >= 0),
     CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
     CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
-    CHECK ((state = 'pending') = (visible_at IS NOT NULL))
+    CONSTRAINT todos_pending_visible CHECK ((state = 'pending' AND blocked_by = 0) = (visible_at IS NOT NULL))
 );
 
 -- The indexes on todos, as schema.sql's (which says what each serves).
@@ -205,12 +207,15 @@ CREATE INDEX IF NOT EXISTS todos_by_queue ON todos (queue, id);
 CREATE INDEX IF NOT EXISTS todos_dead ON todos (queue, id) WHERE state = 'failed';
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 
+-- Blocked todos, per queue (see schema.sql).
+CREATE INDEX IF NOT EXISTS todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+
 -- Idempotency: one live todo per (queue, key). Live = pending or claimed.
 -- Inserts name this index's columns and predicate in ON CONFLICT, so that two
 -- transactions racing for one key answer as SQLite's serialized ones do.
 CREATE UNIQUE INDEX IF NOT EXISTS todos_live_key
     ON todos (queue, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
 
 -- For each event, the todos its first delivery answered with.
 CREATE TABLE IF NOT EXISTS event_todos (
@@ -221,6 +226,38 @@ CREATE TABLE IF NOT EXISTS event_todos (
 );
 
 CREATE INDEX IF NOT EXISTS event_todos_by_todo ON event_todos (todo_id);
+
+-- Dependencies, and the trigger that readies a todo when the last one it
+-- waits for is done (see schema.sql). A completer's trigger reads todo_deps
+-- in a statement of its own (a fresh snapshot); a create that adds
+-- dependencies first locks the todos it waits for (FOR SHARE, in
+-- dependency_states), so a completion racing it either is seen by the create
+-- or sees the create's rows.
+CREATE TABLE IF NOT EXISTS todo_deps (
+    todo_id   bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    after_id  bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    PRIMARY KEY (todo_id, after_id),
+    CHECK (after_id < todo_id)
+);
+
+CREATE INDEX IF NOT EXISTS todo_deps_by_after ON todo_deps (after_id);
+
+CREATE OR REPLACE FUNCTION sb_todos_done_unblocks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE todos
+    SET blocked_by = blocked_by - 1,
+        visible_at = CASE WHEN blocked_by = 1 THEN NEW.updated_at END,
+        updated_at = NEW.updated_at
+    WHERE id IN (SELECT todo_id FROM todo_deps WHERE after_id = NEW.id)
+      AND state = 'pending' AND blocked_by > 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER todos_done_unblocks
+AFTER UPDATE OF state ON todos
+FOR EACH ROW WHEN (NEW.state = 'done' AND OLD.state <> 'done')
+EXECUTE FUNCTION sb_todos_done_unblocks();
 
 -- The attempts that ended other than by completing (see schema.sql).
 CREATE TABLE IF NOT EXISTS attempts (

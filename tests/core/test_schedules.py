@@ -304,7 +304,7 @@ def v10_database(backend: str, tmp_path, request: pytest.FixtureRequest):
     return url
 
 
-async def test_migration_11_keeps_sources_events_and_their_ids_and_takes_schedules(v10_database, clock):
+async def test_migrations_11_and_12_keep_sources_events_and_their_ids_and_takes_schedules(v10_database, clock):
     async with await open_store(v10_database, clock=clock) as store:
         assert [(s.name, s.family) for s in await sources.list_sources(store)] == [("gh", "webhook")]
         event = await get_event(store, 41)
@@ -318,5 +318,5 @@ async def test_migration_11_keeps_sources_events_and_their_ids_and_takes_schedul
         assert (await sources.get(store, "m")).last_tick_at == ms("2026-01-01T00:01:00+00:00")
     version = (value(v10_database, "SELECT max(version) FROM schema_migrations") if isinstance(v10_database, str)
                else value(v10_database, "PRAGMA user_version"))  # fmt: skip
-    assert version == 11
+    assert version == 12
     assert value(v10_database, "SELECT count(*) FROM event_todos WHERE event_id = 41") == 1

@@ -221,3 +221,21 @@ async def test_a_value_from_the_database_is_shown_as_text_never_as_html(store, b
         main = page(board, path).one("main")
         assert main.all("img") == [] and main.all("b") == [] and main.all("script") == []
         assert '<img src=x onerror="alert(1)"><b>bold</b>' in main.text
+
+
+@pytest.mark.both_backends
+async def test_a_blocked_todo_shows_as_blocked_with_what_it_waits_for_and_its_queue_counts_it(store, board):
+    build = await make(store, queue="builds", title="build")
+    done = await make(store, queue="builds", title="lint")
+    await todos.complete(store, Lease.of(await todos.claim(store, done.id, owner="w")), result={"ok": True})
+    review = await make(store, queue="reviews", title="review", after=(build.id, done.id))
+
+    doc = page(board, f"/todos/{review.id}")
+    assert doc.one("span", title="waits for 1 todo not done").text == "blocked"
+    rows = doc.by_id("dependencies").all("tr")[1:]
+    assert [[c.text for c in r.all("td")] for r in rows] == [
+        [str(build.id), "pending", "—"], [str(done.id), "done", '{"ok": true}']]  # fmt: skip
+
+    queues = page(board, "/")
+    assert cell(queues.one("tr", data_queue="reviews"), "Blocked").text == "1"
+    assert cell(queues.one("tr", data_queue="reviews"), "Ready").text == "0"
