@@ -191,7 +191,7 @@ async def copy(
     if page_rows < 1 or page_bytes < 1:
         raise InvalidArgument("a page holds one row at least")
     if _same_file(source, target):
-        raise InvalidArgument(f"{describe(target)} is the source itself: copy into another, empty database")
+        raise InvalidArgument(f"the target {describe(target)!r} is the source itself: copy into another, empty database")
     opener = open_target or open_store
     pipe = _Pipe()
     counts = {t.name: 0 for t in TABLES}
@@ -202,7 +202,7 @@ async def copy(
     async def fill() -> dict[str, Any]:
         async with await opener(target) as store:
             if _same_path(store.path, source.path):  # e.g. two URLs of one PostgreSQL database
-                raise InvalidArgument(f"{describe(target)} is the source itself: copy into another, empty database")
+                raise InvalidArgument(f"the target {describe(target)!r} is the source itself: copy into another, empty database")
             return await store.write(lambda tx: _fill(tx, pipe, counts, describe(target), started))  # type: ignore[no-any-return]
 
     def target_side() -> None:
@@ -303,7 +303,7 @@ def _fill(tx: Transaction, pipe: _Pipe, counts: dict[str, int], target: str, sta
     assert held is not None
     holding = [f"{held[name]} {_NOUNS[name]}{'s' if held[name] != 1 else ''}" for name in held.keys() if held[name]]
     if holding:
-        raise Conflict(f"{target} is not empty: it holds {', '.join(holding)}; db copy writes only into an empty database")
+        raise Conflict(f"the target {target!r} is not empty: it holds {', '.join(holding)}; db copy writes only into an empty database")
     inserts = {t.name: getattr(Q, f"copy_insert_{t.name}") for t in TABLES}
     while True:
         item = pipe.get()

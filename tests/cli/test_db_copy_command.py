@@ -57,6 +57,15 @@ def test_a_non_empty_target_is_refused_with_exit_1_naming_what_it_holds(cli, tmp
     assert [t["title"] for t in listed] == ["mine"]
 
 
+def test_a_refused_target_is_named_in_quotes_even_when_its_name_is_blank(cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a file named " " in this folder, as the CLI fuzz test once made
+    populate(cli)
+    assert cli("db", "copy", "--to", " ").code == 0
+    again = cli("db", "copy", "--to", " ")
+    assert again.code == 1
+    assert again.err.startswith("switchboard-local: conflict: the target ' ' is not empty: it holds")
+
+
 def test_copy_runs_as_its_own_process(tmp_path: Path) -> None:
     source = tmp_path / "source.db"
     assert run_cli("todo", "create", "--queue", "q", "--title", "t", db=source).returncode == 0
