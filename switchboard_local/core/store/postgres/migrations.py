@@ -37,6 +37,18 @@ WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_u
 UPDATE sources SET config = (config - 'redis_url_env') || jsonb_build_object('url_env', config -> 'redis_url_env')
 WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_url_env' AND NOT config ? 'url_env';
 """,
+    # Per-queue limits (SQLite's migration 11 says what).
+    11: """
+ALTER TABLE queues ADD COLUMN max_claimed integer CHECK (max_claimed >= 1);
+ALTER TABLE queues ADD COLUMN max_per_minute integer CHECK (max_per_minute >= 1);
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       text COLLATE "C"  NOT NULL,
+    claimed_at  timestamptz       NOT NULL,
+    todo_id     bigint            NOT NULL,
+    attempt     integer           NOT NULL,
+    PRIMARY KEY (queue, claimed_at, todo_id, attempt)
+);
+""",
 }
 
 

@@ -261,6 +261,19 @@ UPDATE sources SET config = json_remove(json_set(config, '$.url_env', json_extra
 WHERE family = 'queue' AND json_valid(config) AND json_type(config, '$.redis_url_env') IS NOT NULL
   AND json_type(config, '$.url_env') IS NULL;
 """,
+    # Per-queue limits (`queue limit`): a queue's max_claimed and max_per_minute, and the log of the
+    # last minute's claims of a rate-limited queue. Nothing existing changes: no queue has a limit yet.
+    11: """
+ALTER TABLE queues ADD COLUMN max_claimed INTEGER CHECK (max_claimed >= 1);
+ALTER TABLE queues ADD COLUMN max_per_minute INTEGER CHECK (max_per_minute >= 1);
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       TEXT    NOT NULL,
+    claimed_at  INTEGER NOT NULL,
+    todo_id     INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    PRIMARY KEY (queue, claimed_at, todo_id, attempt)
+) WITHOUT ROWID;
+""",
 }
 
 
