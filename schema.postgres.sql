@@ -316,8 +316,8 @@ CREATE TABLE IF NOT EXISTS queue_claims (
     queue       text COLLATE "C"  NOT NULL,
     claimed_at  timestamptz       NOT NULL,
     todo_id     bigint            NOT NULL,
-    attempt     integer           NOT NULL,
-    PRIMARY KEY (queue, claimed_at, todo_id, attempt)
+    lease_token_hash text COLLATE "C" NOT NULL,
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
 );
 
 -- Ingest leadership (core/leadership.py); the fence works across hosts.

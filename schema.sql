@@ -227,15 +227,15 @@ CREATE TABLE IF NOT EXISTS queues (
 ) WITHOUT ROWID;
 
 -- The claims of the last minute on each queue with a max_per_minute, one row
--- a claim (a todo's attempt): what the rolling minute counts. Only a claim of
+-- a claim: what the rolling minute counts. Only a claim of
 -- a rate-limited queue writes here (the plain claim never does), and it
 -- deletes that queue's rows older than a minute as it goes.
 CREATE TABLE IF NOT EXISTS queue_claims (
     queue       TEXT    NOT NULL,
     claimed_at  INTEGER NOT NULL,
     todo_id     INTEGER NOT NULL,
-    attempt     INTEGER NOT NULL,
-    PRIMARY KEY (queue, claimed_at, todo_id, attempt)
+    lease_token_hash TEXT NOT NULL,      -- the claim's: one row per claim, however many at one instant
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
 ) WITHOUT ROWID;
 
 -- Ingest leadership (core/leadership.py): the one process on this file that

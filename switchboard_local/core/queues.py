@@ -20,8 +20,8 @@ from typing import Any
 
 from . import audit
 from .clock import rfc3339
-from .store.interface import Store, Transaction
 from .errors import InvalidArgument
+from .store.interface import Store, Transaction
 from .store.queries import Q
 from .todo_model import QueueStats, require_int, require_name
 

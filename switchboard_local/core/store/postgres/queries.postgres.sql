@@ -479,8 +479,8 @@ FOR UPDATE;
 
 -- name: log_claims
 -- The claims just made (:ids) of the queues with a max_per_minute (queries.sql's says more).
-INSERT INTO queue_claims (queue, claimed_at, todo_id, attempt)
-SELECT todos.queue, todos.claimed_at, todos.id, todos.attempt
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+SELECT todos.queue, todos.claimed_at, todos.id, todos.lease_token_hash
 FROM todos
 WHERE todos.id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
   AND todos.state = 'claimed'

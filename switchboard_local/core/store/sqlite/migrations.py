@@ -270,8 +270,8 @@ CREATE TABLE IF NOT EXISTS queue_claims (
     queue       TEXT    NOT NULL,
     claimed_at  INTEGER NOT NULL,
     todo_id     INTEGER NOT NULL,
-    attempt     INTEGER NOT NULL,
-    PRIMARY KEY (queue, claimed_at, todo_id, attempt)
+    lease_token_hash TEXT NOT NULL,      -- the claim's: one row per claim, however many at one instant
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
 ) WITHOUT ROWID;
 """,
 }

@@ -398,10 +398,10 @@ ORDER BY name;
 
 -- name: log_claims
 -- The claims just made (:ids, a JSON array of todo ids) of the queues with a
--- max_per_minute, each as its queue, instant, todo and attempt: what the
+-- max_per_minute, each as its queue, instant, todo and lease: what the
 -- rolling minute counts.
-INSERT INTO queue_claims (queue, claimed_at, todo_id, attempt)
-SELECT todos.queue, todos.claimed_at, todos.id, todos.attempt
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+SELECT todos.queue, todos.claimed_at, todos.id, todos.lease_token_hash
 FROM json_each(:ids) AS claimed
 JOIN todos ON todos.id = claimed.value
 WHERE todos.state = 'claimed'
