@@ -11,6 +11,8 @@ when a slot frees.
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,10 +21,14 @@ import pytest
 from switchboard_local.core import queues, todos, watch
 from switchboard_local.core.errors import Conflict, InvalidArgument
 from switchboard_local.core.store.interface import Store
+from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 
+from support.sql import pg_connection
+
 pytestmark = pytest.mark.anyio
+DATA = Path(__file__).parents[1] / "data"
 
 
 async def new(store: Store, queue: str = "limited", title: str = "t", **fields: Any) -> Todo:
@@ -306,3 +312,40 @@ async def test_a_long_poll_on_a_full_queue_wakes_when_a_slot_frees(store, monkey
         await todos.complete(store, Lease.of(first))
     assert [todo.id if todo else None for todo in found] == [None, waiting.id]
     assert answer["todo"].id == waiting.id
+
+
+@pytest.fixture
+def v10_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
+    """A database as version 10 left it (tests/data/schema-v10*.sql): a paused queue and two todos."""
+    rows = ["INSERT INTO queues (name, paused_at, paused_by) VALUES ('held', {now}, 'op')"] + [
+        "INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at)"
+        f" VALUES ('{queue}', 't', 'pending', {{now}}, {{now}}, {{now}})" for queue in ("held", "limited")]  # fmt: skip
+    if backend == "sqlite":
+        path = tmp_path / "switchboard.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.executescript((DATA / "schema-v10.sql").read_text("utf-8"))
+            conn.executescript("PRAGMA user_version = 10;\n" + ";\n".join(r.format(now=0) for r in rows) + ";")
+        finally:
+            conn.close()
+        return path
+    server = request.getfixturevalue("postgres_server")
+    request.getfixturevalue("monkeypatch").setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    url = server.empty_database()
+    request.addfinalizer(lambda: server.drop(url))
+    with pg_connection(url) as conn:
+        conn.execute((DATA / "schema-v10.postgres.sql").read_text("utf-8"))
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (10)")
+        for row in rows:
+            conn.execute(row.format(now="to_timestamp(0)"))
+    return url
+
+
+async def test_migration_11_keeps_every_queue_setting_and_todo_and_lets_a_queue_be_limited(v10_database, clock) -> None:
+    async with await open_store(v10_database, clock=clock) as upgraded:
+        (held, limited) = await queues.list_queues(upgraded)
+        assert (held.name, held.paused, held.stats.max_claimed, limited.stats.ready) == ("held", True, None, 1)
+        await limit(upgraded, max_claimed=1, max_per_minute=1)
+        assert (await todos.claim_next(upgraded, owner="w", queues=["limited"])) is not None
+        (_, after) = await todos.stats(upgraded)
+        assert (after.claimed, after.max_claimed, after.claims_last_minute) == (1, 1, 1)
