@@ -299,6 +299,16 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
     }
 
 
+# In tx.cache (the store's, across transactions): whether a scope of claim_next
+# (its queues' JSON, None for every queue) had a limited queue at its last claim,
+# and when each rate-limited queue's old claims were last forgotten. A stale
+# note costs a statement, never a wrong claim: the limited way claims what the
+# plain one would where no limit is set.
+LIMITED_SCOPES = "todos.limited_scopes"
+PRUNED_AT = "todos.claims_pruned_at"
+PRUNE_EVERY_MS = 10_000  # a queue's log keeps at most this much more than its minute
+
+
 def _claiming(
     tx: Transaction, now: int, claim: Callable[[bool], list[Row]], *, queues: str | None = None, id: int | None = None
 ) -> list[Row]:
@@ -307,26 +317,41 @@ def _claiming(
     queue's todo unless ``limited``, so the common claim is one statement; one
     that claimed nothing takes the limited way when a limited queue is in its
     scope (``queues``, a JSON array or None for every queue; or todo ``id``'s
-    queue), recovers lapsed leases, if any, and claims again."""
-    claimed = claim(False)
-    if claimed:
-        return claimed
-    limited = tx.all(Q.lock_limited_queues, {"queues": queues, "id": id})
-    if limited:
+    queue), recovers lapsed leases, if any, and claims again. A scope that had
+    a limited queue at its last claim takes the limited way at once."""
+    hints: dict[str | None, bool] = tx.cache.setdefault(LIMITED_SCOPES, {})
+    if id is None and hints.get(queues):
         needs_transaction(tx)  # the lock held until the claim commits (PostgreSQL)
-        claimed = claim(True)
+        limited = tx.all(Q.lock_limited_queues, {"queues": queues, "id": id})
+        claimed = claim(bool(limited))
+    else:
+        claimed = claim(False)
+        if claimed:
+            return claimed
+        limited = tx.all(Q.lock_limited_queues, {"queues": queues, "id": id})
+        if limited:
+            needs_transaction(tx)
+            claimed = claim(True)
+    if id is None:
+        if len(hints) >= 1024:  # scopes are an agent's queues: a few; never let odd callers grow it
+            hints.clear()
+        hints[queues] = bool(limited)
     if not claimed and recover_lapsed(tx, now):
         claimed = claim(bool(limited))
     if claimed and any(row["max_per_minute"] is not None for row in limited):
-        _log_claims(tx, now, claimed, [row["name"] for row in limited])
+        _log_claims(tx, now, claimed, [row["name"] for row in limited if row["max_per_minute"] is not None])
     return claimed
 
 
-def _log_claims(tx: Transaction, now: int, claimed: list[Row], limited: list[str]) -> None:
-    """The rolling minute's record of the claims of a rate-limited queue, and
-    its claims older than a minute forgotten."""
+def _log_claims(tx: Transaction, now: int, claimed: list[Row], rated: list[str]) -> None:
+    """The rolling minute's record of the claims of rate-limited queues (``rated``),
+    and, now and then, their claims older than a minute forgotten."""
     tx.run(Q.log_claims, {"ids": json.dumps([row["id"] for row in claimed])})
-    tx.run(Q.prune_queue_claims, {"queues": json.dumps(limited), "now": now})
+    pruned: dict[str, int] = tx.cache.setdefault(PRUNED_AT, {})
+    due = [q for q in rated if not 0 <= now - pruned.get(q, -PRUNE_EVERY_MS) < PRUNE_EVERY_MS]
+    if due:
+        tx.run(Q.prune_queue_claims, {"queues": json.dumps(due), "now": now})
+        pruned.update(dict.fromkeys(due, now))
 
 
 # ---------------------------------------------------------------- lapsed leases
