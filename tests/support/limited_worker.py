@@ -1,4 +1,4 @@
-"""A draining agent on a limited queue, as its own OS process (tests/processes/test_queue_limits.py).
+"""A draining agent on a limited queue, as its own OS process (tests/processes/test_limited_drain.py).
 
     python tests/support/limited_worker.py DB OWNER QUEUE --start-when FILE [--max N | --then]
 
