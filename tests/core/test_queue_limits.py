@@ -12,6 +12,7 @@ when a slot frees.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from switchboard_local.core.store.opener import open_store
 from switchboard_local.core.todo_model import NewTodo, Todo
 from switchboard_local.core.todos import Lease, NextClaim
 
-from support.sql import pg_connection
+from support.sql import pg_connection, value
+from support.waits import until_async
 
 pytestmark = pytest.mark.anyio
 DATA = Path(__file__).parents[1] / "data"
@@ -349,3 +351,45 @@ async def test_migration_11_keeps_every_queue_setting_and_todo_and_lets_a_queue_
         assert (await todos.claim_next(upgraded, owner="w", queues=["limited"])) is not None
         (_, after) = await todos.stats(upgraded)
         assert (after.claimed, after.max_claimed, after.claims_last_minute) == (1, 1, 1)
+
+
+async def test_a_claim_racing_one_not_yet_committed_counts_it_and_takes_nothing(store, db_path, clock) -> None:
+    # Claim A, under max_claimed 1, holds its transaction open; claim B, from another
+    # store (another process's connections), runs meanwhile. SQLite's one writer makes
+    # B wait for A's commit; on PostgreSQL B waits on the queue's row, which A's
+    # claim locked (lock_limited_queues): a count in B's statement alone would not
+    # see A's uncommitted claim, and B would take the second todo (pgqueuer #761).
+    await limit(store, max_claimed=1)
+    await new(store, title="B's", assignee="b")  # first in line for B, which A cannot take
+    await new(store, title="A's")
+    claimed, release = threading.Event(), threading.Event()
+
+    def body(tx: Any) -> Todo | None:
+        todo = todos.claims.claim_next_body(store, NextClaim("a", ["limited"]))(tx)
+        claimed.set()
+        release.wait(timeout=60)  # the test lets it commit once B is waiting (or has answered)
+        return todo
+
+    async with await open_store(db_path, clock=clock) as other, anyio.create_task_group() as tasks:
+        first: dict[str, Any] = {}
+
+        async def a() -> None:
+            first["todo"] = await store.write(body)
+
+        tasks.start_soon(a)
+        await anyio.to_thread.run_sync(claimed.wait)
+        second: dict[str, Any] = {}
+
+        async def b() -> None:
+            second["todo"] = await todos.claim_next(other, owner="b", queues=["limited"])
+
+        tasks.start_soon(b)
+        if isinstance(db_path, str):  # PostgreSQL: B waits for A's lock (or, were there none, has answered)
+            await until_async(lambda: "todo" in second or value(db_path, WAITING_ON_A_LOCK) == 1, True)
+        release.set()
+    assert first["todo"].title == "A's" and second["todo"] is None
+    assert await claimed_on(store) == 1
+
+
+WAITING_ON_A_LOCK = ("SELECT count(*) FROM pg_stat_activity"
+                     " WHERE datname = current_database() AND wait_event_type = 'Lock'")  # fmt: skip
