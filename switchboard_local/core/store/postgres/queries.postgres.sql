@@ -1196,7 +1196,9 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT CASE WHEN MAX(updated_at) IS NULL THEN NULL
                     ELSE GREATEST(sb_ms(MAX(updated_at)), COALESCE(sb_ms(MAX(last_poll_at)), 0)) END
         FROM sources) AS sources_updated_at,
-       (SELECT string_agg(name || '=' || COALESCE(CAST(sb_ms(paused_at) AS text), ''), ',' ORDER BY name)
+       (SELECT string_agg(name || '=' || COALESCE(CAST(sb_ms(paused_at) AS text), '') || '/'
+                          || COALESCE(CAST(max_claimed AS text), '') || '/'
+                          || COALESCE(CAST(max_per_minute AS text), ''), ',' ORDER BY name)
         FROM queues) AS queues_setting;
 
 -- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----

@@ -1014,7 +1014,8 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT MAX(updated_at) FROM todos) AS todos_updated_at,
        (SELECT COUNT(*) FROM todos WHERE state = 'failed') AS dead,
        (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
-       (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;
+       (SELECT group_concat(name || '=' || COALESCE(paused_at, '') || '/' || COALESCE(max_claimed, '') || '/'
+                            || COALESCE(max_per_minute, ''), ',') FROM queues) AS queues_setting;
 
 -- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----
 
