@@ -12,14 +12,14 @@
 -- database with a user_version of its own is never taken for ours.
 PRAGMA application_id = 1396853841;
 
--- One delivery that arrived: a webhook request, a broker message, an operator
--- action. Immutable once written.
+-- One delivery that arrived: a webhook request, a broker message, a schedule's
+-- tick, an operator action. Immutable once written.
 CREATE TABLE IF NOT EXISTS events (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune: ids are cursors
-    source          TEXT    NOT NULL,            -- configured webhook or adapter name
-    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'operator')),
-    type            TEXT    NOT NULL,            -- e.g. X-GitHub-Event, or the stream key
-    external_id     TEXT    NOT NULL,            -- provider delivery id, entry id, or body hash
+    source          TEXT    NOT NULL,            -- configured webhook, adapter or schedule name
+    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule', 'operator')),
+    type            TEXT    NOT NULL,            -- e.g. X-GitHub-Event, the stream key, or 'tick'
+    external_id     TEXT    NOT NULL,            -- provider delivery id, entry id, body hash, or a tick's due instant
     trust_mode      TEXT    NOT NULL,            -- how the source is trusted (signature kind, queue, open)
     verified        INTEGER NOT NULL CHECK (verified IN (0, 1)),
     verify_detail   TEXT,                        -- how it was verified, or why not
@@ -39,9 +39,14 @@ CREATE INDEX IF NOT EXISTS events_received ON events (received_at);
 -- attempt's backoff), claimed, and the finished ones: done, failed (a dead
 -- letter: its attempts are used up) and cancelled (by an operator).
 --
--- visible_at is set exactly while the todo is pending: when it becomes
--- claimable. Claiming is therefore "visible_at <= now", served by one partial
--- index that finished rows never enter.
+-- visible_at is set exactly while the todo is pending and not blocked: when
+-- it becomes claimable. Claiming is therefore "visible_at <= now", served by
+-- one partial index that finished and blocked rows never enter.
+--
+-- A blocked todo is pending with todos it waits for (todo_deps) not yet done:
+-- blocked_by counts them, and visible_at is NULL until the last one is done
+-- (the trigger todos_done_unblocks). waits_for counts the todos it waits
+-- for at all, done or not: a claim reads their results only when it is > 0.
 CREATE TABLE IF NOT EXISTS todos (
     id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused after a prune
     queue            TEXT    NOT NULL CHECK (queue <> ''),
@@ -68,9 +73,11 @@ CREATE TABLE IF NOT EXISTS todos (
     completed_by     TEXT,                        -- who completed it: the last attempt of a done todo
     cancelled_by     TEXT,                        -- who cancelled it, and why: told to a holder
     cancel_reason    TEXT,                        --   whose lease the cancel ended
+    blocked_by       INTEGER NOT NULL DEFAULT 0 CHECK (blocked_by >= 0),    -- see above
+    waits_for        INTEGER NOT NULL DEFAULT 0 CHECK (waits_for >= 0),  -- see above
     CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
     CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
-    CHECK ((state = 'pending') = (visible_at IS NOT NULL))
+    CHECK ((state = 'pending' AND blocked_by = 0) = (visible_at IS NOT NULL))
 );
 
 -- The indexes on todos. Every state change rewrites the row and each index
@@ -99,14 +106,18 @@ CREATE INDEX IF NOT EXISTS todos_dead ON todos (queue, id) WHERE state = 'failed
 
 CREATE INDEX IF NOT EXISTS todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
 
--- Idempotency: one live todo per (queue, key). Live = pending or claimed;
--- finished todos (done, dead letters, cancelled) free the key. Keys of
+-- Blocked todos, per queue (a queue's bulk cancel; the dashboard's and `todo list --blocked`):
+-- only todos waiting for others enter it, and leave when readied or cancelled.
+CREATE INDEX IF NOT EXISTS todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+
+-- Idempotency: one live todo per (queue, key). Live = pending (blocked or
+-- not) or claimed; finished todos (done, dead letters, cancelled) free the key. Keys of
 -- todos derived from events start with 'event:', a prefix no direct producer
 -- (CLI, agent) may use, so a direct create can never squat a key a future
 -- delivery will derive.
 CREATE UNIQUE INDEX IF NOT EXISTS todos_live_key
     ON todos (queue, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL);
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
 
 -- For each event, the todos its first delivery answered with (created, or
 -- found live under the same key), so a redelivery gets the same answer.
@@ -119,6 +130,34 @@ CREATE TABLE IF NOT EXISTS event_todos (
 ) WITHOUT ROWID;
 
 CREATE INDEX IF NOT EXISTS event_todos_by_todo ON event_todos (todo_id);
+
+-- Dependencies: todo_id waits for after_id (a todo that existed before it,
+-- so no cycle can be written). A todo is blocked while any of those it waits
+-- for is not done; when one becomes done, the trigger below readies each
+-- dependent it was the last one of, in the completing statement itself: no
+-- sweeper, no polling, whichever verb completed it. A dependency cancelled
+-- cancels its blocked dependents (core/todos/dependencies.py, in the
+-- cancelling transaction); one that is a dead letter keeps them blocked.
+CREATE TABLE IF NOT EXISTS todo_deps (
+    todo_id   INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    after_id  INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    PRIMARY KEY (todo_id, after_id),
+    CHECK (after_id < todo_id)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS todo_deps_by_after ON todo_deps (after_id);
+
+CREATE TRIGGER IF NOT EXISTS todos_done_unblocks
+AFTER UPDATE OF state ON todos
+WHEN NEW.state = 'done' AND OLD.state <> 'done'
+BEGIN
+    UPDATE todos
+    SET blocked_by = blocked_by - 1,
+        visible_at = CASE WHEN blocked_by = 1 THEN NEW.updated_at END,
+        updated_at = NEW.updated_at
+    WHERE id IN (SELECT todo_id FROM todo_deps WHERE after_id = NEW.id)
+      AND state = 'pending' AND blocked_by > 0;
+END;
 
 -- The attempts that ended other than by completing, one row each, written
 -- once, when the attempt ends; seq orders them (1, 2, … per todo). The open
@@ -151,12 +190,14 @@ CREATE TABLE IF NOT EXISTS agents (
 );
 
 -- The sources: configured producers of events. Webhook sources (family
--- 'webhook') and adapters (family 'queue', drained by a broker consumer;
--- config.broker names the broker, redis when absent); an event's source is a name from here. Health fields are
+-- 'webhook'), adapters (family 'queue', drained by a broker consumer;
+-- config.broker names the broker, redis when absent) and schedules (family
+-- 'schedule': config holds the cron expression, zone and catch-up; the ingest
+-- leader fires their ticks); an event's source is a name from here. Health fields are
 -- written by the running consumers.
 CREATE TABLE IF NOT EXISTS sources (
     name                 TEXT    PRIMARY KEY CHECK (name <> ''),
-    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue')),
+    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule')),
     kind                 TEXT    NOT NULL,        -- github, stripe, hmac, open, stream, list, ...
     trust_mode           TEXT    NOT NULL,        -- how its events are trusted (the kind, 'open', 'queue')
     enabled              INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
@@ -167,7 +208,8 @@ CREATE TABLE IF NOT EXISTS sources (
     last_poll_at         INTEGER,
     last_error           TEXT,
     consecutive_failures INTEGER NOT NULL DEFAULT 0,
-    messages_stored      INTEGER NOT NULL DEFAULT 0
+    messages_stored      INTEGER NOT NULL DEFAULT 0,
+    last_tick_at         INTEGER                  -- a schedule's newest tick fired (its due instant)
 );
 
 -- Routing rules, applied in position order to each new event of their

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import agents, leadership, retention
+from .core import agents, leadership, retention, schedules
 from .core.adapters import Brokers
 from .core.errors import NotFound, StoreFault
 from .core.store.interface import Store, Transaction
@@ -70,11 +70,12 @@ class Upkeep:
 async def producers(
     store: Store, upkeep: Upkeep = Upkeep(), lease: leadership.Lease | None = None
 ) -> AsyncIterator[None]:
-    """The pruner and the broker consumers, running while the block runs (each
-    batch fenced by ``lease``, the ingest leadership they run under)."""
+    """The pruner, the schedules' ticks and the broker consumers, running while the block
+    runs (each batch fenced by ``lease``, the ingest leadership they run under)."""
     from .brokers.loop import Faults, Supervisor
 
     pruner = asyncio.create_task(_prune_forever(store, upkeep))
+    ticks = asyncio.create_task(_fire_schedules_forever(store, lease), name="schedules")
     stop_consumers = asyncio.Event()
     faults = Faults(pause_after_commit=os.environ.get(FAULT_ENV) == "pause-after-commit")
     supervisor = asyncio.create_task(Supervisor(store, faults=faults, lease=lease).run(stop_consumers))
@@ -84,9 +85,10 @@ async def producers(
         # Consumers finish their batch (commit, then ack) and leave everything else un-acked.
         stop_consumers.set()
         await supervisor
-        pruner.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pruner
+        for task in (ticks, pruner):  # a pass cancelled mid-way stored its ticks whole or not at all
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def _prune_forever(store: Store, upkeep: Upkeep) -> None:
@@ -103,6 +105,27 @@ async def _prune_forever(store: Store, upkeep: Upkeep) -> None:
         except StoreFault as exc:
             log.error("prune failed: %s", exc)
         await asyncio.sleep(PRUNE_EVERY_SECONDS)
+
+
+async def _fire_schedules_forever(store: Store, lease: leadership.Lease | None) -> None:
+    """Fire the schedules' due ticks (core/schedules.py), waking at the next one due (or within
+    ``schedules.POLL_SECONDS``, to see schedules added meanwhile). A fault backs off a poll and retries:
+    a tick that could not be stored is due still, and fires at the next pass."""
+    while True:
+        wait = schedules.POLL_SECONDS
+        try:
+            done = await schedules.fire_due(store, lease=lease)
+            for fired in done.fired:
+                if fired.new:
+                    log.debug("schedule %s: fired %d tick(s)", fired.schedule, fired.new)
+            if done.next_due is not None:
+                # Just past the instant: the pass then finds it due (the store's clock may lag the loop's by a little).
+                wait = min(wait, max(0.0, (done.next_due - store.clock.now_ms()) / 1000) + 0.005)
+        except StoreFault as exc:
+            log.warning("schedules: cannot fire ticks now: %s", exc)
+        except Exception:  # never stop the other producers: say what it was, and try again
+            log.exception("schedules: unexpected error")
+        await asyncio.sleep(wait)
 
 
 class Ingest:

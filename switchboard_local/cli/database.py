@@ -12,7 +12,8 @@ from .common import Out, common, table
 # The rows of `db copy`'s answer, in the order they were copied, as people read them.
 LABELS = {
     "sources": "sources", "rules": "rules", "agents": "agents", "settings": "settings", "queues": "queue settings",
-    "events": "events", "todos": "todos", "event_todos": "event-to-todo links", "attempts": "attempts",
+    "events": "events", "todos": "todos", "event_todos": "event-to-todo links",
+    "todo_deps": "dependencies", "attempts": "attempts",
     "delivery_keys": "delivery keys",
 }  # fmt: skip
 

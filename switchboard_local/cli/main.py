@@ -32,7 +32,8 @@ def main(ctx: click.Context, db: Path | None, as_json: bool | None) -> None:
 @main.command("stats")
 @common
 def stats_command(db: Path | None, as_json: bool | None) -> None:
-    """Counts per queue: ready, delayed (a delay or a retry's backoff), claimed, done, dead, cancelled.
+    """Counts per queue: ready, delayed (a delay or a retry's backoff), blocked (waiting for
+    todos not done), claimed, done, dead, cancelled.
 
     OLDEST READY is the age of the oldest todo claimable now (since it was
     created); a paused queue says so; LIMIT shows a limited queue's claimed
@@ -45,6 +46,7 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
             s.queue,
             s.ready,
             s.delayed,
+            s.blocked,
             s.claimed,
             s.done,
             s.dead,
@@ -55,7 +57,8 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
         ]
         for s in found
     ]
-    headers = ["QUEUE", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST READY", "PAUSED", "LIMIT"]
+    headers = ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST READY", "PAUSED",
+               "LIMIT"]
     out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 

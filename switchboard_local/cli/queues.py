@@ -109,6 +109,7 @@ def queue_list(db: Path | None, as_json: bool | None) -> None:
             f"since {when(q.paused_at)} by {q.paused_by}" if q.paused else "no",
             q.stats.ready,
             q.stats.delayed,
+            q.stats.blocked,
             q.stats.claimed,
             q.stats.done,
             q.stats.dead,
@@ -117,5 +118,5 @@ def queue_list(db: Path | None, as_json: bool | None) -> None:
         ]
         for q in found
     ]
-    headers = ["QUEUE", "PAUSED", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "LIMIT"]
+    headers = ["QUEUE", "PAUSED", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "LIMIT"]
     out.emit({"queues": [q.to_dict() for q in found]}, table(headers, rows) if rows else "no queues")

@@ -1,4 +1,4 @@
-"""`source` and `rule`: the webhook receivers and the routing rules."""
+"""`source` and `rule`: the webhook receivers, the schedules and the routing rules."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ from typing import Any
 
 import click
 
-from ..core import routing, rules, sources, webhook_config
+from ..core import routing, rules, schedules, sources, webhook_config
 from ..core.errors import SwitchboardError
 from ..core.sources import Source
 from ..core.todo_model import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_CAP
+from . import schedules as cli_schedules
 from .common import ID, INT, Duration, IntRange, JsonValue, Out, common, operator, table, warn, when
+
+# The families `source` shows, enables and removes: webhook sources and schedules (adapters have `adapter`).
+FAMILIES = ("webhook", schedules.FAMILY)
 
 
 def _secret_options(fn: Any) -> Any:
@@ -95,16 +99,18 @@ def _window(seconds: int) -> str:
 def register(main: click.Group) -> None:
     main.add_command(source)
     main.add_command(rule)
+    cli_schedules.register(main)
 
 
 @click.group()
 def source() -> None:
-    """Webhook sources: where deliveries come from and how they are verified."""
+    """Webhook sources (where deliveries come from and how they are verified) and schedules."""
 
 
 @source.command("add")
 @click.argument("name", help="The source's name: 1-64 letters, digits, '.', '_' or '-'.")
-@click.option("--kind", required=True, type=click.Choice(webhook_config.KINDS), help="Signature scheme.")
+@click.option("--kind", required=True, type=click.Choice((*webhook_config.KINDS, schedules.KIND)),
+              help="Signature scheme; or schedule (ticks of --cron).")  # fmt: skip
 @_secret_options
 @click.option("--queue", default=None, help="Queue for events no rule matches (default: the source name).")
 @click.option("--tolerance", type=IntRange(min=1), default=None, help="Timestamp window, seconds (default 300).")
@@ -120,13 +126,22 @@ def source() -> None:
 @click.option("--type-header", default=None, help="hmac/token/open: header holding the event type.")
 @click.option("--keep-header", "keep_headers", multiple=True, metavar="NAME",
               help="Store this header in clear though its name says secret (Idempotency-Key, say).")  # fmt: skip
+@cli_schedules.options
 @common
 def source_add(
     db: Path | None, as_json: bool | None, name: str, kind: str, secret_env: str | None, secret_file: str | None,
     secret_value: str | None, **options: Any,
 ) -> None:  # fmt: skip
-    """Add a webhook source NAME, received at POST /hooks/NAME."""
+    """Add a webhook source NAME, received at POST /hooks/NAME; or, with --kind schedule, a schedule NAME
+    whose ticks (events of type tick) the ingest leader fires."""
     out = Out(db, as_json)
+    timing = {k: options.pop(k) for k in cli_schedules.OPTIONS}
+    if kind == schedules.KIND:
+        _refuse_given("a schedule", {"--secret-env": secret_env, "--secret-file": secret_file,
+                                     "--secret": secret_value, **_flags(options, keep="queue")})  # fmt: skip
+        cli_schedules.add(out, name, options.get("queue"), timing)
+        return
+    _refuse_given("a webhook source", _flags(timing))
     try:
         if options.get("queue") is not None:
             sources.require_queue("--queue", options["queue"])
@@ -149,12 +164,24 @@ def source_add(
     out.emit(added.to_dict(), _source_text(added))
 
 
+def _flags(options: dict[str, Any], keep: str | None = None) -> dict[str, Any]:
+    return {"--" + k.replace("_", "-"): v for k, v in options.items() if k != keep}
+
+
+def _refuse_given(what: str, given: dict[str, Any]) -> None:
+    """An option of the other kind of source is refused, naming it, before anything is written."""
+    for flag, value in given.items():
+        if value is not None and value != ():
+            raise click.UsageError(f"{flag} does not apply to {what}")
+
+
 @source.command("list")
 @common
 def source_list(db: Path | None, as_json: bool | None) -> None:
-    """List webhook sources."""
+    """List webhook sources and schedules."""
     out = Out(db, as_json)
-    found = out.run(lambda store: sources.list_sources(store, family="webhook"))
+    found = out.run(lambda store: sources.list_sources(store))
+    found = [s for s in found if s.family in FAMILIES]
     rows = [[s.name, s.kind, "enabled" if s.enabled else "disabled", s.config.get("queue") or s.name] for s in found]
     out.emit([s.to_dict() for s in found], table(["NAME", "KIND", "STATE", "QUEUE"], rows) if rows else "no sources")
 
@@ -163,10 +190,17 @@ def source_list(db: Path | None, as_json: bool | None) -> None:
 @click.argument("name", help="The source's name.")
 @common
 def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
-    """Show a source (secrets masked)."""
+    """Show a source (secrets masked); a schedule with its last tick and its next due instants."""
     out = Out(db, as_json)
-    found = out.run(lambda store: sources.get(store, name, family="webhook"))
-    out.emit(found.to_dict(), _source_text(found))
+    found, now = out.run(lambda store: _with_now(store, sources.get(store, name, family=FAMILIES)))
+    if found.family == schedules.FAMILY:
+        out.emit(*cli_schedules.shown(found, now))
+    else:
+        out.emit(found.to_dict(), _source_text(found))
+
+
+async def _with_now(store: Any, found: Any) -> tuple[Source, int]:
+    return await found, store.clock.now_ms()
 
 
 @source.command("remove")
@@ -175,7 +209,7 @@ def source_show(db: Path | None, as_json: bool | None, name: str) -> None:
 def source_remove(db: Path | None, as_json: bool | None, name: str) -> None:
     """Remove a source and its rules (its stored events stay)."""
     out = Out(db, as_json)
-    out.run(lambda store: sources.remove(store, name, family="webhook", by=operator()))
+    out.run(lambda store: sources.remove(store, name, family=FAMILIES, by=operator()))
     out.emit({"removed": name}, f"removed source {name}")
 
 
@@ -184,14 +218,16 @@ def _toggle(enabled: bool) -> Any:
     @common
     def command(db: Path | None, as_json: bool | None, name: str) -> None:
         out = Out(db, as_json)
-        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family="webhook", by=operator()))
+        changed = out.run(lambda store: sources.set_enabled(store, name, enabled, family=FAMILIES, by=operator()))
         out.emit(changed.to_dict(), f"source {name} {'enabled' if enabled else 'disabled'}")
 
     return command
 
 
-source.command("enable", help="Accept deliveries again.")(_toggle(True))
-source.command("disable", help="Answer 404 to deliveries (the provider keeps them).")(_toggle(False))
+source.command("enable", help="Accept deliveries again; a schedule fires again (from now: what was due meanwhile "
+                              "is not caught up).")(_toggle(True))  # fmt: skip
+source.command("disable", help="Answer 404 to deliveries (the provider keeps them); a schedule stops firing.")(
+    _toggle(False))  # fmt: skip
 
 
 @source.command("rotate")

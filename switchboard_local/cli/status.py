@@ -1,4 +1,5 @@
-"""`status`: who leads ingest on this database, who stands by, and how each consumer does.
+"""`status`: who leads ingest on this database, who stands by, how each consumer does, and each
+schedule's last and next tick.
 
 A process that keeps the database's write lock (stopped inside a write
 transaction, or holding it past LOCK_WAIT_SECONDS) is named: while it does,
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from .. import process
-from ..core import adapters, leadership, sources, write_lock
+from ..core import adapters, leadership, schedules, sources, write_lock
 from ..core.adapters import PROBE_TIMEOUT
 from ..core.clock import rfc3339
 from ..core.store.interface import Store
@@ -41,6 +42,8 @@ async def _status(store: Store) -> dict[str, Any]:
                 and not (m.pid in keeping and m.host == socket.gethostname())]  # fmt: skip
     brokers = process.brokers()
     lags = await asyncio.gather(*(adapters.backlog(s, brokers, PROBE_TIMEOUT) for s in consumers))
+    now = store.clock.now_ms()
+    timed = await sources.list_sources(store, family=schedules.FAMILY)
     return {
         "leader": None if leader is None else leader.to_dict(),
         "standbys": [m.to_dict() for m in standbys],
@@ -59,6 +62,26 @@ async def _status(store: Store) -> dict[str, Any]:
             }
             for s, lag in zip(consumers, lags, strict=True)
         ],
+        # Each schedule's last tick fired and its next one due (fired by the leader: none fire while nobody leads).
+        "schedules": [_schedule(s, now, firing=leader is not None) for s in timed],
+    }
+
+
+def _schedule(source: sources.Source, now: int, *, firing: bool) -> dict[str, Any]:
+    view = schedules.describe(source, now, 1)
+    upcoming = view["next"][0] if view["next"] else {"due": None, "local": None}
+    return {
+        "name": source.name,
+        "enabled": source.enabled,
+        "firing": firing and source.enabled and view["problem"] is None,
+        "cron": view["cron"],
+        "tz": view["tz"],
+        "catch_up": view["catch_up"],
+        "last_tick": view["last_tick"],
+        "last_tick_local": view["last_tick_local"],
+        "next_tick": upcoming["due"] if source.enabled else None,
+        "next_tick_local": upcoming["local"] if source.enabled else None,
+        "problem": view["problem"] or source.last_error,
     }
 
 
@@ -87,7 +110,17 @@ def _text(view: dict[str, Any]) -> str:
                   + (f"; backlog ({c['lag_note']})" if c["lag_note"] else "") for c in view["consumers"]]  # fmt: skip
     else:
         lines.append("no enabled adapters")
+    rows = [[s["name"], _firing(s), f"{s['cron']} {s['tz']}", s["last_tick_local"] or "-", s["next_tick_local"] or "-",
+             s["problem"] or "-"] for s in view["schedules"]]  # fmt: skip
+    if rows:
+        lines.append(table(["SCHEDULE", "STATE", "CRON", "LAST TICK", "NEXT TICK", "PROBLEM"], rows))
     return "\n".join(lines)
+
+
+def _firing(schedule: dict[str, Any]) -> str:
+    if not schedule["enabled"]:
+        return "disabled"
+    return "firing" if schedule["firing"] else "not fired"
 
 
 def _holding(holder: dict[str, Any]) -> str:
@@ -113,8 +146,9 @@ def _waiting(consumer: dict[str, Any]) -> str:
 @click.command("status")
 @common
 def status_command(db: Path | None, as_json: bool | None) -> None:
-    """Who leads ingest (the adapters' consumers, the pruner, a receiver), the standbys, a process keeping the
-    write lock, and each consumer's health, backlog and guarantee."""
+    """Who leads ingest (the adapters' consumers, the schedules' ticks, the pruner, a receiver), the standbys, a
+    process keeping the write lock, each consumer's health, backlog and guarantee, and each schedule's last and
+    next tick."""
     out = Out(db, as_json)
     view = out.run(_status)
     out.emit(view, _text(view))

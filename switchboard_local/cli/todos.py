@@ -40,6 +40,8 @@ def register(main: click.Group) -> None:
 
 
 def _state(todo: Todo) -> str:
+    if todo.blocked:
+        return "blocked"
     return "dead letter" if todo.dead_letter else todo.state
 
 
@@ -71,6 +73,11 @@ def _todo_text(todo: Todo) -> str:
         lines.append("  payload      " + json.dumps(todo.payload, ensure_ascii=False, indent=2).replace("\n", "\n  "))
     if todo.result is not None:
         lines.append("  result       " + json.dumps(todo.result, ensure_ascii=False, indent=2).replace("\n", "\n  "))
+    for d in todo.dependencies or ():
+        shown = "" if d.result is None else "  result " + json.dumps(d.result, ensure_ascii=False)
+        if d.result_omitted:
+            shown = f"  result too large to show here: todo show {d.id}"
+        lines.append(f"  waits for    todo {d.id} ({'dead letter' if d.state == 'failed' else d.state}){shown}")
     for a in todo.attempts or ():
         ended = f"{a.outcome} at {when(a.ended_at)}" if a.outcome else "open"
         error = f": {a.error}" if a.error else ""
@@ -100,9 +107,19 @@ def todo() -> None:
     help=f"Attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
 )
 @click.option("--delay", type=FloatRange(min=0), default=0.0, help="Seconds before it can be claimed.")
+@click.option("--after", "after", type=ID, multiple=True, metavar="ID",
+              help="Wait for todo ID to be done before this one can be claimed (repeatable).")  # fmt: skip
+@click.option("--after-key", "after_keys", multiple=True, metavar="KEY",
+              help="Wait for the live todo holding idempotency key KEY, on any queue (repeatable).")  # fmt: skip
 @common
 def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: Any) -> None:
-    """Create a todo (or return the live one holding the same key)."""
+    """Create a todo (or return the live one holding the same key).
+
+    With --after or --after-key it is blocked until every todo it waits for is
+    done: a claim never takes it before, and its claim then carries their results.
+    A todo it waits for that is cancelled cancels it too; one that becomes a dead
+    letter keeps it blocked (a redrive may yet finish it).
+    """
     out = Out(db, as_json)
     try:
         new = NewTodo(delay=delay, **fields)
@@ -110,7 +127,8 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
         out.fail(exc)
     todo, created = out.run(lambda store: todos.create(store, new, by=operator()))
     verb = "created" if created else f"exists already (key {todo.idempotency_key!r}):"
-    out.emit({**todo.to_dict(), "created": created}, f"{verb} todo {todo.id} on {todo.queue}: {todo.title}")
+    blocked = f" (blocked: waits for {todo.blocked_by} todo{'' if todo.blocked_by == 1 else 's'})" if todo.blocked else ""
+    out.emit({**todo.to_dict(), "created": created}, f"{verb} todo {todo.id} on {todo.queue}: {todo.title}{blocked}")
 
 
 @todo.command("list")
@@ -119,6 +137,7 @@ def todo_create(db: Path | None, as_json: bool | None, delay: float, **fields: A
 @click.option("--ready", "timing", flag_value="ready", default=None, help="Only todos claimable now.")
 @click.option("--delayed", "timing", flag_value="delayed", help="Only todos claimable later (a delay, or a retry's backoff).")
 @click.option("--dead", "timing", flag_value="dead", help="Only dead letters.")
+@click.option("--blocked", "timing", flag_value="blocked", help="Only todos waiting for todos not done.")
 @click.option("--limit", type=IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True,
               help=f"Show at most this many (1-{MAX_LIST_LIMIT}).")  # fmt: skip
 @common
@@ -136,7 +155,9 @@ def todo_list(
 
 
 def _waits(todo: Todo, now: int) -> str:
-    """When a todo not yet visible can be claimed: "retry in 4m", "delayed 2h"; "-" otherwise."""
+    """When a todo not yet visible can be claimed: "retry in 4m", "delayed 2h", "for 2 todos"; "-" otherwise."""
+    if todo.blocked:
+        return f"for {todo.blocked_by} todo{'' if todo.blocked_by == 1 else 's'}"
     if todo.visible_at is None or todo.visible_at <= now:
         return "-"
     seconds = (todo.visible_at - now) / 1000
@@ -174,7 +195,7 @@ def todo_watch(db: Path | None, as_json: bool | None, queue: str | None, since_i
 @click.argument("todo_id", metavar="ID", type=ID, help="The todo's id.")
 @common
 def todo_show(db: Path | None, as_json: bool | None, todo_id: int) -> None:
-    """Show one todo in full, with its attempt history."""
+    """Show one todo in full, with its attempt history and what it waits for."""
     out = Out(db, as_json)
     found = out.run(lambda store: todos.get(store, todo_id))
     out.emit(found.to_dict(), _todo_text(found))

@@ -27,6 +27,7 @@ from .store.queries import Q
 from .text import digits
 from .todo_model import INT64_MAX, MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
 from .todos import stats
+from .todos.dependencies import with_dependencies
 
 HOUR_MS = 3_600_000
 MINUTE_MS = 60_000
@@ -154,7 +155,8 @@ async def todo(store: Store, todo_id: int) -> tuple[Todo, Event | None]:
         Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
         for r in await store.read_all(Q.attempts_of_todo, {"todo_id": todo_id})
     )
-    found = replace(Todo.from_row(row), attempts=attempts)
+    plain = replace(Todo.from_row(row), attempts=attempts)
+    found = await store.peek(lambda tx: with_dependencies(tx, plain)) if plain.waits_for else plain
     event = None
     if found.event_id is not None:
         event_row = await store.read_one(Q.get_event, {"id": found.event_id})
@@ -222,7 +224,7 @@ class SourceView:
 
 
 async def sources(store: Store, *, family: str | None = None) -> list[SourceView]:
-    """Every source (``family``: webhook or queue) with its events kept and its last delivery."""
+    """Every source (``family``: webhook, queue or schedule) with its events kept and its last delivery."""
     if family is not None and family not in SOURCE_FAMILIES:
         raise InvalidArgument(f"family must be one of {', '.join(SOURCE_FAMILIES)}, got {family!r}")
     found = await list_sources(store, family=family)

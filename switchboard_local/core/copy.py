@@ -74,6 +74,7 @@ TABLES: tuple[Table, ...] = (
     Table("events", ("id",), (0,), sized=True),
     Table("todos", ("id",), (0,), sized=True),
     Table("event_todos", ("event_id", "position"), (0, 0)),
+    Table("todo_deps", ("todo_id", "after_id"), (0, 0)),
     Table("attempts", ("todo_id", "seq"), (0, 0)),
     Table("delivery_keys", ("source", "key"), ("", "")),
 )
@@ -83,6 +84,7 @@ TABLES: tuple[Table, ...] = (
 _NOUNS = {
     "sources": "source", "rules": "rule", "agents": "agent", "settings": "setting", "queues": "queue setting",
     "events": "event", "todos": "todo", "event_todos": "event-to-todo link", "attempts": "attempt",
+    "todo_deps": "dependency",
     "delivery_keys": "delivery key", "ingest_leader": "ingest leader (a process uses it)",
 }  # fmt: skip
 

@@ -513,15 +513,18 @@ def _url_via_leader(ctx: Context, source: Source, var: str, reads: str) -> Check
 
 
 async def ingest(ctx: Context) -> list[Check]:
-    """Whether a process leads ingest (consumes the adapters, prunes), and which."""
+    """Whether a process leads ingest (consumes the adapters, fires the schedules' ticks, prunes), and which."""
     if ctx.store is None:
         return []  # nothing stored yet, or the database line says why it cannot be read
     leader = ctx.leader
     consumed = [s.name for s in ctx.sources if s.family == "queue" and s.enabled]
+    fired = [s.name for s in ctx.sources if s.family == "schedule" and s.enabled]
     start = f"{ctx.command('serve')}  (or {ctx.command('service', 'install')}, or an mcp with --ingest auto)"
     if leader is None:
-        if consumed:
-            return [Check("ingest", FAIL, f"no process leads ingest: {', '.join(consumed)} not consumed", start)]
+        if consumed or fired:
+            idle = [f"{', '.join(consumed)} not consumed"] if consumed else []
+            idle += [f"schedule {', '.join(fired)} not fired"] if fired else []
+            return [Check("ingest", FAIL, f"no process leads ingest: {'; '.join(idle)}", start)]
         return [Check("ingest", WARN, "no process leads ingest: nothing is pruned", start)]
     who = f"led by {leader.kind} pid {leader.pid} on {leader.host} since {rfc3339(leader.since)}"
     if leader.host == socket.gethostname() and not leadership.pid_alive(leader.pid):

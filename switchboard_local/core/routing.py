@@ -182,6 +182,12 @@ def _todo(delivery: Delivery, rule: Rule | None, queue: str, replay: bool, max_p
 def _default_title(delivery: Delivery) -> str:
     if delivery.family == "queue":  # the type is the stream or list: name the message instead
         return f"{delivery.source}: message {delivery.external_id[:19]}"
+    if delivery.family == "schedule":  # a tick (core/schedules.py): the schedule's --title, else when it was due
+        tick = delivery.payload if isinstance(delivery.payload, dict) else {}
+        title = tick.get("title")
+        if isinstance(title, str) and title.strip():
+            return title[:MAX_TITLE_LENGTH]
+        return f"{delivery.source}: tick {tick.get('due_local') or delivery.external_id}"[:MAX_TITLE_LENGTH]
     found, action = lookup(delivery.payload, "action")
     suffix = f" {action}" if found and isinstance(action, str) else ""
     return f"{delivery.source}: {delivery.type}{suffix}"[:MAX_TITLE_LENGTH]

@@ -1,8 +1,9 @@
 """Sources: the configured producers of events, and their health.
 
-Webhook sources (family ``webhook``) and adapters (family ``queue``, each
-drained by a broker consumer: core/adapters.py) are rows of one table; an event's
-``source`` is a source's name. Secrets are
+Webhook sources (family ``webhook``), adapters (family ``queue``, each
+drained by a broker consumer: core/adapters.py) and schedules (family
+``schedule``, whose ticks the ingest leader fires: core/schedules.py) are rows
+of one table; an event's ``source`` is a source's name. Secrets are
 kept as references (an environment variable, a file) or, when the user gives
 a value, in this owner-only database; they are never shown back.
 
@@ -26,12 +27,12 @@ from .store.queries import Q
 from .text import first_control
 from .todo_model import require_name
 
-FAMILIES = ("webhook", "queue")
+FAMILIES = ("webhook", "queue", "schedule")
 MAX_ACTIVE_SECRETS = 2
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # What people call a source of each family: the CLI's nouns (`source` for
-# webhooks; `adapter` for a queue source, after the consumer that drains it).
-NOUNS = {"webhook": "webhook source", "queue": "adapter"}
+# webhooks and schedules; `adapter` for a queue source, after the consumer that drains it).
+NOUNS = {"webhook": "webhook source", "queue": "adapter", "schedule": "schedule"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Source:
     last_error: str | None
     consecutive_failures: int
     messages_stored: int
+    last_tick_at: int | None = None  # a schedule's newest fired tick (its due instant)
 
     @classmethod
     def from_row(cls, row: Any) -> Source:
@@ -66,6 +68,7 @@ class Source:
             last_error=row["last_error"],
             consecutive_failures=row["consecutive_failures"],
             messages_stored=row["messages_stored"],
+            last_tick_at=row["last_tick_at"],
         )
 
     def env_names(self) -> list[str]:
@@ -77,7 +80,7 @@ class Source:
 
     def to_dict(self) -> dict[str, Any]:
         """What may be shown: secrets as masked references, never values."""
-        return {
+        shown = {
             "name": self.name,
             "family": self.family,
             "kind": self.kind,
@@ -92,6 +95,9 @@ class Source:
             "consecutive_failures": self.consecutive_failures,
             "messages_stored": self.messages_stored,
         }
+        if self.family == "schedule":
+            shown["last_tick_at"] = rfc3339(self.last_tick_at)
+        return shown
 
 
 def secret_ref(*, env: str | None = None, file: str | None = None, value: str | None = None) -> dict[str, str]:
@@ -227,22 +233,33 @@ async def add(
     return await store.write(body)
 
 
-def _found(row: Any, name: str, family: str | None) -> Source:
+# The family (or families) a verb takes a source of: None takes any.
+Families = str | tuple[str, ...] | None
+
+
+def _of(row_family: str, family: Families) -> bool:
+    return family is None or row_family in ((family,) if isinstance(family, str) else family)
+
+
+def _found(row: Any, name: str, family: Families) -> Source:
     """The row as a source of that family; anything else is not found."""
-    if row is None or (family is not None and row["family"] != family):
+    if row is None or not _of(row["family"], family):
         raise NotFound(_missing(name, family, None if row is None else row["family"]))
     return Source.from_row(row)
 
 
-def _missing(name: str, family: str | None, found: str | None) -> str:
+def _missing(name: str, family: Families, found: str | None) -> str:
     """Why no source of ``family`` answers to ``name`` (``found``: the family that does)."""
-    wanted = "source or adapter" if family is None else noun(family)
+    if family is None:
+        wanted = "source or adapter"
+    else:
+        wanted = " or ".join(noun(f) for f in ((family,) if isinstance(family, str) else family))
     if found is None:
         return f"no {wanted} named {name!r}"
     return f"no {wanted} named {name!r} ({name!r} is {a_noun(found)})"
 
 
-async def get(store: Store, name: str, *, family: str | None = None) -> Source:
+async def get(store: Store, name: str, *, family: Families = None) -> Source:
     """One source by name: a point read, on the loop's own connection (every webhook request asks)."""
     row = await store.peek(lambda tx: tx.one(Q.get_source, {"name": name}))
     return _found(row, name, family)
@@ -294,7 +311,7 @@ async def list_sources(store: Store, *, family: str | None = None) -> list[Sourc
     return [Source.from_row(r) for r in rows]
 
 
-async def remove(store: Store, name: str, *, family: str | None = None, by: str | None = None) -> None:
+async def remove(store: Store, name: str, *, family: Families = None, by: str | None = None) -> None:
     """Remove a source and its rules (its stored events stay)."""
 
     def body(tx: Transaction) -> None:
@@ -309,7 +326,7 @@ async def remove(store: Store, name: str, *, family: str | None = None, by: str 
 
 
 async def set_enabled(
-    store: Store, name: str, enabled: bool, *, family: str | None = None, by: str | None = None
+    store: Store, name: str, enabled: bool, *, family: Families = None, by: str | None = None
 ) -> Source:
     def body(tx: Transaction) -> Source:
         _found(tx.one(Q.get_source, {"name": name}), name, family)

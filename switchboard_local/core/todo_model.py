@@ -35,6 +35,7 @@ MAX_LIST_LIMIT = 1000
 # Idempotency keys of todos derived from events start with this; no direct
 # producer (CLI, agent) may use it, so none can squat a key a delivery will derive.
 DERIVED_KEY_PREFIX = "event:"
+MAX_DEPENDENCIES = 100  # the most todos one todo may wait for
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,24 @@ class Attempt:
             "outcome": self.outcome,
             "error": self.error,
         }
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A todo another waits for, as the waiting todo shows it: its state and, when done, its
+    result (``result_omitted`` when the results of a todo's dependencies together are larger
+    than limits.max_payload: then it is named, and read with ``todo show`` of its id)."""
+
+    id: int
+    state: str
+    result: Any = None
+    result_omitted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "state": self.state, "result": self.result}
+        if self.result_omitted:
+            out["result_omitted"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -84,7 +103,18 @@ class Todo:
     cancel_reason: str | None = None
     # Only in the answer to a claim: the token is shown once and stored hashed.
     lease_token: str | None = None
+    # Dependencies: how many of the todos it waits for are not done yet (blocked while > 0, and
+    # then pending with no visible_at), and how many it waits for at all.
+    blocked_by: int = 0
+    waits_for: int = 0
     attempts: tuple[Attempt, ...] | None = field(default=None, compare=False)
+    # What it waits for, where a reader asked (show, a claim): dependencies.with_dependencies.
+    dependencies: tuple[Dependency, ...] | None = field(default=None, compare=False)
+
+    @property
+    def blocked(self) -> bool:
+        """Pending, and waiting for a todo that is not done: never claimed until it is."""
+        return self.state == "pending" and self.blocked_by > 0
 
     @property
     def dead_letter(self) -> bool:
@@ -122,6 +152,8 @@ class Todo:
             row["cancelled_by"],
             row["cancel_reason"],
             lease_token,
+            row["blocked_by"],
+            row["waits_for"],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,7 +183,13 @@ class Todo:
             "completed_at": rfc3339(self.completed_at),
             "cancelled_by": self.cancelled_by,
             "cancel_reason": self.cancel_reason,
+            "blocked": self.blocked,
         }
+        if self.waits_for:
+            out["blocked_by"] = self.blocked_by
+            out["waits_for"] = self.waits_for
+        if self.dependencies is not None:
+            out["dependencies"] = [d.to_dict() for d in self.dependencies]
         if self.lease_token is not None:
             out["lease_token"] = self.lease_token
         if self.attempts is not None:
@@ -172,6 +210,9 @@ class NewTodo:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None = None
     delay: float = 0.0
+    # The todos it waits for: their ids, and the idempotency keys of live todos (any queue).
+    after: tuple[int, ...] = ()
+    after_keys: tuple[str, ...] = ()
     # The payload's JSON text, made (and checked) once on construction.
     payload_json: str = field(init=False, repr=False, compare=False)
     # That text when the caller made it already, exactly as dump_json makes it
@@ -198,8 +239,25 @@ class NewTodo:
         require_int("priority", self.priority, INT64_MIN, INT64_MAX)
         require_int("max_attempts", self.max_attempts, low=1, high=MAX_ATTEMPTS_CAP)
         require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
+        self._check_after()
         text = dump_json("payload", self.payload) if checked_json is None else checked_json
         object.__setattr__(self, "payload_json", text)
+
+    def _check_after(self) -> None:
+        """``after`` and ``after_keys``: ids and names, each once, at most MAX_DEPENDENCIES in all;
+        a todo that waits is not delayed as well (it becomes claimable when its last dependency is done)."""
+        after, keys = tuple(self.after), tuple(self.after_keys)
+        for todo_id in after:
+            require_int("after", todo_id, low=1, high=INT64_MAX)
+        for key in keys:
+            require_name("after_key", key)
+        after, keys = tuple(dict.fromkeys(after)), tuple(dict.fromkeys(keys))
+        if len(after) + len(keys) > MAX_DEPENDENCIES:
+            raise InvalidArgument(f"a todo may wait for at most {MAX_DEPENDENCIES} todos")
+        if (after or keys) and self.delay:
+            raise InvalidArgument("a todo that waits for others cannot also be delayed")
+        object.__setattr__(self, "after", after)
+        object.__setattr__(self, "after_keys", keys)
 
 
 # ---------------------------------------------------------------- validation
@@ -298,7 +356,8 @@ def hash_token(token: str) -> str:
 @dataclass(frozen=True)
 class QueueStats:
     """One queue's todos by where they stand: pending ones split into ready
-    (claimable now) and delayed (a delay, or a retry's backoff)."""
+    (claimable now), delayed (a delay, or a retry's backoff) and blocked
+    (waiting for todos not done)."""
 
     queue: str
     ready: int
@@ -309,6 +368,7 @@ class QueueStats:
     cancelled: int
     oldest_ready_age_seconds: float | None
     paused: bool = False  # an operator paused the queue: nothing is claimed from it
+    blocked: int = 0  # pending, waiting for todos not done
     # Its limits (queues.set_limit; None: none) and how close it is: claims since a minute ago
     # (None without max_per_minute); how many are claimed now is ``claimed``.
     max_claimed: int | None = None
@@ -333,6 +393,7 @@ class QueueStats:
             cancelled=row["cancelled"],
             oldest_ready_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
             paused=row["paused_at"] is not None,
+            blocked=row["blocked"],
             max_claimed=row["max_claimed"],
             max_per_minute=row["max_per_minute"],
             claims_last_minute=row["claims_last_minute"],
@@ -354,8 +415,8 @@ class QueueStats:
 
     @property
     def pending(self) -> int:
-        """Waiting to be claimed: ready or delayed."""
-        return self.ready + self.delayed
+        """Waiting to be claimed: ready, delayed or blocked."""
+        return self.ready + self.delayed + self.blocked
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "pending": self.pending}

@@ -7,6 +7,7 @@
     GET /api/events/{id}         redacted headers, the body's views, verification, the todos it made
     GET /api/sources             webhook sources: kind, enabled, last delivery, deliveries by outcome
     GET /api/adapters            adapters: broker, what it reads, guarantee, health, consecutive failures, lag
+    GET /api/schedules           schedules: cron, zone, catch-up, last tick fired, next tick due, health
                                  (asked of the broker now)
     GET /api/dead                dead letters grouped by queue and last error
     GET /api/session             the CSRF token an action sends (only with the dashboard token)
@@ -26,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..core import browse
+from ..core import browse, schedules
 from ..core.adapters import PROBE_TIMEOUT
 from ..core.errors import Conflict, Forbidden, InvalidArgument, NotFound, StoreFault, SwitchboardError
 from ..core.events import Event
@@ -153,6 +154,20 @@ async def adapter_rows(ctx: Context) -> dict[str, Any]:
     return {"items": items}
 
 
+async def schedule_rows(ctx: Context) -> dict[str, Any]:
+    """Schedules, each with its last tick fired and its next one due (in its zone and in UTC)."""
+    now = ctx.store.clock.now_ms()
+    items = []
+    for view in await browse.sources(ctx.store, family=schedules.FAMILY):
+        timing = schedules.describe(view.source, now, 1)
+        upcoming = timing["next"][0] if timing["next"] and view.source.enabled else {"due": None, "local": None}
+        items.append({**view.to_dict(), "cron": timing["cron"], "tz": timing["tz"], "catch_up": timing["catch_up"],
+                      "queue": timing["queue"], "last_tick": timing["last_tick"],
+                      "last_tick_local": timing["last_tick_local"], "next_tick": upcoming["due"],
+                      "next_tick_local": upcoming["local"], "problem": timing["problem"]})  # fmt: skip
+    return {"items": items}
+
+
 def routes(ctx: Context) -> list[BaseRoute]:
     store = ctx.store
 
@@ -179,6 +194,9 @@ def routes(ctx: Context) -> list[BaseRoute]:
     async def adapters(request: Request) -> Response:
         return JSONResponse(await adapter_rows(ctx))
 
+    async def schedules_(request: Request) -> Response:
+        return JSONResponse(await schedule_rows(ctx))
+
     async def dead(request: Request) -> Response:
         return JSONResponse({"items": [g.to_dict() for g in await browse.dead_groups(store)]})
 
@@ -195,6 +213,7 @@ def routes(ctx: Context) -> list[BaseRoute]:
         ("/api/events/{id}", event),
         ("/api/sources", sources),
         ("/api/adapters", adapters),
+        ("/api/schedules", schedules_),
         ("/api/dead", dead),
         ("/api/session", session),
     ]

@@ -19,7 +19,7 @@ Content-Security-Policy forbids both).
     GET /events            events (filters in the query string; cursor, limit and rows page)
     GET /events/{id}       one event (?view=pretty|text|hex|base64: the body's view)
     GET /dead              dead letters
-    GET /sources           webhook sources and adapters
+    GET /sources           webhook sources, adapters and schedules
     GET /static/{file}     the script, the style sheet, the icon
 
 ``rows`` asks for more rows than a page's ``limit`` from the top (the script
@@ -167,10 +167,12 @@ async def read_dead(request: Request, ctx: Context) -> dict[str, Any]:
 async def read_sources(request: Request, ctx: Context) -> dict[str, Any]:
     webhooks = await api.source_rows(ctx)
     adapters = await api.adapter_rows(ctx)
+    timed = await api.schedule_rows(ctx)
     return {
         "sources": webhooks["items"],
         "deliveries_since": webhooks["deliveries_since"],
         "adapters": adapters["items"],
+        "schedules": timed["items"],
     }
 
 
@@ -205,8 +207,8 @@ PAGES: dict[str, tuple[str, str, Reader, Callable[[Request], dict[str, Any]]]] =
     "events": ("events.html", "Events", read_events, _list_defaults(EVENT_FILTERS, "source_names")),
     "event": ("event.html", "Event {id}", read_event, lambda r: {"e": None}),
     "dead": ("dead.html", "Dead letters", read_dead, lambda r: {"by_queue": []}),
-    "sources": ("sources.html", "Sources and adapters", read_sources,
-                lambda r: {"sources": [], "adapters": [], "deliveries_since": None}),
+    "sources": ("sources.html", "Sources, adapters and schedules", read_sources,
+                lambda r: {"sources": [], "adapters": [], "schedules": [], "deliveries_since": None}),
 }  # fmt: skip
 # Reads that fill a page's filter form.
 FORM_READS: dict[str, Reader] = {"todos": queue_names, "events": source_names}

@@ -71,9 +71,13 @@ def plural(n: int, one: str, many: str) -> str:
 
 
 def state_badge(todo: dict[str, Any], now_ms: int) -> tuple[str, str, str | None]:
-    """(text, class, tooltip) of a todo's state: a pending todo not claimable yet is delayed or retrying."""
+    """(text, class, tooltip) of a todo's state: a pending todo not claimable yet is blocked (waiting
+    for todos not done), delayed or retrying."""
     if todo["state"] == "failed":
         return "dead", "failed", None
+    if todo.get("blocked"):
+        n = todo.get("blocked_by", 0)
+        return "blocked", "warn", f"waits for {n} {plural(n, 'todo', 'todos')} not done"
     visible = todo.get("visible_at")
     if todo["state"] == "pending" and visible and ms_of(visible) > now_ms:
         return ("retrying" if todo.get("attempt") else "delayed"), "warn", "claimable " + ago(visible, now_ms)

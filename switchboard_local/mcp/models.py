@@ -51,6 +51,7 @@ class TodoRow(Out):
     created_at: str
     updated_at: str
     payload_size: int = Field(description="bytes of the payload's JSON; get_todo or a claim shows it")
+    blocked: bool = Field(default=False, description="pending, waiting for todos not done: not claimable yet")
 
     @classmethod
     def of(cls, todo: Todo) -> TodoRow:
@@ -66,6 +67,13 @@ class AttemptOut(Out):
     ended_at: str | None
     outcome: Literal["completed", "failed", "released", "lease_expired", "released_by_operator", "cancelled"] | None
     error: str | None
+
+
+class DependencyOut(Out):
+    id: int
+    state: State
+    result: Any = Field(description="what its complete gave (null until done, or when result_omitted)")
+    result_omitted: bool = Field(default=False, description="true when too large to inline: get_todo of its id shows it")
 
 
 class TodoFull(Out):
@@ -99,12 +107,16 @@ class TodoFull(Out):
         default=None, description="only in a claim's answer: pass it to heartbeat, complete, fail, release"
     )
     attempts: list[AttemptOut] | None = Field(default=None, description="one per claim, oldest first (get_todo)")
+    blocked: bool = Field(default=False, description="pending, waiting for todos not done: not claimable yet")
+    dependencies: list[DependencyOut] | None = Field(
+        default=None, description="the todos it waits for, with their states and results (absent when none)"
+    )
 
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: Any) -> Any:
         # lease_token only in a claim's answer, attempts only in get_todo's: absent, not null.
         data = handler(self)
-        for key in ("lease_token", "attempts"):
+        for key in ("lease_token", "attempts", "dependencies"):
             if isinstance(data, dict) and data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -322,7 +334,8 @@ class QueueStatsRow(Out):
     queue: str
     ready: int = Field(description="pending todos claimable now")
     delayed: int = Field(description="pending todos claimable later: a delay, or a failed attempt's backoff")
-    pending: int = Field(description="ready + delayed")
+    blocked: int = Field(default=0, description="pending todos waiting for todos not done")
+    pending: int = Field(description="ready + delayed + blocked")
     claimed: int
     done: int
     dead: int = Field(description="dead letters: failed for good, waiting for an operator")

@@ -26,6 +26,7 @@ from ..core.todo_model import (
     INT64_MIN,
     LEASE_CAP_SECONDS,
     MAX_DELAY_SECONDS,
+    MAX_DEPENDENCIES,
     MAX_WAIT_SECONDS,
     NewTodo,
     State,
@@ -426,10 +427,15 @@ async def create_for(
     idempotency_key: Annotated[
         str | None, Field(description="while its todo is live, the same key gives it back")
     ] = None,
+    depends_on: Annotated[
+        list[Annotated[int, Field(strict=True, ge=1, le=INT64_MAX)]] | None,
+        Field(max_length=MAX_DEPENDENCIES, description="ids of todos it waits for: blocked until all are done"),
+    ] = None,
 ) -> CreatedTodo:
     """Hand work to another queue or agent: creates a pending todo (give queue, or assignee). Your profile may limit
     the queues you can create in (forbidden otherwise). A live todo already holding the idempotency_key comes back
-    with created false instead of a duplicate (todo null when it is on a queue you cannot read)."""
+    with created false instead of a duplicate (todo null when it is on a queue you cannot read). With depends_on,
+    its claim carries their results; one cancelled cancels it."""
     s = _session(ctx)
     allowed = ", ".join(s.scope.creates_in or ())
     if queue is None:
@@ -455,8 +461,9 @@ async def create_for(
         assignee=assignee,
         priority=priority,
         idempotency_key=idempotency_key,
+        after=tuple(depends_on or ()),
     )
-    todo, created = await todos.create(s.store, new, by=s.owner)
+    todo, created = await todos.create(s.store, new, by=s.owner, scope=s.scope.queues, own=s.created)
     if created:
         s.made(todo.id)
     if not created and not s.scope.has_queue(todo.queue):

@@ -646,6 +646,13 @@ def test_adapters_with_no_process_leading_ingest_fail_naming_them(run_doctor, db
     assert "serve" in checks["ingest"]["fix"]
 
 
+def test_schedules_with_no_process_leading_ingest_fail_naming_them(run_doctor, db_path: Path) -> None:
+    cli(db_path, "source", "add", "nightly", "--kind", "schedule", "--cron", "30 2 * * *")
+    code, checks = run_doctor()
+    assert code == 1
+    assert checks["ingest"]["status"] == "fail" and "schedule nightly not fired" in checks["ingest"]["detail"]
+
+
 def test_no_process_leading_ingest_without_adapters_is_a_warning(run_doctor, db_path: Path) -> None:
     cli(db_path, "todo", "create", "--queue", "q", "--title", "t")
     _, checks = run_doctor()

@@ -115,7 +115,7 @@ def test_an_error_quoting_the_input_escapes_its_control_characters(db_path: Path
 @pytest.mark.parametrize(
     ("args", "sentence"),
     [(["source", "add", "gh"], ("missing option '--kind'. Choose from: github, gitea, stripe, slack, standard, gitlab, "
-                                "hmac, token, open")),
+                                "hmac, token, open, schedule")),
      (["adapter", "add", "orders"], "missing option '--mode'. Choose from: stream, list, pubsub")],
 )  # fmt: skip
 def test_a_missing_choice_lists_its_choices_readably_on_one_line(db_path: Path, args: list[str], sentence: str) -> None:

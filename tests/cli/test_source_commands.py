@@ -237,7 +237,7 @@ def test_sources_and_adapters_are_named_as_the_user_names_them(cli) -> None:
         "adapter again": "switchboard-local: conflict: an adapter named 'orders' exists already\n",
         "adapter on a source's name": "switchboard-local: conflict: the name 'gh' is taken by a webhook source\n",
         "source on an adapter's name": "switchboard-local: conflict: the name 'orders' is taken by an adapter\n",
-        "show an adapter as a source": "switchboard-local: not_found: no webhook source named 'orders' ('orders' is an adapter)\n",
+        "show an adapter as a source": "switchboard-local: not_found: no webhook source or schedule named 'orders' ('orders' is an adapter)\n",
         "rotate an unknown source": "switchboard-local: not_found: no webhook source named 'nope'\n",
         "rotate an adapter": "switchboard-local: conflict: 'orders' is an adapter; only webhook sources have secrets\n",
     }

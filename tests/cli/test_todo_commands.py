@@ -28,7 +28,7 @@ TODO_FIELDS = {
     "id", "queue", "title", "kind", "payload", "state", "dead_letter", "priority", "assignee",
     "attempt", "max_attempts", "owner", "lease_expires_at", "visible_at", "idempotency_key",
     "event_id", "result", "last_error", "created_at", "updated_at", "claimed_at", "completed_at",
-    "cancelled_by", "cancel_reason",
+    "cancelled_by", "cancel_reason", "blocked",
 }  # fmt: skip
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -126,8 +126,8 @@ def test_fail_to_dead_letter_then_redrive(cli) -> None:
     stats = as_json(cli, "stats")["queues"]
     assert stats == [
         {"queue": "q", "ready": 0, "delayed": 0, "pending": 0, "claimed": 0, "done": 0, "dead": 1, "cancelled": 0,
-         "oldest_ready_age_seconds": None, "paused": False, "max_claimed": None, "max_per_minute": None,
-         "claims_last_minute": None}
+         "oldest_ready_age_seconds": None, "paused": False, "blocked": 0, "max_claimed": None,
+         "max_per_minute": None, "claims_last_minute": None}
     ]  # fmt: skip
     redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
     assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)
@@ -531,6 +531,6 @@ def test_stats_shows_ready_delayed_dead_and_cancelled_per_queue(cli) -> None:
     make_dead(cli, "q", "dead")
     code, out, _, _ = cli("stats")
     header, row = out.splitlines()
-    assert header.split() == ["QUEUE", "READY", "DELAYED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST", "READY",
-                              "PAUSED", "LIMIT"]  # fmt: skip
-    assert row.split()[:7] == ["q", "1", "1", "0", "0", "1", "1"]
+    assert header.split() == ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST",
+                              "READY", "PAUSED", "LIMIT"]  # fmt: skip
+    assert row.split()[:8] == ["q", "1", "1", "0", "0", "0", "1", "1"]

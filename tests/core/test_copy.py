@@ -77,6 +77,7 @@ async def populate(store: Store) -> dict[str, object]:
     await todos.fail(store, Lease.of(retry), error="try again")
     cancelled, _ = await todos.create(store, NewTodo(queue="finish", title="cancelled"))
     await todos.cancel(store, cancelled.id, by="ana", reason="not needed")
+    await todos.create(store, NewTodo(queue="finish", title="blocked", after=(claimed_todo.id, done_todo.id)))
     # The last todo purged: the todos' sequence is past every id left (ids are never given twice).
     gone_todo, _ = await todos.create(store, NewTodo(queue="gone", title="purged"))
     gone = await todos.claim(store, gone_todo.id, owner="worker-5", lease=60)
@@ -91,7 +92,7 @@ async def reads(store: Store) -> dict[str, object]:
     listed = await todos.list_todos(store, limit=MAX_LIST_LIMIT)
     found = await events.list_events(store, limit=MAX_LIST_LIMIT)
     return {
-        "todos": [await todos.get(store, t.id) for t in listed],
+        "todos": [(t, t.dependencies) for t in [await todos.get(store, t.id) for t in listed]],
         "events": found,
         "event_todos": {e.id: await events.todos_of_event(store, e.id) for e in found},
         "sources": await sources.list_sources(store),
@@ -133,10 +134,10 @@ async def test_the_copy_reports_the_rows_it_copied_per_table(store, populated, t
     copied = await copy.copy(store, target)
     assert copied.counts == {
         "sources": 1, "rules": 2, "agents": 1, "settings": 1, "queues": 1, "events": 5,  # 2 operator events
-        "todos": 10, "event_todos": 3, "attempts": 2, "delivery_keys": 3,
+        "todos": 11, "event_todos": 3, "todo_deps": 2, "attempts": 2, "delivery_keys": 3,
     }  # fmt: skip
     assert copied.left_behind == (settings.HTTP_LISTEN.name,)
-    assert copied.to_dict()["total"] == 29
+    assert copied.to_dict()["total"] == 32
 
 
 async def test_a_per_install_setting_stays_behind(store, populated, target, clock) -> None:
@@ -239,7 +240,7 @@ async def test_a_copy_that_fails_half_way_leaves_the_target_empty(store, populat
 
 async def test_pages_of_one_row_copy_the_same_rows(store, populated, target, clock) -> None:
     copied = await copy.copy(store, target, page_rows=1, page_bytes=1)
-    assert copied.counts["todos"] == 10 and copied.counts["events"] == 5
+    assert copied.counts["todos"] == 11 and copied.counts["events"] == 5 and copied.counts["todo_deps"] == 2
     async with await open_target(target, clock) as other:
         assert await reads(other) == await reads(store)
 
@@ -281,7 +282,7 @@ async def test_a_postgresql_source_is_copied_as_one_snapshot_while_its_writers_g
             monkeypatch.setattr(copy._Pipe, "put", put_then_deliver)
             copied = await copy.copy(source, target, page_rows=1)
             assert len(written) == 6 and sql.count(url, "events") == 5 + 6  # the writer went on, unblocked
-        assert copied.counts["events"] == 5 and copied.counts["todos"] == 10 and copied.counts["event_todos"] == 3
+        assert copied.counts["events"] == 5 and copied.counts["todos"] == 11 and copied.counts["event_todos"] == 3
         for table in copy.TABLES:
             assert sql.count(target, table.name) == copied.counts[table.name], table.name
         assert sql.value(target, "SELECT count(*) FROM event_todos WHERE event_id NOT IN (SELECT id FROM events) "

@@ -284,7 +284,7 @@ async def test_a_batch_todo_whose_key_a_lapsed_last_attempt_held_is_made_for_its
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"family": "email"}, "event family must be one of webhook, queue, operator, got 'email'"),
+        ({"family": "email"}, "event family must be one of webhook, queue, schedule, operator, got 'email'"),
         ({"body": "text, not bytes"}, "event body must be bytes"),
         ({"source": ""}, "event source must be a non-empty string"),
         ({"external_id": ""}, "event external_id must be a non-empty string"),

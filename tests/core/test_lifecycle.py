@@ -217,7 +217,7 @@ async def test_create_stores_a_pending_todo_with_every_field(store, clock):
 
 
 def test_every_column_of_a_todo_row_reaches_the_field_of_its_name():
-    columns = [f.name for f in dataclasses.fields(Todo) if f.name not in ("lease_token", "attempts")]
+    columns = [f.name for f in dataclasses.fields(Todo) if f.name not in ("lease_token", "attempts", "dependencies")]
     row = {name: f"value of {name}" for name in columns}
     row["payload"], row["result"] = '{"in": "payload"}', '{"in": "result"}'
     todo = Todo.from_row(row, lease_token="the token")
@@ -1597,7 +1597,7 @@ async def test_claiming_a_dead_letter_counts_its_attempts_in_the_refusal(store, 
 async def test_list_todos_refuses_an_unknown_timing(store) -> None:
     with pytest.raises(InvalidArgument) as refused:
         await todos.list_todos(store, timing="soon")
-    assert refused.value.message == "timing must be one of ready, delayed, dead, got 'soon'"
+    assert refused.value.message == "timing must be one of ready, delayed, dead, blocked, got 'soon'"
 
 
 # ---------------------------------------------------------------- bulk redrive

@@ -8,8 +8,10 @@ keys); claim_next with no queue, one queue and several (the three statements
 that claim), and claim by id; heartbeat, complete, fail (a backoff, or a dead
 letter at the cap), release (with a delay), complete and fail that
 claim the next todo too, each with any token ever handed out; redrive; an
-operator's cancel and forced release (often of a claimed todo); per-queue
-limits set, changed and cleared (queue limit: max_claimed, max_per_minute); reads; time
+operator's cancel and forced release (often of a claimed todo); creates that
+wait for other todos (dependencies: blocked until those are done, cancelled
+with them, refused when one is cancelled or unknown); per-queue limits set,
+changed and cleared (queue limit: max_claimed, max_per_minute); reads; time
 passing leases and backoffs; and groups of these issued at once, which the
 SQLite store's group commit runs in one transaction (PostgreSQL has no group
 commit: there a group is issued in order, one after another, since concurrent
@@ -18,7 +20,9 @@ issued). Every answer is the model's prediction: which todo a claim takes,
 which error a refusal raises, when a failed todo comes back. After every step
 the database is checked, through a connection of its own: each row and its
 attempt history are what the model holds; states and lease fields agree; no
-todo is both claimable and claimed; a claimable todo has an attempt left; a
+todo is both claimable and claimed; no blocked todo is claimable, and each
+one's count of todos not done is the model's (so a completion readies exactly
+the todos it was the last one of); a claimable todo has an attempt left; a
 claimed todo has exactly one open attempt, under the token its claimer was
 given; no queue has more todos claimed than its max_claimed (unless it had
 more when the limit was set, and then never more than before), nor more than
@@ -107,7 +111,7 @@ NEXT_CLAIMS = st.builds(
     agent=AGENTS,
 )
 PG_EXAMPLES = 25  # PostgreSQL's examples in CI (SQLite's: 100)
-WRITES = ["create", "create", "claim_next", "claim", "heartbeat", "complete", "fail", "release",
+WRITES = ["create", "create", "create_after", "claim_next", "claim", "heartbeat", "complete", "fail", "release",
           "complete_then_claim", "fail_then_claim", "redrive", "cancel", "force_release", "limit"]  # fmt: skip
 LIMITS = st.tuples(
     st.sampled_from(QUEUES),
@@ -214,19 +218,34 @@ class Lifecycle(RuleBasedStateMachine):
         want = (t.id, t.queue, t.state, t.attempt, t.visible_at, t.owner, t.lease_end)
         assert seen == want, f"answered {seen}, the model holds {want}"
 
-    def op_create(self, spec: tuple) -> Op:
+    def op_create(self, spec: tuple, after: tuple[int, ...] = ()) -> Op:
         queue, key, priority, delay, assignee, max_attempts = spec
+        delay = 0 if after else delay  # a todo that waits is not delayed as well (refused)
         new = NewTodo(queue=queue, title="t", idempotency_key=key, priority=priority, delay=delay,
-                      assignee=assignee, max_attempts=max_attempts)  # fmt: skip
+                      assignee=assignee, max_attempts=max_attempts, after=after)  # fmt: skip
 
         def judge(outcome: Any) -> None:
+            for a in sorted(set(after)):  # the dependencies are looked at first, oldest first
+                if a not in self.model.todos or self.model.todos[a].state == "cancelled":
+                    refused(f"create after {after}", outcome, NotFound if a not in self.model.todos else Conflict)
+                    return
+            before = self.model.snapshot()
+            holder = self.model.holder(queue, key)
+            if holder is not None and holder.state == "claimed" and holder.lease_end <= self.now:
+                self.model.recover()
+                holder = self.model.holder(queue, key)
+            if holder is not None and holder.id in after:
+                self.model.restore(before)
+                refused(f"create after {after} onto its own key's holder", outcome, InvalidArgument)
+                return
+            self.model.restore(before)
             got, created = answer("create", outcome)
             holder = self.model.holder(queue, key)
             if holder is not None and holder.state == "claimed" and holder.lease_end <= self.now:
                 self.model.recover()  # a lapsed last attempt is a dead letter, which frees the key
                 holder = self.model.holder(queue, key)
             if holder is None:
-                holder = self.model.create(queue, priority, assignee, max_attempts, key, delay)
+                holder = self.model.create(queue, priority, assignee, max_attempts, key, delay, after)
                 assert created, f"create answered todo {got.id} as existing; the key is free"
             else:
                 assert not created, f"create made todo {got.id} though todo {holder.id} holds the key"
@@ -387,6 +406,9 @@ class Lifecycle(RuleBasedStateMachine):
             return self.op_limit(data.draw(LIMITS))
         if kind == "create":
             return self.op_create(data.draw(CREATES))
+        if kind == "create_after":  # one or two todos it waits for, now and then one that does not exist
+            some = st.integers(1, len(self.model.todos) + 1)
+            return self.op_create(data.draw(CREATES), tuple(data.draw(st.lists(some, min_size=1, max_size=2))))
         if kind == "claim_next":
             return self.op_claim_next(data.draw(NEXT_CLAIMS))
         some_id = st.integers(1, len(self.model.todos) + 1)  # one more than exists: not found
@@ -488,9 +510,11 @@ class Lifecycle(RuleBasedStateMachine):
         for r in rows:
             t = self.model.todos[r["id"]]
             stored = (r["queue"], r["priority"], r["assignee"], r["max_attempts"], r["idempotency_key"], r["state"],
-                      r["attempt"], r["visible_at"], r["owner"], r["lease_expires_at"], r["claimed_at"])  # fmt: skip
+                      r["attempt"], r["visible_at"], r["owner"], r["lease_expires_at"], r["claimed_at"],
+                      r["blocked_by"], r["waits_for"])  # fmt: skip
             modeled = (t.queue, t.priority, t.assignee, t.max_attempts, t.key, t.state,
-                       t.attempt, t.visible_at, t.owner, t.lease_end, t.claimed_at)  # fmt: skip
+                       t.attempt, t.visible_at, t.owner, t.lease_end, t.claimed_at,
+                       t.blocked_by if t.state in ("pending", "cancelled") else 0, len(t.after))  # fmt: skip
             assert stored == modeled, f"todo {t.id}: the file holds {stored}, the model {modeled}"
             history = [[a["attempt"], a["owner"], a["outcome"]] for a in attempts if a["todo_id"] == t.id]
             assert history == t.history, f"todo {t.id}: attempts {history}, the model {t.history}"
@@ -512,7 +536,11 @@ class Lifecycle(RuleBasedStateMachine):
                 assert state == "pending" and r["attempt"] < r["max_attempts"], (
                     f"todo {todo_id} is claimable as {state} with attempt {r['attempt']} of {r['max_attempts']}"
                 )
-            assert (state == "pending") == (visible is not None), f"todo {todo_id} is {state} with visible_at {visible}"
+            blocked = state == "pending" and r["blocked_by"] > 0
+            assert not (blocked and visible is not None), f"todo {todo_id} is blocked and claimable at {visible}"
+            assert (state == "pending" and not blocked) == (visible is not None), (
+                f"todo {todo_id} is {state} (blocked by {r['blocked_by']}) with visible_at {visible}"
+            )
             open_attempts = [a for a in attempts if a["todo_id"] == todo_id and a["ended_at"] is None]
             assert len(open_attempts) == (1 if claimed else 0), f"todo {todo_id}: {len(open_attempts)} open attempts"
             if claimed:

@@ -133,14 +133,14 @@ TWINS: dict[str, list[str]] = {
     "json": [
         "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
         "complete_many", "event_in_scope", "list_events", "event_in_queues", "events_in_play", "todos_by_ids",
-        "log_claims", "prune_queue_claims",
+        "dependency_states", "add_dependencies", "cancel_dependents", "log_claims", "prune_queue_claims",
     ],
     # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
     # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.
     "sqlite's own": [
         "next_todo_id", "claim_next", "cancel_pending", "count_pending", "next_event_id", "data_version",
         "rules_of_source", "keep_pruned_delivery", "copy_last_ids", "copy_seed_sequences",
-        "copy_move_sequences", "claim_next_limited", "queue_load",
+        "copy_move_sequences", "live_todos_by_key", "claim_next_limited", "queue_load",
     ],
     # Times: integer milliseconds in SQLite; timestamptz in PostgreSQL, each parameter through
     # sb_ts() and each column back through sb_ms() (and a todo's payload and result: jsonb there).
@@ -150,7 +150,8 @@ TWINS: dict[str, list[str]] = {
         "last_ended_attempt", "redrive", "dead_letters", "count_dead_letters", "count_purgeable", "stats",
         "get_queue", "pause_queue", "resume_queue", "set_queue_limit", "seen_delivery", "remember_delivery", "get_event",
         "todos_of_event", "recent_events", "insert_source", "get_source", "list_sources",
-        "set_source_enabled", "set_source_secrets", "record_source_health", "insert_agent", "get_agent",
+        "set_source_enabled", "set_source_secrets", "record_source_health", "advance_schedule", "insert_agent",
+        "get_agent",
         "list_agents", "delete_agent", "insert_rule", "list_rules", "prune_finished_todos", "prune_events",
         "forget_delivery_keys", "get_leader", "take_leadership", "renew_leadership", "release_leadership",
         "check_fence", "seen_member", "forget_gone_members", "members", "browse_todos",
@@ -171,7 +172,7 @@ TWINS: dict[str, list[str]] = {
     # NULL equal to NULL: SQLite's `IS :x`, PostgreSQL's IS NOT DISTINCT FROM.
     "null equality": ["dead_letters_with_error"],
     # A size in bytes: SQLite's length() of text counts characters, so a BLOB cast; PostgreSQL's octet_length.
-    "bytes": ["copy_sizes_events", "copy_sizes_todos"],
+    "bytes": ["copy_sizes_events", "copy_sizes_todos", "dependencies_of"],
 }
 # fmt: on
 
@@ -315,7 +316,8 @@ def statement(name: str) -> str:
 
 def todo_params(key: str | None, title: str = "t") -> dict[str, object]:
     return {"queue": "q", "assignee": None, "title": title, "kind": None, "payload": '{"a": 1}', "event_id": None,
-            "idempotency_key": key, "priority": 0, "max_attempts": 5, "visible_at": 1_000, "now": 1_000}  # fmt: skip
+            "idempotency_key": key, "priority": 0, "max_attempts": 5, "visible_at": 1_000, "now": 1_000,
+            "blocked_by": 0, "waits_for": 0}  # fmt: skip
 
 
 def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
@@ -377,3 +379,32 @@ def test_a_follower_never_passes_a_smaller_id_that_commits_later(schema_database
         slow.commit()
         reader.join()
         assert seen == [[smaller[0], larger[0]]]
+
+
+@pytest.mark.postgres
+def test_a_dependency_completed_while_a_create_waits_for_it_readies_the_new_todo(schema_database: str) -> None:
+    # The create locks the todo it waits for (dependency_states, FOR SHARE) before counting it as
+    # not done; a completion racing it waits for the create's commit, and its trigger then sees
+    # the new dependency, rather than miss it and leave the new todo blocked for ever.
+    with psycopg.connect(schema_database) as creator, psycopg.connect(schema_database) as completer, \
+            psycopg.connect(schema_database, autocommit=True) as watcher:  # fmt: skip
+        dep = watcher.execute(statement("insert_todo_id"), todo_params(None, "dependency")).fetchone()[0]
+        watcher.execute("UPDATE todos SET state = 'claimed', visible_at = NULL, lease_token_hash = 'h', "
+                        "lease_expires_at = sb_ts(999999999), owner = 'w', claimed_at = sb_ts(1000) WHERE id = %s",
+                        (dep,))  # fmt: skip
+        states = creator.execute(statement("dependency_states"), {"ids": f"[{dep}]"}).fetchall()
+        assert [row[1] for row in states] == ["claimed"]
+        blocked = {**todo_params(None, "waits"), "visible_at": None, "blocked_by": 1, "waits_for": 1}
+        new = creator.execute(statement("insert_todo"), blocked).fetchone()[0]
+        creator.execute(statement("add_dependencies"), {"id": new, "ids": f"[{dep}]"})
+        done: list[object] = []
+        racer = threading.Thread(target=lambda: done.append(completer.execute(
+            statement("complete"), {"id": dep, "lease_token_hash": "h", "now": 2_000, "result": "1"}).fetchone()))
+        racer.start()
+        until(lambda: waiting_for_a_lock(watcher, completer.info.backend_pid), True)
+        creator.commit()
+        racer.join()
+        completer.commit()
+        assert done and done[0] is not None
+        row = watcher.execute("SELECT blocked_by, sb_ms(visible_at) FROM todos WHERE id = %s", (new,)).fetchone()
+        assert row == (0, 2_000)

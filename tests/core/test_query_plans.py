@@ -51,6 +51,11 @@ PLANS = {
     "insert_todo": "todos_live_key",
     "insert_todo_id": "todos_live_key",
     "live_todo_by_key": "todos_live_key",
+    "live_todos_by_key": "todos_live_key",
+    # dependencies: what a todo waits for, and what waits for a todo
+    "dependency_states": "INTEGER PRIMARY KEY",
+    "dependencies_of": "todo_deps USING PRIMARY KEY",
+    "cancel_dependents": "todo_deps_by_after",
     # listing one queue
     "list_todos_in_queue": "todos_by_queue",
     "browse_todos_in_queue": "todos_by_queue",
@@ -58,8 +63,8 @@ PLANS = {
     "purge_todos": "todos_by_queue",
     "count_purgeable": "todos_by_queue",
     # pending todos of a queue (bulk cancel)
-    "count_pending": "todos_ready_by_queue",
-    "cancel_pending": "todos_ready_by_queue",
+    "count_pending": "todos_blocked",
+    "cancel_pending": "todos_blocked",
     # dead letters
     "dead_letters": "todos_dead",
     "count_dead_letters": "todos_dead",

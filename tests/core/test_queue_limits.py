@@ -317,8 +317,9 @@ async def test_a_long_poll_on_a_full_queue_wakes_when_a_slot_frees(store, monkey
 
 
 @pytest.fixture
-def v10_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
-    """A database as version 10 left it (tests/data/schema-v10*.sql): a paused queue and two todos."""
+def v12_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
+    """A database as version 12, the one before limits, left it (tests/data/schema-v12*.sql): a paused queue
+    and two todos."""
     rows = ["INSERT INTO queues (name, paused_at, paused_by) VALUES ('held', {now}, 'op')"] + [
         "INSERT INTO todos (queue, title, state, visible_at, created_at, updated_at)"
         f" VALUES ('{queue}', 't', 'pending', {{now}}, {{now}}, {{now}})" for queue in ("held", "limited")]  # fmt: skip
@@ -326,8 +327,8 @@ def v10_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
         path = tmp_path / "switchboard.db"
         conn = sqlite3.connect(path, isolation_level=None)
         try:
-            conn.executescript((DATA / "schema-v10.sql").read_text("utf-8"))
-            conn.executescript("PRAGMA user_version = 10;\n" + ";\n".join(r.format(now=0) for r in rows) + ";")
+            conn.executescript((DATA / "schema-v12.sql").read_text("utf-8"))
+            conn.executescript("PRAGMA user_version = 12;\n" + ";\n".join(r.format(now=0) for r in rows) + ";")
         finally:
             conn.close()
         return path
@@ -336,15 +337,17 @@ def v10_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
     url = server.empty_database()
     request.addfinalizer(lambda: server.drop(url))
     with pg_connection(url) as conn:
-        conn.execute((DATA / "schema-v10.postgres.sql").read_text("utf-8"))
-        conn.execute("INSERT INTO schema_migrations (version) VALUES (10)")
+        conn.execute((DATA / "schema-v12.postgres.sql").read_text("utf-8"))
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (12)")
         for row in rows:
             conn.execute(row.format(now="to_timestamp(0)"))
     return url
 
 
-async def test_migration_11_keeps_every_queue_setting_and_todo_and_lets_a_queue_be_limited(v10_database, clock) -> None:
-    async with await open_store(v10_database, clock=clock) as upgraded:
+async def test_the_limits_migration_keeps_every_queue_setting_and_todo_and_lets_a_queue_be_limited(
+    v12_database, clock
+) -> None:
+    async with await open_store(v12_database, clock=clock) as upgraded:
         (held, limited) = await queues.list_queues(upgraded)
         assert (held.name, held.paused, held.stats.max_claimed, limited.stats.ready) == ("held", True, None, 1)
         await limit(upgraded, max_claimed=1, max_per_minute=1)

@@ -335,8 +335,10 @@ async def test_migration_8_keeps_every_todo_its_attempt_history_and_its_key(db_p
         newest, _ = await todos.create(upgraded, NewTodo(queue="q", title="after the migration"))
     assert newest.id == 44  # ids pruned before the migration are never reused (41-43: the freed keys above)
     after = rows(db_path, "SELECT * FROM todos WHERE id <= 6 ORDER BY id")
-    # Every column version 7 had, as it was (completed_by is new, after completed_at); todo 2 was completed above.
-    assert [(*r[:22], *r[23:]) for r in after if r[0] != 2] == [tuple(r) for r in before if r[0] != 2]
+    # Every column version 7 had, as it was (completed_by is new, after completed_at; blocked_by and
+    # waits_for, version 11's, at the end); todo 2 was completed above.
+    assert [(*r[:22], *r[23:25]) for r in after if r[0] != 2] == [tuple(r) for r in before if r[0] != 2]
+    assert {r[25:] for r in after} == {(0, 0)}
     assert [r[22] for r in after] == [None, "w2", "w3", None, None, None]  # completed_by
     assert rows(db_path, "PRAGMA user_version") == [(migrations.SCHEMA_VERSION,)]
     assert rows(db_path, "PRAGMA foreign_key_check") == []

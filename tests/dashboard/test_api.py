@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from switchboard_local.core import events, sources, todos
+from switchboard_local.core import events, schedules, sources, todos
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -227,6 +227,15 @@ async def test_adapters_show_health_failures_and_lag(store, board):
     assert shown["name"] == "jobs" and shown["consecutive_failures"] >= 1
     assert shown["last_error"]
     assert shown["waiting"] is None and "NOT_SET_FOR_THIS_TEST" in shown["lag_error"]
+
+
+async def test_schedules_show_cron_zone_catch_up_and_their_last_and_next_tick(store, board):
+    await schedules.add(store, "new-year", cron="0 0 1 1 *", tz="Asia/Tokyo", catch_up="none", queue="plans")
+    (shown,) = board.get_json("/api/schedules")["items"]
+    assert (shown["name"], shown["cron"], shown["tz"], shown["catch_up"], shown["queue"]) == (
+        "new-year", "0 0 1 1 *", "Asia/Tokyo", "none", "plans")  # fmt: skip
+    assert (shown["last_tick"], shown["events"]) == (None, 0)
+    assert shown["next_tick_local"].endswith("-01-01T00:00:00+09:00") and shown["next_tick"].endswith("-12-31T15:00:00.000Z")
 
 
 async def test_dead_letters_are_grouped_by_queue_and_last_error(store, board):

@@ -126,6 +126,28 @@ def test_a_todos_page_shows_its_payload_and_its_attempts(signed_in: Page, board:
     expect(signed_in.locator('#todo a[href^="/events/"]')).to_contain_text("ci · push")
 
 
+def test_a_blocked_todo_shows_what_it_waits_for_and_turns_ready_when_that_is_done(
+    signed_in: Page, board: Board, cli
+) -> None:
+    build = as_json(cli, "todo", "create", "--queue", "builds", "--title", "build")["id"]
+    review = as_json(cli, "todo", "create", "--queue", "reviews", "--title", "review", "--after", str(build))["id"]
+
+    signed_in.goto(f"{board.origin}/todos/{review}")
+    signed_in.evaluate("window.notReloaded = true")
+
+    expect(signed_in.locator("#title .badge")).to_have_text("blocked", timeout=SEEN)
+    waits = signed_in.locator("#dependencies tbody tr")
+    expect(waits).to_have_count(1)
+    expect(waits).to_contain_text(str(build))
+    expect(waits).to_contain_text("pending")
+    claimed = as_json(cli, "todo", "claim", str(build))
+    done = cli("todo", "complete", str(build), "--token", claimed["lease_token"], "--result", '{"sha": "abc"}')
+    assert done.code == 0, done.err
+    expect(signed_in.locator("#title .badge")).to_have_text("pending", timeout=SEEN)
+    expect(waits).to_contain_text('{"sha": "abc"}')
+    assert signed_in.evaluate("window.notReloaded") is True
+
+
 def test_a_payload_is_shown_as_text_never_as_html(signed_in: Page, board: Board, cli) -> None:
     github_source(cli, "ci", "builds")
     push(board, "ci", '<img src=x onerror="window.injected=1"><b>bold</b>', "d-3")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from switchboard_local.core import events, queues, todos
+from switchboard_local.core import events, queues, schedules, todos
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -17,6 +17,7 @@ from switchboard_local.core.todos import Lease
 from support.html import Node, parse
 from support.receiver import add_source
 from support.signing import github, secret_for
+from support.sql import ms, run
 
 pytestmark = pytest.mark.anyio
 
@@ -194,6 +195,18 @@ async def test_the_sources_page_arrives_with_sources_and_adapters(store, board):
     assert "No adapters" in doc.by_id("adapter-rows").text
 
 
+async def test_the_sources_page_shows_each_schedule_s_last_and_next_tick(store, board, db_path):
+    await schedules.add(store, "new-year", cron="0 0 1 1 *", tz="Asia/Tokyo")  # fired by nobody during the test
+    run(db_path, f"UPDATE sources SET last_tick_at = {ms(db_path, 1_767_193_200_000)}")  # 2026-01-01 00:00 in Tokyo
+
+    row = page(board, "/sources").one("tr", data_schedule="new-year")
+
+    assert cell(row, "Cron").text == "0 0 1 1 * Asia/Tokyo"
+    assert "2026-01-01T00:00:00+09:00" in cell(row, "Last tick").text
+    assert "-01-01T00:00:00+09:00" in cell(row, "Next tick").text and "from now" in cell(row, "Next tick").text
+    assert cell(row, "Health").text == "healthy"
+
+
 async def test_a_zero_count_is_never_styled_as_an_alarm(store, board):
     await make(store, title="waiting")
     await dead_letter(store)
@@ -223,3 +236,21 @@ async def test_a_value_from_the_database_is_shown_as_text_never_as_html(store, b
         main = page(board, path).one("main")
         assert main.all("img") == [] and main.all("b") == [] and main.all("script") == []
         assert '<img src=x onerror="alert(1)"><b>bold</b>' in main.text
+
+
+@pytest.mark.both_backends
+async def test_a_blocked_todo_shows_as_blocked_with_what_it_waits_for_and_its_queue_counts_it(store, board):
+    build = await make(store, queue="builds", title="build")
+    done = await make(store, queue="builds", title="lint")
+    await todos.complete(store, Lease.of(await todos.claim(store, done.id, owner="w")), result={"ok": True})
+    review = await make(store, queue="reviews", title="review", after=(build.id, done.id))
+
+    doc = page(board, f"/todos/{review.id}")
+    assert doc.one("span", title="waits for 1 todo not done").text == "blocked"
+    rows = doc.by_id("dependencies").all("tr")[1:]
+    assert [[c.text for c in r.all("td")] for r in rows] == [
+        [str(build.id), "pending", "—"], [str(done.id), "done", '{"ok": true}']]  # fmt: skip
+
+    queues = page(board, "/")
+    assert cell(queues.one("tr", data_queue="reviews"), "Blocked").text == "1"
+    assert cell(queues.one("tr", data_queue="reviews"), "Ready").text == "0"

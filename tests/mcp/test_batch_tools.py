@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 ROW_FIELDS = {
     "id", "queue", "title", "kind", "state", "dead_letter", "priority", "assignee", "attempt", "max_attempts",
-    "owner", "lease_expires_at", "visible_at", "event_id", "last_error", "created_at", "updated_at", "payload_size",
+    "owner", "lease_expires_at", "visible_at", "event_id", "last_error", "created_at", "updated_at", "payload_size", "blocked",
 }  # fmt: skip
 
 

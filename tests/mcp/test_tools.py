@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 READ_ONLY = {"list_todos", "get_todo", "wait_todos", "list_events", "get_event", "queue_stats"}
 ROW_FIELDS = {
     "id", "queue", "title", "kind", "state", "dead_letter", "priority", "assignee", "attempt", "max_attempts",
-    "owner", "lease_expires_at", "visible_at", "event_id", "last_error", "created_at", "updated_at", "payload_size",
+    "owner", "lease_expires_at", "visible_at", "event_id", "last_error", "created_at", "updated_at", "payload_size", "blocked",
 }  # fmt: skip
 CODE = re.compile(r"^(not_found|conflict|invalid_argument|forbidden): \S.*[^\s]$")
 

@@ -77,7 +77,8 @@ def test_an_mcp_with_ingest_off_never_leads(db_path: Path) -> None:
     mcp = RawServer(db_path, "--ingest", "off")
     try:
         time.sleep(2)  # longer than a standby takes to look and lead
-        assert status(db_path) == {"leader": None, "standbys": [], "write_lock_holders": [], "consumers": []}
+        assert status(db_path) == {"leader": None, "standbys": [], "write_lock_holders": [], "consumers": [],
+                                  "schedules": []}
     finally:
         mcp.close()
 

@@ -8,10 +8,13 @@ capped, times the store's jitter), or makes a dead letter (failed) at the
 cap; release refunds the attempt, and so does an operator's forced release;
 cancel finishes a pending or claimed todo; a lapsed lease is taken back by
 the next claim or read (pending again, visible since its lease ended, or a
-dead letter after the last attempt). A limited queue gives a claim no todo
-while it has max_claimed claimed, or max_per_minute claims since a minute
-ago (counted from when that limit was set; a limit given alone keeps the
-other; clearing removes both).
+dead letter after the last attempt). A todo that waits for others (after) is
+blocked, with no visible_at, while any is not done; the completion of the last
+one makes it visible at once; a cancel cancels the blocked todos that wait for
+the cancelled one, and theirs. A limited queue gives a claim no todo while it
+has max_claimed claimed, or max_per_minute claims since a minute ago (counted
+from when that limit was set; a limit given alone keeps the other; clearing
+removes both).
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class Modeled:
     claimed_at: int | None = None
     token: str | None = None
     history: list[list[Any]] = field(default_factory=list)  # one [attempt, owner, outcome] per claim
+    after: tuple[int, ...] = ()  # the todos it waits for
+    blocked_by: int = 0  # how many of them are not done
 
     def claimable(self, now: int) -> bool:
         return self.visible_at is not None and self.visible_at <= now
@@ -158,11 +163,17 @@ class Model:
         return max(ready, key=lambda t: (t.priority, -t.id), default=None)
 
     def create(self, queue: str, priority: int, assignee: str | None, max_attempts: int, key: str | None,
-               delay: float) -> Modeled:  # fmt: skip
+               delay: float, after: tuple[int, ...] = ()) -> Modeled:  # fmt: skip
+        blocked_by = sum(self.todos[a].state != "done" for a in set(after))
         t = Modeled(len(self.todos) + 1, queue, priority, assignee, max_attempts, key,
-                    visible_at=self.now + ms(delay), created_at=self.now)  # fmt: skip
+                    visible_at=None if blocked_by else self.now + ms(delay), created_at=self.now,
+                    after=tuple(sorted(set(after))), blocked_by=blocked_by)  # fmt: skip
         self.todos[t.id] = t
         return t
+
+    def dependents(self, t: Modeled) -> list[Modeled]:
+        """The blocked todos that wait for ``t``."""
+        return [d for d in self.todos.values() if t.id in d.after and d.state == "pending" and d.blocked_by > 0]
 
     def claim(self, t: Modeled, owner: str, lease: float | None, token: str) -> None:
         t.state, t.attempt, t.owner, t.visible_at, t.token = "claimed", t.attempt + 1, owner, None, token
@@ -179,6 +190,10 @@ class Model:
     def complete(self, t: Modeled) -> None:
         t.state = "done"
         t.end_attempt("completed")
+        for d in self.dependents(t):
+            d.blocked_by -= 1
+            if d.blocked_by == 0:
+                d.visible_at = self.now
 
     def fail(self, t: Modeled, jitter: float) -> None:
         backoff = int(min(BACKOFF_BASE_MS << min(t.attempt - 1, 20), BACKOFF_CAP_MS) * jitter)
@@ -200,30 +215,34 @@ class Model:
         if t.state == "claimed":
             t.end_attempt("cancelled")
         t.state, t.visible_at = "cancelled", None
+        for d in self.dependents(t):
+            self.cancel(d)
 
 
 def count_as_the_next_claim_sees(rows: list[sqlite3.Row], model: Model) -> list[QueueStats]:
     """Stats from the rows: a lapsed lease counts as ready again, or a dead letter after the last
     attempt; each queue's limits and claims in the last minute, from the model."""
     now = model.now
-    counts: dict[str, list[int]] = {q: [0] * 6 for q, limit in model.limits.items()
+    counts: dict[str, list[int]] = {q: [0] * 7 for q, limit in model.limits.items()
                                     if limit.max_claimed is not None or limit.max_per_minute is not None}  # fmt: skip
     oldest: dict[str, int] = {}
     for r in rows:
         lapsed = r["state"] == "claimed" and r["lease_expires_at"] <= now
         spent = r["attempt"] >= r["max_attempts"]
-        ready = (r["state"] == "pending" and r["visible_at"] <= now) or (lapsed and not spent)
-        c = counts.setdefault(r["queue"], [0] * 6)
+        ready = (r["state"] == "pending" and r["visible_at"] is not None and r["visible_at"] <= now) or (lapsed and not spent)
+        blocked = r["state"] == "pending" and r["blocked_by"] > 0
+        c = counts.setdefault(r["queue"], [0] * 7)
         c[0] += ready
-        c[1] += r["state"] == "pending" and not ready
+        c[1] += r["state"] == "pending" and not ready and not blocked
         c[2] += r["state"] == "claimed" and not lapsed
         c[3] += r["state"] == "done"
         c[4] += r["state"] == "failed" or (lapsed and spent)
         c[5] += r["state"] == "cancelled"
+        c[6] += blocked
         if ready:
             oldest[r["queue"]] = min(oldest.get(r["queue"], r["created_at"]), r["created_at"])
     return [
-        QueueStats(queue, *c, None if queue not in oldest else max(0, now - oldest[queue]) / 1000,
+        QueueStats(queue, *c[:6], None if queue not in oldest else max(0, now - oldest[queue]) / 1000, blocked=c[6],
                    **_limits(model, queue))  # fmt: skip
         for queue, c in sorted(counts.items())
     ]

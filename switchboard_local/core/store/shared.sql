@@ -97,6 +97,7 @@ SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) A
        (SELECT COUNT(*) FROM agents) AS agents, (SELECT COUNT(*) FROM settings) AS settings,
        (SELECT COUNT(*) FROM queues) AS queues, (SELECT COUNT(*) FROM events) AS events,
        (SELECT COUNT(*) FROM todos) AS todos, (SELECT COUNT(*) FROM event_todos) AS event_todos,
+       (SELECT COUNT(*) FROM todo_deps) AS todo_deps,
        (SELECT COUNT(*) FROM attempts) AS attempts, (SELECT COUNT(*) FROM delivery_keys) AS delivery_keys,
        (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
 
@@ -113,3 +114,11 @@ ORDER BY event_id, position LIMIT :limit;
 
 -- name: copy_insert_event_todos
 INSERT INTO event_todos (event_id, position, todo_id) VALUES (:event_id, :position, :todo_id);
+
+-- name: copy_read_todo_deps
+SELECT todo_id, after_id FROM todo_deps
+WHERE (todo_id, after_id) > (:after_todo_id, :after_after_id)
+ORDER BY todo_id, after_id LIMIT :limit;
+
+-- name: copy_insert_todo_deps
+INSERT INTO todo_deps (todo_id, after_id) VALUES (:todo_id, :after_id);

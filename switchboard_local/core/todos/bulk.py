@@ -16,6 +16,7 @@ from ..errors import Conflict, InvalidArgument
 from ..store.interface import Store, Transaction
 from ..store.queries import Q
 from ..todo_model import MAX_LIST_LIMIT, require_int, require_name
+from . import dependencies
 from .claims import recover_lapsed, settle_lapsed
 from .operator import cancel_params
 
@@ -90,11 +91,13 @@ async def cancel_many(
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Cancel a queue's pending todos (of ``kind``, created since ``since`` ms),
-    ``batch`` per transaction, each in the audit trail with its ids; how many."""
+    ``batch`` per transaction, each in the audit trail with its ids; how many.
+    The blocked todos that wait for them are cancelled too (not counted)."""
     params = {**_bulk_filter(queue, kind, since), **cancel_params(by, reason)}
     _, cancelled = await _in_batches(
         store, Q.cancel_pending, params, by=by, action="todo.cancel", subject=queue,
         noted=lambda ids, _: {"ids": ids, "reason": params["reason"]}, batch=batch, progress=progress,
+        then=lambda tx, ids, now: dependencies.cancel_dependents(tx, ids, by=by, now=now),
     )  # fmt: skip
     return cancelled
 
@@ -141,6 +144,7 @@ async def _in_batches(
     noted: Callable[[list[int], list[int]], dict[str, Any]],
     batch: int,
     progress: Callable[[int], None] | None = None,
+    then: Callable[[Transaction, list[int], int], object] | None = None,
 ) -> tuple[int, int]:
     """A bulk change, one bounded batch per transaction, until a batch comes back short.
 
@@ -151,8 +155,8 @@ async def _in_batches(
     trail as ``action`` on ``subject`` with ``noted(ids taken, ids done)``.
     The cursor (the last id taken: past the ones left as they were) is
     carried out here, not kept by the body, since a body may run more than
-    once (group commit). ``progress`` hears the running count done. Answers
-    the totals (taken, done).
+    once (group commit). ``progress`` hears the running count done; ``then``
+    runs in the transaction with the ids done. Answers the totals (taken, done).
     """
     require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
 
@@ -162,6 +166,8 @@ async def _in_batches(
             recover_lapsed(tx, now)
             ids = sorted(r["id"] for r in tx.all(take, {**params, "after_id": after_id, "limit": batch, "now": now}))
             done = ids if each is None else [todo_id for todo_id in ids if each(tx, todo_id, now)]
+            if then is not None:
+                then(tx, done, now)
             if by is not None and ids:
                 audit.record(tx, now, by=by, action=action, subject=subject, **noted(ids, done))
             return ids, done

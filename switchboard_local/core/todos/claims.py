@@ -35,6 +35,7 @@ from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..store.interface import Row, Store, Transaction, needs_transaction
 from ..store.queries import Q
 from ..todo_model import INT64_MAX, Todo, hash_token, lease_millis, require_int, require_name
+from .dependencies import with_dependencies
 
 if TYPE_CHECKING:  # watch reads events, which store todos: a type only, no import at run time
     from ..watch import Changes
@@ -104,7 +105,8 @@ async def claim(
         row = rows[0] if rows else None
         if row is None:
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
-        return Todo.from_row(row, lease_token=token)  # the open attempt is the claimed row itself
+        # The open attempt is the claimed row itself; what it waited for comes with it.
+        return with_dependencies(tx, Todo.from_row(row, lease_token=token))
 
     return await store.write(body, single=True)
 
@@ -246,7 +248,8 @@ def claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], T
         values = {**params, "hashes": f'["{hash_token(token)}"]', "lease_expires_at": now + lease_ms, "now": now}
         rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_next_limited if limited else statement, values),
                          queues=params["queues"])
-        return Todo.from_row(rows[0], lease_token=token) if rows else None  # the open attempt is the claimed row itself
+        # The open attempt is the claimed row itself; what it waited for comes with it.
+        return with_dependencies(tx, Todo.from_row(rows[0], lease_token=token)) if rows else None
 
     return body
 
@@ -267,7 +270,9 @@ def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Trans
         values = {**params, "hashes": json.dumps(hashes), "lease_expires_at": now + lease_ms, "now": now}
         rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_next_limited if limited else statement, values),
                          queues=params["queues"])
-        claimed = [Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]) for row in rows]
+        claimed = [
+            with_dependencies(tx, Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]])) for row in rows
+        ]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         # A candidate takes the hash at its count of candidates after it, so the
         # last one claimed tells how many the budget left (see claim_next).
@@ -421,6 +426,11 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
         return Conflict(f"todo {todo_id} is done")
     if todo.state == "cancelled":
         return Conflict(f"todo {todo_id} was cancelled{by_and_why(todo)}")
+    if todo.blocked:
+        return Conflict(
+            f"todo {todo_id} is blocked: it waits for {todo.blocked_by} todo{'' if todo.blocked_by == 1 else 's'} "
+            "not done yet"
+        )
     if todo.dead_letter:
         return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempt{'' if todo.attempt == 1 else 's'}; redrive it first")
     assert todo.visible_at is not None

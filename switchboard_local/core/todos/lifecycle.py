@@ -8,7 +8,7 @@ raises the error that explains why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,19 +31,31 @@ from ..todo_model import (
     lease_millis,
     require_seconds,
 )
+from . import dependencies
 from .claims import NextClaim, by_and_why, check_scope, claim_next_body, recover_lapsed
 
 # ---------------------------------------------------------------- create
 
 
-async def create(store: Store, todo: NewTodo, *, by: str | None = None) -> tuple[Todo, bool]:
+async def create(
+    store: Store,
+    todo: NewTodo,
+    *,
+    by: str | None = None,
+    scope: Sequence[str] | None = None,
+    own: Collection[int] = (),
+) -> tuple[Todo, bool]:
     """Create a pending todo directly (CLI, agent); returns it and whether it was created.
 
     A live todo already holding (queue, idempotency_key) is returned instead,
-    with ``False``. Keys in the namespace of todos derived from events are
+    with ``False`` (and the todos the new one would have waited for are not
+    added to it). Keys in the namespace of todos derived from events are
     refused: a direct producer may not squat a key a delivery will derive.
     With ``by`` (an OS user, an agent) a new todo comes from an event of the
     audit trail (``todo.create``), as a delivered one comes from its delivery.
+    A todo that waits for others (``todo.after``, ``todo.after_keys``: in
+    ``scope``, the caller's queues, when given, or among ``own``, the todos it
+    made) is blocked until they are done.
     """
     if todo.idempotency_key is not None and todo.idempotency_key.startswith(DERIVED_KEY_PREFIX):
         raise InvalidArgument(
@@ -53,7 +65,7 @@ async def create(store: Store, todo: NewTodo, *, by: str | None = None) -> tuple
     def body(tx: Transaction) -> tuple[Todo, bool]:
         settings.require_size(tx, "payload", todo.payload_json)
         now = store.clock.now_ms()
-        made, created = insert(tx, todo, now=now)
+        made, created = insert(tx, todo, now=now, scope=scope, own=own)
         if by is None or not created:
             return made, created
         event_id = audit.record(tx, now, by=by, action="todo.create", subject=made.id, queue=made.queue,
@@ -63,15 +75,34 @@ async def create(store: Store, todo: NewTodo, *, by: str | None = None) -> tuple
     return await store.write(body)
 
 
-def insert(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> tuple[Todo, bool]:
+def insert(
+    tx: Transaction,
+    todo: NewTodo,
+    *,
+    now: int,
+    event_id: int | None = None,
+    scope: Sequence[str] | None = None,
+    own: Collection[int] = (),
+) -> tuple[Todo, bool]:
     """The insert behind ``create``: the stored (or live, holding the key) todo, and whether it is new."""
-    row, created = _insert(tx, Q.insert_todo, todo, now, event_id)
-    return Todo.from_row(row), created
+    waits = dependencies.resolve(tx, todo, scope, own)
+    params = insert_params(todo, now=now, event_id=event_id)
+    if waits.ids:
+        params.update(waits_for=len(waits.ids), blocked_by=waits.not_done)
+        if waits.not_done:
+            params["visible_at"] = None
+    row, created = _insert(tx, Q.insert_todo, todo, params, now)
+    made = Todo.from_row(row)
+    if created:
+        dependencies.add(tx, made.id, waits)
+    elif made.id in waits.ids:
+        raise InvalidArgument(f"todo {made.id} holds this idempotency key already, and cannot wait for itself")
+    return made, created
 
 
 def insert_id(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> int:
     """``insert`` for the ingestion back half, which needs only the id."""
-    row, _created = _insert(tx, Q.insert_todo_id, todo, now, event_id)
+    row, _created = _insert(tx, Q.insert_todo_id, todo, insert_params(todo, now=now, event_id=event_id), now)
     return int(row["id"])
 
 
@@ -89,11 +120,12 @@ def insert_params(todo: NewTodo, *, now: int, event_id: int | None) -> dict[str,
         "max_attempts": todo.max_attempts,
         "visible_at": now + round(todo.delay * 1000),
         "now": now,
+        "blocked_by": 0,
+        "waits_for": 0,
     }
 
 
-def _insert(tx: Transaction, sql: str, todo: NewTodo, now: int, event_id: int | None) -> tuple[Any, bool]:
-    params = insert_params(todo, now=now, event_id=event_id)
+def _insert(tx: Transaction, sql: str, todo: NewTodo, params: dict[str, Any], now: int) -> tuple[Any, bool]:
     row = tx.one(sql, params)
     if row is not None:
         return row, True

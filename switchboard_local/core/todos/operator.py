@@ -12,6 +12,7 @@ from ..errors import Conflict, InvalidArgument, NotFound
 from ..store.interface import Store, Transaction
 from ..store.queries import Q
 from ..todo_model import Todo, require_name, require_text
+from . import dependencies
 from .claims import recover_lapsed
 
 
@@ -95,6 +96,7 @@ async def cancel(store: Store, todo_id: int, *, by: str, reason: str | None = No
             raise _not_in(tx, todo_id, ("pending", "claimed"), "cancelled")
         audit.record(tx, now, by=by, action="todo.cancel", subject=todo_id, queue=row["queue"],
                      reason=params["reason"])  # fmt: skip
+        dependencies.cancel_dependents(tx, [todo_id], by=by, now=now)
         return Todo.from_row(row)
 
     return await store.write(body)

@@ -16,6 +16,7 @@ from ..store.interface import Store
 from ..store.queries import Q
 from ..todo_model import MAX_LIST_LIMIT, STATES, Attempt, QueueStats, Todo, require_int
 from .claims import settle_lapsed
+from .dependencies import with_dependencies
 
 
 async def get(
@@ -33,10 +34,11 @@ async def get(
         Attempt(r["attempt"], r["owner"], r["claimed_at"], r["ended_at"], r["outcome"], r["error"])
         for r in await store.read_all(Q.attempts_of_todo, {"todo_id": todo_id})
     )
-    return replace(Todo.from_row(row), attempts=attempts)
+    todo = replace(Todo.from_row(row), attempts=attempts)
+    return await store.peek(lambda tx: with_dependencies(tx, todo)) if todo.waits_for else todo
 
 
-TIMINGS = ("ready", "delayed", "dead")  # list_todos's filter on when a todo can be claimed
+TIMINGS = ("ready", "delayed", "dead", "blocked")  # list_todos's filter on when a todo can be claimed
 
 
 async def list_todos(

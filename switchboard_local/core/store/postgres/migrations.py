@@ -37,8 +37,62 @@ WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_u
 UPDATE sources SET config = (config - 'redis_url_env') || jsonb_build_object('url_env', config -> 'redis_url_env')
 WHERE family = 'queue' AND jsonb_typeof(config) = 'object' AND config ? 'redis_url_env' AND NOT config ? 'url_env';
 """,
-    # Per-queue limits (SQLite's migration 11 says what).
+    # Dependencies (SQLite's migration 11 says what and why).
     11: """
+ALTER TABLE todos ADD COLUMN blocked_by integer NOT NULL DEFAULT 0 CHECK (blocked_by >= 0);
+ALTER TABLE todos ADD COLUMN waits_for integer NOT NULL DEFAULT 0 CHECK (waits_for >= 0);
+DO $$
+DECLARE name text;
+BEGIN
+    SELECT conname INTO name FROM pg_constraint
+    WHERE conrelid = 'todos'::regclass AND contype = 'c'
+      AND pg_get_constraintdef(oid) LIKE '%state = ''pending''%visible_at IS NOT NULL%';
+    EXECUTE format('ALTER TABLE todos DROP CONSTRAINT %I', name);
+END
+$$;
+ALTER TABLE todos ADD CONSTRAINT todos_pending_visible
+    CHECK ((state = 'pending' AND blocked_by = 0) = (visible_at IS NOT NULL));
+DROP INDEX todos_live_key;
+CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
+CREATE INDEX todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+CREATE TABLE IF NOT EXISTS todo_deps (
+    todo_id   bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    after_id  bigint  NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    PRIMARY KEY (todo_id, after_id),
+    CHECK (after_id < todo_id)
+);
+
+CREATE INDEX IF NOT EXISTS todo_deps_by_after ON todo_deps (after_id);
+
+CREATE OR REPLACE FUNCTION sb_todos_done_unblocks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE todos
+    SET blocked_by = blocked_by - 1,
+        visible_at = CASE WHEN blocked_by = 1 THEN NEW.updated_at END,
+        updated_at = NEW.updated_at
+    WHERE id IN (SELECT todo_id FROM todo_deps WHERE after_id = NEW.id)
+      AND state = 'pending' AND blocked_by > 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER todos_done_unblocks
+AFTER UPDATE OF state ON todos
+FOR EACH ROW WHEN (NEW.state = 'done' AND OLD.state <> 'done')
+EXECUTE FUNCTION sb_todos_done_unblocks();
+""",
+    # Schedules (core/schedules.py): the family 'schedule' for sources and events, and a schedule's newest
+    # fired tick (SQLite's migration 12 rebuilds its tables for the CHECKs; here they are replaced).
+    12: """
+ALTER TABLE events DROP CONSTRAINT events_family_check,
+    ADD CONSTRAINT events_family_check CHECK (family IN ('webhook', 'queue', 'schedule', 'operator'));
+ALTER TABLE sources DROP CONSTRAINT sources_family_check,
+    ADD CONSTRAINT sources_family_check CHECK (family IN ('webhook', 'queue', 'schedule'));
+ALTER TABLE sources ADD COLUMN last_tick_at timestamptz;
+""",
+    # Per-queue limits (SQLite's migration 13 says what).
+    13: """
 ALTER TABLE queues ADD COLUMN max_claimed integer CHECK (max_claimed >= 1);
 ALTER TABLE queues ADD COLUMN max_per_minute integer CHECK (max_per_minute >= 1);
 CREATE TABLE IF NOT EXISTS queue_claims (

@@ -26,23 +26,24 @@
 -- inserts nothing and returns no row; the caller reads the holder. A race for
 -- the key with another transaction waits for it and then inserts nothing,
 -- as the unique index's ON CONFLICT says. The id is drawn only for a row
--- inserted (sb_new_id: see schema.postgres.sql).
+-- inserted (sb_new_id: see schema.postgres.sql). :blocked_by and
+-- :waits_for as queries.sql says.
 INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key,
-                   state, priority, max_attempts, visible_at, created_at, updated_at)
+                   state, priority, max_attempts, visible_at, created_at, updated_at, blocked_by, waits_for)
 SELECT sb_new_id('todos'), :queue, :assignee, :title, :kind, CAST(:payload AS jsonb), :event_id, :idempotency_key,
-       'pending', :priority, :max_attempts, sb_ts(:visible_at), sb_ts(:now), sb_ts(:now)
+       'pending', :priority, :max_attempts, sb_ts(:visible_at), sb_ts(:now), sb_ts(:now), :blocked_by, :waits_for
 WHERE CAST(:idempotency_key AS text) IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 ON CONFLICT (queue, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL)
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed')
     DO NOTHING
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: insert_todo_id
 -- insert_todo for the ingestion back half, which needs only the new id.
@@ -53,9 +54,9 @@ SELECT sb_new_id('todos'), :queue, :assignee, :title, :kind, CAST(:payload AS js
 WHERE CAST(:idempotency_key AS text) IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 ON CONFLICT (queue, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND (state = 'claimed' OR visible_at IS NOT NULL)
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed')
     DO NOTHING
 RETURNING id;
 
@@ -75,7 +76,7 @@ FROM jsonb_array_elements(CAST(:keys AS jsonb)) WITH ORDINALITY AS k(value, n)
 WHERE EXISTS (
     SELECT 1 FROM todos
     WHERE queue = k.value ->> 0 AND idempotency_key = k.value ->> 1
-      AND (state = 'claimed' OR visible_at IS NOT NULL));
+      AND state IN ('pending', 'claimed'));
 
 -- name: next_todo_id
 -- The first id no todo has had (past every id ever drawn), for a batch to
@@ -90,7 +91,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: live_todo_by_key
 -- The live (pending or claimed) todo holding a key.
@@ -98,17 +99,17 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE queue = :queue AND idempotency_key = :idempotency_key
-  AND (state = 'claimed' OR visible_at IS NOT NULL);
+  AND state IN ('pending', 'claimed');
 
 -- name: get_todo
 SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos WHERE id = :id;
 
 -- name: todos_by_ids
@@ -117,8 +118,46 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint)) ORDER BY id;
+
+-- ---- dependencies (as queries.sql's; the trigger is in schema.postgres.sql) ----
+
+-- name: dependency_states
+-- As queries.sql's, and each row locked (FOR SHARE) until the create commits:
+-- a completion racing it waits, then its trigger sees the new dependency.
+SELECT id, state, queue FROM todos
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+FOR SHARE;
+
+-- name: live_todos_by_key
+SELECT id, queue FROM todos
+WHERE idempotency_key = :idempotency_key AND state IN ('pending', 'claimed')
+ORDER BY id;
+
+-- name: add_dependencies
+INSERT INTO todo_deps (todo_id, after_id)
+SELECT :id, CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint);
+
+-- name: dependencies_of
+SELECT todos.id, todos.state, CAST(todos.result AS text) AS result,
+       octet_length(CAST(todos.result AS text)) AS result_bytes
+FROM todo_deps JOIN todos ON todos.id = todo_deps.after_id
+WHERE todo_deps.todo_id = :id
+ORDER BY todos.id;
+
+-- name: cancel_dependents
+WITH RECURSIVE down (id, after_id) AS (
+    SELECT todo_id, after_id FROM todo_deps
+    WHERE after_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+    UNION
+    SELECT todo_deps.todo_id, todo_deps.after_id FROM todo_deps JOIN down ON todo_deps.after_id = down.id
+)
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, updated_at = sb_ts(:now),
+    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM down WHERE down.id = todos.id) || ' was cancelled'
+WHERE id IN (SELECT id FROM down) AND state = 'pending' AND blocked_by > 0
+RETURNING id;
 
 -- name: list_todos
 -- As queries.sql's: newest first, before a cursor; any filter may be NULL;
@@ -127,13 +166,14 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE (CAST(:state AS text) IS NULL OR state = :state)
   AND (CAST(:timing AS text) IS NULL
        OR (:timing = 'ready' AND visible_at <= sb_ts(:now))
        OR (:timing = 'delayed' AND visible_at > sb_ts(:now))
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (CAST(:queues AS jsonb) IS NULL OR queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
   AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -145,14 +185,15 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE queue = :queue
   AND (CAST(:state AS text) IS NULL OR state = :state)
   AND (CAST(:timing AS text) IS NULL
        OR (:timing = 'ready' AND visible_at <= sb_ts(:now))
        OR (:timing = 'delayed' AND visible_at > sb_ts(:now))
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (CAST(:queues AS jsonb) IS NULL OR queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
   AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -237,7 +278,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: claim_next
 -- As queries.sql's claim_next: up to :max todos (1 for one) from every queue
@@ -311,7 +352,7 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: claim_next_in_queue
 -- One todo from one queue (:queues, a JSON array of that one name), the
@@ -337,7 +378,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: claim_next_in_queues
 -- One todo from several queues (:queues, a JSON array of their names), as
@@ -376,7 +417,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: claim_next_limited
 -- claim_next where a limited queue is in scope (queries.sql's says what).
@@ -461,7 +502,7 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: lock_limited_queues
 -- The limited queues a claim may take from (queries.sql's says which), each
@@ -518,7 +559,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: complete
 UPDATE todos
@@ -530,7 +571,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: complete_many
 -- complete for many todos at once (:items, a JSON array of {"id", "hash": the
@@ -550,7 +591,7 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: fail
 -- Below the cap, pending again after an exponential backoff (truncated to
@@ -571,7 +612,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: release
 -- Back to pending (after an optional delay) with the attempt refunded.
@@ -584,7 +625,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: force_release
 -- An operator's release, without the token: back to pending now, the attempt refunded.
@@ -596,7 +637,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: cancel
 -- A pending or claimed todo finished by an operator.
@@ -608,19 +649,19 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: cancel_pending
--- A queue's pending todos (:kind and :since may be NULL), oldest first, a
--- batch at a time. The batch is picked once (ARRAY: an IN would pick again
--- for every row, past the rows this statement changed) and locked as it is
--- picked (a todo claimed meanwhile is waited for and left out, and the next
--- one taken instead); the update looks at the state again.
+-- A queue's pending todos, blocked ones too (:kind and :since may be NULL),
+-- oldest first, a batch at a time. The batch is picked once (ARRAY: an IN
+-- would pick again for every row, past the rows this statement changed) and
+-- locked as it is picked (a todo claimed meanwhile is waited for and left
+-- out, and the next one taken instead); the update looks at the state again.
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = sb_ts(:now), visible_at = NULL
 WHERE id = ANY (ARRAY(
     SELECT id FROM todos
-    WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+    WHERE queue = :queue AND state = 'pending' AND (visible_at IS NOT NULL OR blocked_by > 0)
       AND (CAST(:kind AS text) IS NULL OR kind = :kind)
       AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since))
     ORDER BY id
@@ -630,8 +671,8 @@ WHERE id = ANY (ARRAY(
 RETURNING id;
 
 -- name: count_pending
-SELECT count(*) AS "count(*)" FROM todos
-WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+SELECT count(*) AS count FROM todos
+WHERE queue = :queue AND state = 'pending'
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
   AND (CAST(:since AS bigint) IS NULL OR created_at >= sb_ts(:since));
 
@@ -650,7 +691,7 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason;
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
 
 -- name: dead_letters
 -- A queue's dead letters after :after_id, oldest first, a batch at a time.
@@ -693,14 +734,15 @@ WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancell
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE ready)                                  AS ready,
-           count(*) FILTER (WHERE state = 'pending' AND NOT ready)        AS delayed,
+           count(*) FILTER (WHERE state = 'pending' AND blocked_by = 0 AND NOT ready) AS delayed,
            count(*) FILTER (WHERE state = 'claimed' AND NOT lapsed)       AS claimed,
            count(*) FILTER (WHERE state = 'done')                         AS done,
            count(*) FILTER (WHERE state = 'failed' OR (lapsed AND attempt >= max_attempts)) AS dead,
            count(*) FILTER (WHERE state = 'cancelled')                    AS cancelled,
+           count(*) FILTER (WHERE state = 'pending' AND blocked_by > 0)   AS blocked,
            MIN(CASE WHEN ready THEN created_at END)                       AS oldest_ready_created_at
     FROM (SELECT *, lapsed AND attempt < max_attempts OR visible_at <= sb_ts(:now) AS ready
-          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at,
+          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at, blocked_by,
                        (state = 'claimed' AND lease_expires_at <= sb_ts(:now)) AS lapsed
                 FROM todos) AS flagged) AS marked
     GROUP BY queue
@@ -714,7 +756,7 @@ SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
-       sb_ms(counts.oldest_ready_created_at) AS oldest_ready_created_at,
+       COALESCE(counts.blocked, 0) AS blocked, sb_ms(counts.oldest_ready_created_at) AS oldest_ready_created_at,
        sb_ms(queues.paused_at) AS paused_at, queues.paused_by,
        queues.max_claimed, queues.max_per_minute,
        CASE WHEN queues.max_per_minute IS NOT NULL THEN
@@ -846,7 +888,7 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE id IN (SELECT todo_id FROM event_todos WHERE event_id = :event_id)
    OR event_id = :event_id
@@ -883,31 +925,36 @@ VALUES (:name, :family, :kind, :trust_mode, true, CAST(:config AS jsonb), CAST(:
 ON CONFLICT (name) DO NOTHING
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: get_source
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE name = :name;
 
 -- name: list_sources
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE (CAST(:family AS text) IS NULL OR family = :family) ORDER BY name;
 
 -- name: set_source_enabled
 UPDATE sources SET enabled = CAST(:enabled AS integer) <> 0, updated_at = sb_ts(:now) WHERE name = :name
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: set_source_secrets
 UPDATE sources SET secrets = CAST(:secrets AS jsonb), updated_at = sb_ts(:now) WHERE name = :name
 RETURNING name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
   CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored;
+  sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at;
 
 -- name: record_source_health
 -- A running consumer's poll: success resets the failure count, failure bumps it.
@@ -917,6 +964,11 @@ SET last_poll_at = sb_ts(:now),
     consecutive_failures = CASE WHEN CAST(:error AS text) IS NULL THEN 0 ELSE consecutive_failures + 1 END,
     messages_stored = messages_stored + CAST(:stored AS bigint)
 WHERE name = :name;
+
+-- name: advance_schedule
+-- A schedule's newest fired tick: never moved back (GREATEST skips a NULL).
+UPDATE sources SET last_tick_at = GREATEST(last_tick_at, sb_ts(:due))
+WHERE name = :name AND family = 'schedule';
 
 -- ---- agents ----
 
@@ -986,7 +1038,7 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM sb_todos_after(:after_id, :queue, :limit) AS todos
 ORDER BY id;
 
@@ -1035,7 +1087,7 @@ WHERE (received_at < sb_ts(:cutoff)
        OR id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET :max_events))
   AND NOT EXISTS (
       SELECT 1 FROM todos
-      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL))
+      WHERE todos.event_id = events.id AND todos.state IN ('pending', 'claimed'))
 RETURNING id, source, external_id, sb_ms(received_at) AS received_at;
 
 -- name: keep_pruned_delivery
@@ -1108,7 +1160,7 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE (CAST(:queue AS text) IS NULL OR queue = :queue)
   AND (CAST(:state AS text) IS NULL OR state = :state)
@@ -1125,7 +1177,7 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
-  completed_by, cancelled_by, cancel_reason
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos
 WHERE queue = :queue
   AND (CAST(:state AS text) IS NULL OR state = :state)
@@ -1233,15 +1285,16 @@ SELECT FROM moved;
 -- name: copy_read_sources
 SELECT name, family, kind, trust_mode, CAST(enabled AS integer) AS enabled, CAST(config AS text) AS config,
        CAST(secrets AS text) AS secrets, sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at,
-       sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored
+       sb_ms(last_poll_at) AS last_poll_at, last_error, consecutive_failures, messages_stored,
+  sb_ms(last_tick_at) AS last_tick_at
 FROM sources WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_sources
 INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-                     last_poll_at, last_error, consecutive_failures, messages_stored)
+                     last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at)
 VALUES (:name, :family, :kind, :trust_mode, CAST(:enabled AS integer) <> 0, CAST(:config AS jsonb),
         CAST(:secrets AS jsonb), sb_ts(:created_at), sb_ts(:updated_at), sb_ts(:last_poll_at), :last_error,
-        :consecutive_failures, :messages_stored);
+        :consecutive_failures, :messages_stored, sb_ts(:last_tick_at));
 
 -- name: copy_read_rules
 SELECT id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,
@@ -1297,18 +1350,19 @@ SELECT id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event
        priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
        sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error,
        sb_ms(created_at) AS created_at, sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at,
-       sb_ms(completed_at) AS completed_at, completed_by, cancelled_by, cancel_reason
+       sb_ms(completed_at) AS completed_at, completed_by, cancelled_by, cancel_reason, blocked_by, waits_for
 FROM todos WHERE id > :after_id AND id <= :through_id ORDER BY id;
 
 -- name: copy_insert_todos
 INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
                    attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
                    last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
-                   cancelled_by, cancel_reason)
+                   cancelled_by, cancel_reason, blocked_by, waits_for)
 VALUES (:id, :queue, :assignee, :title, :kind, CAST(:payload AS jsonb), :event_id, :idempotency_key, :state,
         :priority, :attempt, :max_attempts, :owner, :lease_token_hash, sb_ts(:lease_expires_at),
         sb_ts(:visible_at), CAST(:result AS jsonb), :last_error, sb_ts(:created_at), sb_ts(:updated_at),
-        sb_ts(:claimed_at), sb_ts(:completed_at), :completed_by, :cancelled_by, :cancel_reason);
+        sb_ts(:claimed_at), sb_ts(:completed_at), :completed_by, :cancelled_by, :cancel_reason,
+        :blocked_by, :waits_for);
 
 -- name: copy_read_attempts
 SELECT todo_id, seq, attempt, owner, sb_ms(claimed_at) AS claimed_at, sb_ms(ended_at) AS ended_at, outcome, error

@@ -261,9 +261,150 @@ UPDATE sources SET config = json_remove(json_set(config, '$.url_env', json_extra
 WHERE family = 'queue' AND json_valid(config) AND json_type(config, '$.redis_url_env') IS NOT NULL
   AND json_type(config, '$.url_env') IS NULL;
 """,
+    # Dependencies (issue 31): todos gain blocked_by and waits_for, and the CHECK that ties
+    # visible_at to pending lets a blocked todo (pending, waiting for others) have none; the live
+    # key's predicate says what it means (pending or claimed), which blocked todos are too. The
+    # CHECK changes, so the table is rebuilt (foreign keys are off while migrating), keeping ids,
+    # the todo id sequence and every row; then todo_deps and the trigger that unblocks.
+    11: """
+CREATE TEMP TABLE migration_11_sequence AS SELECT seq FROM sqlite_sequence WHERE name = 'todos';
+CREATE TABLE todos_v11 (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue            TEXT    NOT NULL CHECK (queue <> ''),
+    assignee         TEXT,
+    title            TEXT    NOT NULL,
+    kind             TEXT,
+    payload          TEXT    NOT NULL DEFAULT 'null',
+    event_id         INTEGER REFERENCES events (id) ON DELETE SET NULL,
+    idempotency_key  TEXT,
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
+    priority         INTEGER NOT NULL DEFAULT 0,
+    attempt          INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts     INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    owner            TEXT,
+    lease_token_hash TEXT,
+    lease_expires_at INTEGER,
+    visible_at       INTEGER,
+    result           TEXT,
+    last_error       TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    claimed_at       INTEGER,
+    completed_at     INTEGER,
+    completed_by     TEXT,
+    cancelled_by     TEXT,
+    cancel_reason    TEXT,
+    blocked_by       INTEGER NOT NULL DEFAULT 0 CHECK (blocked_by >= 0),
+    waits_for        INTEGER NOT NULL DEFAULT 0 CHECK (waits_for >= 0),
+    CHECK ((state = 'claimed') = (lease_expires_at IS NOT NULL)),
+    CHECK ((state = 'claimed') = (lease_token_hash IS NOT NULL)),
+    CHECK ((state = 'pending' AND blocked_by = 0) = (visible_at IS NOT NULL))
+);
+INSERT INTO todos_v11 (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+                       attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+                       last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
+                       cancelled_by, cancel_reason)
+SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
+       attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
+       last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
+       cancelled_by, cancel_reason
+FROM todos;
+DROP TABLE todos;
+ALTER TABLE todos_v11 RENAME TO todos;
+DELETE FROM sqlite_sequence WHERE name = 'todos';
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'todos', MAX(COALESCE((SELECT seq FROM migration_11_sequence), 0), COALESCE((SELECT MAX(id) FROM todos), 0));
+DROP TABLE migration_11_sequence;
+CREATE INDEX todos_ready_by_queue ON todos (queue, priority DESC, id) WHERE visible_at IS NOT NULL;
+CREATE INDEX todos_leases ON todos (lease_expires_at) WHERE state = 'claimed';
+CREATE INDEX todos_by_queue ON todos (queue, id);
+CREATE INDEX todos_dead ON todos (queue, id) WHERE state = 'failed';
+CREATE INDEX todos_by_event ON todos (event_id) WHERE event_id IS NOT NULL;
+CREATE UNIQUE INDEX todos_live_key ON todos (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'claimed');
+CREATE INDEX todos_blocked ON todos (queue, id) WHERE state = 'pending' AND blocked_by > 0;
+CREATE TABLE IF NOT EXISTS todo_deps (
+    todo_id   INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    after_id  INTEGER NOT NULL REFERENCES todos (id) ON DELETE CASCADE,
+    PRIMARY KEY (todo_id, after_id),
+    CHECK (after_id < todo_id)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS todo_deps_by_after ON todo_deps (after_id);
+
+CREATE TRIGGER IF NOT EXISTS todos_done_unblocks
+AFTER UPDATE OF state ON todos
+WHEN NEW.state = 'done' AND OLD.state <> 'done'
+BEGIN
+    UPDATE todos
+    SET blocked_by = blocked_by - 1,
+        visible_at = CASE WHEN blocked_by = 1 THEN NEW.updated_at END,
+        updated_at = NEW.updated_at
+    WHERE id IN (SELECT todo_id FROM todo_deps WHERE after_id = NEW.id)
+      AND state = 'pending' AND blocked_by > 0;
+END;
+""",
+    # Schedules (core/schedules.py): a third family of sources, 'schedule', whose ticks are events of that
+    # family; a schedule's newest fired tick (sources.last_tick_at). Both CHECKs change, so both tables are
+    # rebuilt (foreign keys are off while migrating), keeping every row, the event ids, their sequence and
+    # the indexes.
+    12: """
+CREATE TEMP TABLE migration_12_sequence AS SELECT seq FROM sqlite_sequence WHERE name = 'events';
+CREATE TABLE events_v12 (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    source          TEXT    NOT NULL,
+    family          TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule', 'operator')),
+    type            TEXT    NOT NULL,
+    external_id     TEXT    NOT NULL,
+    trust_mode      TEXT    NOT NULL,
+    verified        INTEGER NOT NULL CHECK (verified IN (0, 1)),
+    verify_detail   TEXT,
+    content_type    TEXT,
+    headers         TEXT    NOT NULL DEFAULT '{}',
+    body            BLOB    NOT NULL,
+    size            INTEGER NOT NULL,
+    received_at     INTEGER NOT NULL,
+    UNIQUE (source, external_id)
+);
+INSERT INTO events_v12 (id, source, family, type, external_id, trust_mode, verified, verify_detail, content_type,
+                        headers, body, size, received_at)
+SELECT id, source, family, type, external_id, trust_mode, verified, verify_detail, content_type,
+       headers, body, size, received_at
+FROM events;
+DROP TABLE events;
+ALTER TABLE events_v12 RENAME TO events;
+DELETE FROM sqlite_sequence WHERE name = 'events';
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'events', MAX(COALESCE((SELECT seq FROM migration_12_sequence), 0), COALESCE((SELECT MAX(id) FROM events), 0));
+DROP TABLE migration_12_sequence;
+CREATE INDEX events_received ON events (received_at);
+CREATE TABLE sources_v12 (
+    name                 TEXT    PRIMARY KEY CHECK (name <> ''),
+    family               TEXT    NOT NULL CHECK (family IN ('webhook', 'queue', 'schedule')),
+    kind                 TEXT    NOT NULL,
+    trust_mode           TEXT    NOT NULL,
+    enabled              INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
+    config               TEXT    NOT NULL DEFAULT '{}',
+    secrets              TEXT    NOT NULL DEFAULT '[]',
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    last_poll_at         INTEGER,
+    last_error           TEXT,
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    messages_stored      INTEGER NOT NULL DEFAULT 0,
+    last_tick_at         INTEGER
+);
+INSERT INTO sources_v12 (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+                         last_poll_at, last_error, consecutive_failures, messages_stored)
+SELECT name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
+       last_poll_at, last_error, consecutive_failures, messages_stored
+FROM sources;
+DROP TABLE sources;
+ALTER TABLE sources_v12 RENAME TO sources;
+""",
     # Per-queue limits (`queue limit`): a queue's max_claimed and max_per_minute, and the log of the
     # last minute's claims of a rate-limited queue. Nothing existing changes: no queue has a limit yet.
-    11: """
+    13: """
 ALTER TABLE queues ADD COLUMN max_claimed INTEGER CHECK (max_claimed >= 1);
 ALTER TABLE queues ADD COLUMN max_per_minute INTEGER CHECK (max_per_minute >= 1);
 CREATE TABLE IF NOT EXISTS queue_claims (

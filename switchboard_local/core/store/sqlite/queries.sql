@@ -6,14 +6,16 @@
 -- A new pending todo, unless a live todo holds the same (queue, key): then it
 -- inserts nothing (using up no id) and returns no row; the caller reads the
 -- holder. The look is inside the insert: one statement on the common path.
+-- A todo that waits for others (:waits_for of them, :blocked_by not done)
+-- comes with :visible_at NULL when it is blocked; add_dependencies follows.
 INSERT INTO todos (queue, assignee, title, kind, payload, event_id, idempotency_key,
-                   state, priority, max_attempts, visible_at, created_at, updated_at)
+                   state, priority, max_attempts, visible_at, created_at, updated_at, blocked_by, waits_for)
 SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
-       'pending', :priority, :max_attempts, :visible_at, :now, :now
+       'pending', :priority, :max_attempts, :visible_at, :now, :now, :blocked_by, :waits_for
 WHERE :idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 RETURNING *;
 
 -- name: insert_todo_id
@@ -25,7 +27,7 @@ SELECT :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key,
 WHERE :idempotency_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM todos
     WHERE queue = :queue AND idempotency_key = :idempotency_key
-      AND (state = 'claimed' OR visible_at IS NOT NULL))
+      AND state IN ('pending', 'claimed'))
 RETURNING id;
 
 -- name: insert_todo_with_id
@@ -43,7 +45,7 @@ SELECT k.key AS position FROM json_each(:keys) AS k
 WHERE EXISTS (
     SELECT 1 FROM todos
     WHERE queue = json_extract(k.value, '$[0]') AND idempotency_key = json_extract(k.value, '$[1]')
-      AND (state = 'claimed' OR visible_at IS NOT NULL));
+      AND state IN ('pending', 'claimed'));
 
 -- name: next_todo_id
 -- The id SQLite would give the next todo (AUTOINCREMENT: past every id ever used).
@@ -58,7 +60,7 @@ UPDATE todos SET event_id = :event_id WHERE id = :id RETURNING *;
 -- The live (pending or claimed) todo holding a key.
 SELECT * FROM todos
 WHERE queue = :queue AND idempotency_key = :idempotency_key
-  AND (state = 'claimed' OR visible_at IS NOT NULL);
+  AND state IN ('pending', 'claimed');
 
 -- name: get_todo
 SELECT * FROM todos WHERE id = :id;
@@ -68,18 +70,62 @@ SELECT * FROM todos WHERE id = :id;
 -- and the MCP tool wait_todos look at each time a commit wakes them.
 SELECT * FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
 
+-- ---- dependencies (core/todos/dependencies.py; the trigger that readies a
+-- todo when the last one it waits for is done is in schema.sql) ----
+
+-- name: dependency_states
+-- The todos a new todo is to wait for (:ids, a JSON array of todo ids): each
+-- one's state and queue (an id not listed does not exist).
+SELECT id, state, queue FROM todos WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: live_todos_by_key
+-- The live todos holding :idempotency_key, in any queue (`todo create
+-- --after-key`): a walk of todos_live_key, which holds only live keyed todos.
+SELECT id, queue FROM todos INDEXED BY todos_live_key
+WHERE idempotency_key = :idempotency_key AND state IN ('pending', 'claimed')
+ORDER BY id;
+
+-- name: add_dependencies
+-- Todo :id waits for each of :ids (a JSON array of todo ids, each older than it).
+INSERT INTO todo_deps (todo_id, after_id) SELECT :id, value FROM json_each(:ids);
+
+-- name: dependencies_of
+-- What todo :id waits for, oldest first: each one's id, state, result (JSON
+-- text) and the result's size in bytes.
+SELECT todos.id, todos.state, todos.result, length(CAST(todos.result AS BLOB)) AS result_bytes
+FROM todo_deps JOIN todos ON todos.id = todo_deps.after_id
+WHERE todo_deps.todo_id = :id
+ORDER BY todos.id;
+
+-- name: cancel_dependents
+-- The blocked todos that wait, directly or through others, for the todos :ids
+-- (a JSON array) just cancelled, cancelled too, in the same transaction, each
+-- naming a dependency of its own that was cancelled; the ids it cancelled.
+WITH RECURSIVE down (id, after_id) AS (
+    SELECT todo_id, after_id FROM todo_deps WHERE after_id IN (SELECT value FROM json_each(:ids))
+    UNION
+    SELECT todo_deps.todo_id, todo_deps.after_id FROM todo_deps JOIN down ON todo_deps.after_id = down.id
+)
+UPDATE todos
+SET state = 'cancelled', cancelled_by = :by, updated_at = :now,
+    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM down WHERE down.id = todos.id) || ' was cancelled'
+WHERE id IN (SELECT id FROM down) AND state = 'pending' AND blocked_by > 0
+RETURNING id;
+
 -- name: list_todos
 -- Newest first, before a cursor (:before_id, NULL for the newest); any filter
 -- may be NULL; :queues is a JSON array of names (an agent's scope). :timing:
 -- 'ready' (claimable now), 'delayed' (claimable later: a delay or a retry's
--- backoff), 'dead' (a dead letter: state 'failed'). Of every queue: a list of
+-- backoff), 'dead' (a dead letter: state 'failed'), 'blocked' (waiting for
+-- todos not done). Of every queue: a list of
 -- one queue is list_todos_in_queue's.
 SELECT * FROM todos
 WHERE (:state IS NULL OR state = :state)
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -94,7 +140,8 @@ WHERE queue = :queue
   AND (:timing IS NULL
        OR (:timing = 'ready' AND visible_at <= :now)
        OR (:timing = 'delayed' AND visible_at > :now)
-       OR (:timing = 'dead' AND state = 'failed'))
+       OR (:timing = 'dead' AND state = 'failed')
+       OR (:timing = 'blocked' AND state = 'pending' AND blocked_by > 0))
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:before_id IS NULL OR id < :before_id)
 ORDER BY id DESC
@@ -507,22 +554,30 @@ WHERE id = :id AND state IN ('pending', 'claimed')
 RETURNING *;
 
 -- name: cancel_pending
--- A queue's pending todos (:kind and :since, created at or after, in ms, may
--- be NULL), oldest first, a batch at a time.
+-- A queue's pending todos, blocked ones too (:kind and :since, created at or
+-- after, in ms, may be NULL), oldest first, a batch at a time.
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, cancel_reason = :reason, updated_at = :now, visible_at = NULL
 WHERE id IN (
-    SELECT id FROM todos INDEXED BY todos_ready_by_queue
-    WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
-      AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
+    SELECT id FROM (
+        SELECT id FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)
+        UNION ALL
+        SELECT id FROM todos INDEXED BY todos_blocked
+        WHERE queue = :queue AND state = 'pending' AND blocked_by > 0
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since))
     ORDER BY id
     LIMIT :limit)
 RETURNING id;
 
 -- name: count_pending
-SELECT count(*) FROM todos INDEXED BY todos_ready_by_queue
-WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
-  AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since);
+SELECT (SELECT count(*) FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = :queue AND state = 'pending' AND visible_at IS NOT NULL
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since))
+     + (SELECT count(*) FROM todos INDEXED BY todos_blocked
+        WHERE queue = :queue AND state = 'pending' AND blocked_by > 0
+          AND (:kind IS NULL OR kind = :kind) AND (:since IS NULL OR created_at >= :since)) AS count;
 
 -- name: last_ended_attempt
 SELECT * FROM attempts WHERE todo_id = :todo_id ORDER BY seq DESC LIMIT 1;
@@ -571,21 +626,23 @@ WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancell
 -- whose lease lapsed counts as what the next claim will make of it (ready
 -- again, or a dead letter when its attempts are used up). Pending todos are
 -- ready (claimable now) or delayed (a delay, or a retry's backoff); the oldest
--- ready todo's creation time gives its age. A paused or limited queue is
--- listed even with no todos, with zero counts; paused_at is NULL unless the
--- queue is paused; max_claimed and max_per_minute are its limits (NULL: none),
+-- ready todo's creation time gives its age; blocked ones wait for todos not
+-- done (neither ready nor delayed). A paused or limited queue is listed even
+-- with no todos, with zero counts; paused_at is NULL unless the queue is
+-- paused; max_claimed and max_per_minute are its limits (NULL: none),
 -- claims_last_minute its claims since a minute ago (NULL without max_per_minute).
 WITH counts AS (
     SELECT queue,
            SUM(ready)                                            AS ready,
-           SUM(state = 'pending' AND NOT ready)                  AS delayed,
+           SUM(state = 'pending' AND blocked_by = 0 AND NOT ready) AS delayed,
            SUM(state = 'claimed' AND NOT lapsed)                 AS claimed,
            SUM(state = 'done')                                   AS done,
            SUM(state = 'failed' OR (lapsed AND attempt >= max_attempts)) AS dead,
            SUM(state = 'cancelled')                              AS cancelled,
+           SUM(state = 'pending' AND blocked_by > 0)             AS blocked,
            MIN(CASE WHEN ready THEN created_at END)              AS oldest_ready_created_at
     FROM (SELECT *, lapsed AND attempt < max_attempts OR visible_at <= :now AS ready
-          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at,
+          FROM (SELECT queue, state, attempt, max_attempts, visible_at, created_at, blocked_by,
                        (state = 'claimed' AND lease_expires_at <= :now) AS lapsed
                 FROM todos))
     GROUP BY queue
@@ -599,7 +656,7 @@ SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
-       counts.oldest_ready_created_at, queues.paused_at, queues.paused_by,
+       COALESCE(counts.blocked, 0) AS blocked, counts.oldest_ready_created_at, queues.paused_at, queues.paused_by,
        queues.max_claimed, queues.max_per_minute,
        CASE WHEN queues.max_per_minute IS NOT NULL THEN
            (SELECT count(*) FROM queue_claims
@@ -777,6 +834,12 @@ SET last_poll_at = :now,
     messages_stored = messages_stored + :stored
 WHERE name = :name;
 
+-- name: advance_schedule
+-- A schedule's newest fired tick (the due instant): never moved back, so a
+-- late write of a slower pass cannot make fired ticks look due again.
+UPDATE sources SET last_tick_at = max(COALESCE(last_tick_at, :due), :due)
+WHERE name = :name AND family = 'schedule';
+
 -- ---- agents ----
 -- Agent profiles for the MCP server (agents.py) and the statements that keep
 -- an agent inside its scope.
@@ -880,7 +943,7 @@ WHERE (received_at < :cutoff
        OR id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET :max_events))
   AND NOT EXISTS (
       SELECT 1 FROM todos
-      WHERE todos.event_id = events.id AND (todos.state = 'claimed' OR todos.visible_at IS NOT NULL))
+      WHERE todos.event_id = events.id AND todos.state IN ('pending', 'claimed'))
 RETURNING id, source, external_id, received_at;
 
 -- name: keep_pruned_delivery
@@ -1052,14 +1115,14 @@ WHERE name IN ('events', 'todos');
 
 -- name: copy_read_sources
 SELECT name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-       last_poll_at, last_error, consecutive_failures, messages_stored
+       last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at
 FROM sources WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_sources
 INSERT INTO sources (name, family, kind, trust_mode, enabled, config, secrets, created_at, updated_at,
-                     last_poll_at, last_error, consecutive_failures, messages_stored)
+                     last_poll_at, last_error, consecutive_failures, messages_stored, last_tick_at)
 VALUES (:name, :family, :kind, :trust_mode, :enabled, :config, :secrets, :created_at, :updated_at,
-        :last_poll_at, :last_error, :consecutive_failures, :messages_stored);
+        :last_poll_at, :last_error, :consecutive_failures, :messages_stored, :last_tick_at);
 
 -- name: copy_read_rules
 SELECT id, position, source, type, conditions, action, queue, title, assignee, priority,
@@ -1114,18 +1177,19 @@ FROM todos WHERE id > :after_id ORDER BY id LIMIT :limit;
 -- attempt, visible_at): a claimed todo's holder completes it in the target.
 SELECT id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority, attempt,
        max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result, last_error,
-       created_at, updated_at, claimed_at, completed_at, completed_by, cancelled_by, cancel_reason
+       created_at, updated_at, claimed_at, completed_at, completed_by, cancelled_by, cancel_reason,
+       blocked_by, waits_for
 FROM todos WHERE id > :after_id AND id <= :through_id ORDER BY id;
 
 -- name: copy_insert_todos
 INSERT INTO todos (id, queue, assignee, title, kind, payload, event_id, idempotency_key, state, priority,
                    attempt, max_attempts, owner, lease_token_hash, lease_expires_at, visible_at, result,
                    last_error, created_at, updated_at, claimed_at, completed_at, completed_by,
-                   cancelled_by, cancel_reason)
+                   cancelled_by, cancel_reason, blocked_by, waits_for)
 VALUES (:id, :queue, :assignee, :title, :kind, :payload, :event_id, :idempotency_key, :state, :priority,
         :attempt, :max_attempts, :owner, :lease_token_hash, :lease_expires_at, :visible_at, :result,
         :last_error, :created_at, :updated_at, :claimed_at, :completed_at, :completed_by,
-        :cancelled_by, :cancel_reason);
+        :cancelled_by, :cancel_reason, :blocked_by, :waits_for);
 
 -- name: copy_read_attempts
 SELECT todo_id, seq, attempt, owner, claimed_at, ended_at, outcome, error FROM attempts

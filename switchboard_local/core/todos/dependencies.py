@@ -1,0 +1,102 @@
+"""Work that waits for work: a todo may wait for others (its dependencies).
+
+A todo that waits for a todo not yet done is *blocked*: pending, with no
+``visible_at``, so outside the ready index and never claimed (no claim statement
+knows of dependencies). When the last todo it waits for is done it is ready, in
+the completing statement itself (the trigger ``todos_done_unblocks`` in the
+schema), whichever verb completed it. A dependency that is cancelled cancels its
+blocked dependents, recursively, in the cancelling transaction (``cancel_dependents``
+here, called by every cancel); one that is a dead letter keeps them blocked, since
+it may yet be redriven.
+
+A todo may only wait for todos that exist when it is created, so no cycle can be
+written (the table's CHECK after_id < todo_id says so too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+
+from .. import settings
+from ..errors import Conflict, InvalidArgument, NotFound
+from ..store.interface import Transaction
+from ..store.queries import Q
+from ..todo_model import Dependency, NewTodo, Todo
+
+
+@dataclass(frozen=True)
+class Waits:
+    """The todos a new todo waits for (ids, oldest first) and how many of them are not done."""
+
+    ids: tuple[int, ...] = ()
+    not_done: int = 0
+
+
+NONE = Waits()
+
+
+def resolve(
+    tx: Transaction, todo: NewTodo, scope: Sequence[str] | None = None, own: Collection[int] = ()
+) -> Waits:
+    """The todos ``todo`` asks to wait for, checked: each exists (and is in ``scope``, the
+    caller's queues, when one is given, unless its id is among ``own``: todos the caller
+    made) and is not cancelled; keys name live todos, one each."""
+    if not todo.after and not todo.after_keys:
+        return NONE
+    ids = list(todo.after)
+    for key in todo.after_keys:
+        holders = tx.all(Q.live_todos_by_key, {"idempotency_key": key})
+        if scope is not None:
+            holders = [h for h in holders if h["queue"] in scope]
+        if not holders:
+            raise NotFound(f"no live todo holds the idempotency key {key!r} (after_key)")
+        if len(holders) > 1:
+            queues = ", ".join(sorted(h["queue"] for h in holders))
+            raise InvalidArgument(
+                f"the idempotency key {key!r} is held by live todos on several queues ({queues}); wait for one by id"
+            )
+        ids.append(int(holders[0]["id"]))
+    ids = sorted(set(ids))
+    rows = {int(r["id"]): r for r in tx.all(Q.dependency_states, {"ids": json.dumps(ids)})}
+    not_done = 0
+    for todo_id in ids:
+        row = rows.get(todo_id)
+        if row is None or (scope is not None and row["queue"] not in scope and todo_id not in own):
+            raise NotFound(f"todo {todo_id} does not exist: a todo can only wait for todos that exist")
+        if row["state"] == "cancelled":
+            raise Conflict(f"todo {todo_id} was cancelled: nothing can wait for it")
+        not_done += row["state"] != "done"
+    return Waits(tuple(ids), not_done)
+
+
+def add(tx: Transaction, todo_id: int, waits: Waits) -> None:
+    """Record that the new todo ``todo_id`` waits for ``waits.ids``."""
+    if waits.ids:
+        tx.run(Q.add_dependencies, {"id": todo_id, "ids": json.dumps(list(waits.ids))})
+
+
+def cancel_dependents(tx: Transaction, cancelled: Sequence[int], *, by: str, now: int) -> list[int]:
+    """Cancel the blocked todos that wait for ``cancelled`` (directly or through others); their ids."""
+    if not cancelled:
+        return []
+    rows = tx.all(Q.cancel_dependents, {"ids": json.dumps(list(cancelled)), "by": by, "now": now})
+    return [int(r["id"]) for r in rows]
+
+
+def with_dependencies(tx: Transaction, todo: Todo) -> Todo:
+    """``todo`` with what it waits for: each one's id, state and result. The results are
+    inlined, oldest first, while they add up to no more than limits.max_payload; a result
+    past that is named (``result_omitted``), not inlined."""
+    if not todo.waits_for:
+        return todo
+    budget = settings.value_in(tx, settings.MAX_PAYLOAD)
+    found = []
+    for row in tx.all(Q.dependencies_of, {"id": todo.id}):
+        text, size = row["result"], row["result_bytes"] or 0
+        fits = text is not None and size <= budget
+        budget -= size if fits else 0
+        result = json.loads(text) if fits else None
+        found.append(Dependency(int(row["id"]), row["state"], result, text is not None and not fits))
+    return replace(todo, dependencies=tuple(found))
