@@ -303,7 +303,8 @@ def _fill(tx: Transaction, pipe: _Pipe, counts: dict[str, int], target: str, sta
     assert held is not None
     holding = [f"{held[name]} {_NOUNS[name]}{'s' if held[name] != 1 else ''}" for name in held.keys() if held[name]]
     if holding:
-        raise Conflict(f"{target} is not empty: it holds {', '.join(holding)}; db copy writes only into an empty database")
+        raise Conflict(f"the target {target} is not empty: it holds {', '.join(holding)}; "
+                       "db copy writes only into an empty database")  # never a blank first word, whatever the name
     inserts = {t.name: getattr(Q, f"copy_insert_{t.name}") for t in TABLES}
     while True:
         item = pipe.get()
