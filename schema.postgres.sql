@@ -339,11 +339,23 @@ CREATE TABLE IF NOT EXISTS settings (
     value  text COLLATE "C" NOT NULL
 );
 
--- Queues an operator paused.
+-- Queues an operator paused or limited (schema.sql says more). A claim of a
+-- limited queue locks its row first (queries.postgres.sql's lock_limited_queues).
 CREATE TABLE IF NOT EXISTS queues (
-    name       text COLLATE "C"        PRIMARY KEY CHECK (name <> ''),
-    paused_at  timestamptz,
-    paused_by  text COLLATE "C"
+    name            text COLLATE "C"        PRIMARY KEY CHECK (name <> ''),
+    paused_at       timestamptz,
+    paused_by       text COLLATE "C",
+    max_claimed     integer     CHECK (max_claimed >= 1),
+    max_per_minute  integer     CHECK (max_per_minute >= 1)
+);
+
+-- The claims of the last minute on each queue with a max_per_minute (schema.sql says more).
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       text COLLATE "C"  NOT NULL,
+    claimed_at  timestamptz       NOT NULL,
+    todo_id     bigint            NOT NULL,
+    lease_token_hash text COLLATE "C" NOT NULL,
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
 );
 
 -- Ingest leadership (core/leadership.py); the fence works across hosts.

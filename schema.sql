@@ -255,14 +255,29 @@ CREATE TABLE IF NOT EXISTS settings (
     value  TEXT NOT NULL
 ) WITHOUT ROWID;
 
--- Queues an operator paused (`queue pause`): no claim takes from a paused
--- queue, while todos keep arriving on it. A queue exists by having todos; a
+-- Queues an operator paused (`queue pause`) or limited (`queue limit`): no
+-- claim takes from a paused queue, nor more than a limited queue's limits
+-- allow, while todos keep arriving on it. A queue exists by having todos; a
 -- row here holds an operator's setting for one, and may name a queue with no
--- todo yet. paused_at is NULL once it is resumed.
+-- todo yet. paused_at is NULL once it is resumed; a limit is NULL when unset.
 CREATE TABLE IF NOT EXISTS queues (
-    name       TEXT    PRIMARY KEY CHECK (name <> ''),
-    paused_at  INTEGER,                        -- set while paused
-    paused_by  TEXT                            -- who paused it
+    name            TEXT    PRIMARY KEY CHECK (name <> ''),
+    paused_at       INTEGER,                   -- set while paused
+    paused_by       TEXT,                      -- who paused it
+    max_claimed     INTEGER CHECK (max_claimed >= 1),     -- at most this many of its todos claimed at once
+    max_per_minute  INTEGER CHECK (max_per_minute >= 1)   -- at most this many claims in any rolling 60 s
+) WITHOUT ROWID;
+
+-- The claims of the last minute on each queue with a max_per_minute, one row
+-- a claim: what the rolling minute counts. Only a claim of
+-- a rate-limited queue writes here (the plain claim never does), and it
+-- deletes that queue's rows older than a minute as it goes.
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       TEXT    NOT NULL,
+    claimed_at  INTEGER NOT NULL,
+    todo_id     INTEGER NOT NULL,
+    lease_token_hash TEXT NOT NULL,      -- the claim's: one row per claim, however many at one instant
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
 ) WITHOUT ROWID;
 
 -- Ingest leadership (core/leadership.py): the one process on this file that

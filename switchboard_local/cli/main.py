@@ -36,7 +36,8 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
     todos not done), claimed, done, dead, cancelled.
 
     OLDEST READY is the age of the oldest todo claimable now (since it was
-    created); a paused queue says so.
+    created); a paused queue says so; LIMIT shows a limited queue's claimed
+    todos and claims in the last minute against its limits ('queue limit').
     """
     out = Out(db, as_json)
     found = out.run(todos.stats)
@@ -52,10 +53,12 @@ def stats_command(db: Path | None, as_json: bool | None) -> None:
             s.cancelled,
             "-" if s.oldest_ready_age_seconds is None else f"{s.oldest_ready_age_seconds:.0f}s",
             "paused" if s.paused else "",
+            s.limit_text,
         ]
         for s in found
     ]
-    headers = ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST READY", "PAUSED"]
+    headers = ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST READY", "PAUSED",
+               "LIMIT"]
     out.emit({"queues": [s.to_dict() for s in found]}, table(headers, rows) if rows else "no todos")
 
 

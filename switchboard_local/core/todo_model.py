@@ -369,6 +369,11 @@ class QueueStats:
     oldest_ready_age_seconds: float | None
     paused: bool = False  # an operator paused the queue: nothing is claimed from it
     blocked: int = 0  # pending, waiting for todos not done
+    # Its limits (queues.set_limit; None: none) and how close it is: claims since a minute ago
+    # (None without max_per_minute); how many are claimed now is ``claimed``.
+    max_claimed: int | None = None
+    max_per_minute: int | None = None
+    claims_last_minute: int | None = None
 
     @classmethod
     def empty(cls, queue: str) -> QueueStats:
@@ -389,7 +394,24 @@ class QueueStats:
             oldest_ready_age_seconds=None if oldest is None else max(0, now - oldest) / 1000,
             paused=row["paused_at"] is not None,
             blocked=row["blocked"],
+            max_claimed=row["max_claimed"],
+            max_per_minute=row["max_per_minute"],
+            claims_last_minute=row["claims_last_minute"],
         )
+
+    @property
+    def limited(self) -> bool:
+        return self.max_claimed is not None or self.max_per_minute is not None
+
+    @property
+    def limit_text(self) -> str:
+        """How close the queue is to its limits, in words ('' with none): '2/3 claimed, 5/10 a minute'."""
+        parts = []
+        if self.max_claimed is not None:
+            parts.append(f"{self.claimed}/{self.max_claimed} claimed")
+        if self.max_per_minute is not None:
+            parts.append(f"{self.claims_last_minute or 0}/{self.max_per_minute} a minute")
+        return ", ".join(parts)
 
     @property
     def pending(self) -> int:

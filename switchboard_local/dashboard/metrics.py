@@ -9,6 +9,9 @@ between the two, so concurrent scrapes never mix.
     switchboard_todos{queue,state}                   gauge: ready, delayed, claimed, done, dead, cancelled
     switchboard_queue_oldest_ready_age_seconds{queue} gauge (absent: nothing ready)
     switchboard_queue_paused{queue}                  gauge: 1 paused, 0 not
+    switchboard_queue_max_claimed{queue}             gauge: a queue's limit (absent: none); claimed now is switchboard_todos
+    switchboard_queue_max_per_minute{queue}          gauge: a queue's rate limit (absent: none)
+    switchboard_queue_claims_last_minute{queue}      gauge: claims in the last minute (queues with a rate limit)
     switchboard_dead_letters{queue}                  gauge
     switchboard_deliveries_total{source,outcome}     counter since this process started (core/tally.py):
                                                      stored, duplicate, unverified (401), too_large (413), failed (503)
@@ -66,6 +69,12 @@ async def families(ctx: Context) -> list[Metric]:
     oldest = GaugeMetricFamily("switchboard_queue_oldest_ready_age_seconds", "age of the oldest ready todo", labels=["queue"])
     paused = GaugeMetricFamily("switchboard_queue_paused", "1 while an operator paused the queue", labels=["queue"])
     dead = GaugeMetricFamily("switchboard_dead_letters", "dead letters (failed for good) by queue", labels=["queue"])
+    max_claimed = GaugeMetricFamily("switchboard_queue_max_claimed", "at most this many claimed at once (queue limit)",
+                                    labels=["queue"])  # fmt: skip
+    max_per_minute = GaugeMetricFamily("switchboard_queue_max_per_minute",
+                                       "at most this many claims in any 60 s (queue limit)", labels=["queue"])  # fmt: skip
+    last_minute = GaugeMetricFamily("switchboard_queue_claims_last_minute", "claims in the last minute, of a queue "
+                                    "with a rate limit", labels=["queue"])  # fmt: skip
     for s in await stats(store):
         for state in STATES:
             todos.add_metric([s.queue, state], getattr(s, state))
@@ -73,7 +82,12 @@ async def families(ctx: Context) -> list[Metric]:
             oldest.add_metric([s.queue], s.oldest_ready_age_seconds)
         paused.add_metric([s.queue], 1 if s.paused else 0)
         dead.add_metric([s.queue], s.dead)
-    out += [todos, oldest, paused, dead]
+        if s.max_claimed is not None:
+            max_claimed.add_metric([s.queue], s.max_claimed)
+        if s.max_per_minute is not None:
+            max_per_minute.add_metric([s.queue], s.max_per_minute)
+            last_minute.add_metric([s.queue], s.claims_last_minute or 0)
+    out += [todos, oldest, paused, dead, max_claimed, max_per_minute, last_minute]
 
     deliveries = CounterMetricFamily(
         "switchboard_deliveries", "webhook deliveries answered by this process, by source and outcome",

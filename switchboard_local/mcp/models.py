@@ -342,6 +342,9 @@ class QueueStatsRow(Out):
     cancelled: int
     oldest_ready_age_seconds: float | None
     paused: bool = Field(description="true while an operator has paused the queue: nothing is claimed from it")
+    max_claimed: int | None = Field(description="at most this many claimed at once (null: no limit)")
+    max_per_minute: int | None = Field(description="at most this many claims a rolling minute (null: no limit)")
+    claims_last_minute: int | None = Field(description="claims in the last minute, if max_per_minute is set")
 
     @classmethod
     def of(cls, stats: QueueStats) -> QueueStatsRow:

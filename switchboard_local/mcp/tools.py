@@ -181,7 +181,7 @@ async def get_todo(ctx: Context, id: TodoId) -> TodoFull:
 async def queue_stats(ctx: Context) -> QueueStatsResult:
     """Counts per queue in your scope: ready (claimable now), delayed (later: a delay or a retry's backoff),
     pending (both), claimed, done, dead (dead letters, for an operator), cancelled, the oldest ready todo's age in
-    seconds, and paused (nothing is claimed from it until an operator resumes it)."""
+    seconds, paused (nothing is claimed from it until an operator resumes it), and its limits if any."""
     s = _session(ctx)
     return QueueStatsResult(queues=[QueueStatsRow.of(q) for q in await todos.stats(s.store, queues=s.scope.queues)])
 

@@ -111,7 +111,7 @@ def test_stats_show_paused_per_queue(cli) -> None:
     stats = as_json(cli, "stats")["queues"]
     assert [(s["queue"], s["pending"], s["paused"]) for s in stats] == [("a", 1, False), ("b", 1, True)]
     lines = cli("stats").out.splitlines()
-    assert lines[0].split()[-1] == "PAUSED"
+    assert lines[0].split()[-2:] == ["PAUSED", "LIMIT"]
     assert lines[1].split()[-1] != "paused" and lines[2].split()[-1] == "paused"
 
 
@@ -128,7 +128,8 @@ def test_queue_list_shows_each_queue_with_todos_or_paused_with_counts(cli) -> No
     ]
     assert listed[0]["paused_at"] is None and listed[1]["paused_at"].endswith("Z")
     text = cli("queue", "list").out.splitlines()
-    assert text[0].split() == ["QUEUE", "PAUSED", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED"]
+    assert text[0].split() == ["QUEUE", "PAUSED", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED",
+                               "LIMIT"]  # fmt: skip
     assert text[1].split()[:3] == ["a", "no", "1"]
     assert text[2].split()[:2] == ["b", "since"] and " by op " in text[2]
 

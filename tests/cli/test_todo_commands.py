@@ -126,7 +126,8 @@ def test_fail_to_dead_letter_then_redrive(cli) -> None:
     stats = as_json(cli, "stats")["queues"]
     assert stats == [
         {"queue": "q", "ready": 0, "delayed": 0, "pending": 0, "claimed": 0, "done": 0, "dead": 1, "cancelled": 0,
-         "oldest_ready_age_seconds": None, "paused": False, "blocked": 0}
+         "oldest_ready_age_seconds": None, "paused": False, "blocked": 0, "max_claimed": None,
+         "max_per_minute": None, "claims_last_minute": None}
     ]  # fmt: skip
     redriven = as_json(cli, "todo", "redrive", str(todo["id"]))
     assert (redriven["state"], redriven["attempt"], redriven["dead_letter"]) == ("pending", 0, False)
@@ -531,5 +532,5 @@ def test_stats_shows_ready_delayed_dead_and_cancelled_per_queue(cli) -> None:
     code, out, _, _ = cli("stats")
     header, row = out.splitlines()
     assert header.split() == ["QUEUE", "READY", "DELAYED", "BLOCKED", "CLAIMED", "DONE", "DEAD", "CANCELLED", "OLDEST",
-                              "READY", "PAUSED"]  # fmt: skip
+                              "READY", "PAUSED", "LIMIT"]  # fmt: skip
     assert row.split()[:8] == ["q", "1", "1", "0", "0", "0", "1", "1"]

@@ -10,7 +10,8 @@ letter at the cap), release (with a delay), complete and fail that
 claim the next todo too, each with any token ever handed out; redrive; an
 operator's cancel and forced release (often of a claimed todo); creates that
 wait for other todos (dependencies: blocked until those are done, cancelled
-with them, refused when one is cancelled or unknown); reads; time
+with them, refused when one is cancelled or unknown); per-queue limits set,
+changed and cleared (queue limit: max_claimed, max_per_minute); reads; time
 passing leases and backoffs; and groups of these issued at once, which the
 SQLite store's group commit runs in one transaction (PostgreSQL has no group
 commit: there a group is issued in order, one after another, since concurrent
@@ -23,7 +24,10 @@ todo is both claimable and claimed; no blocked todo is claimable, and each
 one's count of todos not done is the model's (so a completion readies exactly
 the todos it was the last one of); a claimable todo has an attempt left; a
 claimed todo has exactly one open attempt, under the token its claimer was
-given; and stats agree with a recount of the rows as the next claim sees them.
+given; no queue has more todos claimed than its max_claimed (unless it had
+more when the limit was set, and then never more than before), nor more than
+max_per_minute claims in any 60 s; and stats agree with a recount of the rows as
+the next claim sees them, limits included.
 The model's rules are in lifecycle_model.py.
 
 Both backends run the same machine, with the same rules and checks.
@@ -52,7 +56,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from switchboard_local.core import todos
+from switchboard_local.core import queues, todos
 from switchboard_local.core.clock import ManualClock
 from switchboard_local.core.errors import (
     Conflict,
@@ -108,7 +112,13 @@ NEXT_CLAIMS = st.builds(
 )
 PG_EXAMPLES = 25  # PostgreSQL's examples in CI (SQLite's: 100)
 WRITES = ["create", "create", "create_after", "claim_next", "claim", "heartbeat", "complete", "fail", "release",
-          "complete_then_claim", "fail_then_claim", "redrive", "cancel", "force_release"]  # fmt: skip
+          "complete_then_claim", "fail_then_claim", "redrive", "cancel", "force_release", "limit"]  # fmt: skip
+LIMITS = st.tuples(
+    st.sampled_from(QUEUES),
+    st.sampled_from([None, None, 1, 2, 3]),  # max_claimed
+    st.sampled_from([None, None, 1, 2, 4]),  # max_per_minute
+    st.sampled_from([False, False, False, True]),  # clear
+)
 
 
 @dataclass
@@ -178,6 +188,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.store = self.run(open_store(where, clock=self.clock, rng=random.Random(0), synchronous="NORMAL"))
         self.jitter = random.Random(0)  # the store's, drawn in the same order: once per fail
         self.model = Model(self.clock)
+        self.claimed_before: dict[str, int] = {}  # each queue's claimed todos after the last step
         self.tokens: list[tuple[int, str]] = [(1, NOT_A_TOKEN)]  # every (todo id, token) handed out
 
     def run(self, coro):  # noqa: ANN001, ANN201
@@ -272,7 +283,7 @@ class Lifecycle(RuleBasedStateMachine):
                 expected = NotFound
             elif t.assignee not in (None, claim.agent or claim.owner):
                 expected = Forbidden
-            elif not t.claimable(self.now):
+            elif not t.claimable(self.now) or not self.model.has_room(t.queue):
                 expected = Conflict
             if expected is not None:
                 self.model.restore(before)
@@ -373,7 +384,26 @@ class Lifecycle(RuleBasedStateMachine):
         }[verb]
         return Op(f"{verb} {todo_id}", call, judge)
 
+    def op_limit(self, spec: tuple) -> Op:
+        queue, max_claimed, max_per_minute, clear = spec
+
+        def judge(outcome: Any) -> None:
+            if clear == (max_claimed is not None or max_per_minute is not None):
+                refused(f"limit {spec}", outcome, InvalidArgument)  # --clear with a limit, or nothing given
+                return
+            limit = self.model.set_limit(queue, max_claimed, max_per_minute, clear)
+            got = answer(f"limit {spec}", outcome)
+            assert (got.max_claimed, got.max_per_minute) == (limit.max_claimed, limit.max_per_minute)
+
+        def call() -> Awaitable[queues.Limit]:
+            return queues.set_limit(self.store, queue, max_claimed=max_claimed, max_per_minute=max_per_minute,
+                                    clear=clear, by="operator")  # fmt: skip
+
+        return Op(f"limit {spec}", call, judge)
+
     def draw_op(self, data: st.DataObject, kind: str) -> Op:
+        if kind == "limit":
+            return self.op_limit(data.draw(LIMITS))
         if kind == "create":
             return self.op_create(data.draw(CREATES))
         if kind == "create_after":  # one or two todos it waits for, now and then one that does not exist
@@ -472,6 +502,7 @@ class Lifecycle(RuleBasedStateMachine):
         ]
         self.the_file_is_what_the_model_holds(rows, attempts)
         self.states_leases_and_attempts_agree(rows, attempts)
+        self.no_queue_passes_its_limits(rows)
         self.stats_agree_with_a_recount(rows)
 
     def the_file_is_what_the_model_holds(self, rows: list[sqlite3.Row], attempts: list[dict]) -> None:
@@ -515,8 +546,24 @@ class Lifecycle(RuleBasedStateMachine):
             if claimed:
                 assert (open_attempts[0]["attempt"], open_attempts[0]["owner"]) == (r["attempt"], r["owner"])
 
+    def no_queue_passes_its_limits(self, rows: list[sqlite3.Row]) -> None:
+        """No claim takes a queue past max_claimed (a limit set below what was claimed then holds
+        the count from growing), nor past max_per_minute claims in any 60 s (each claim counted
+        against the limit in force when it was made)."""
+        for queue in QUEUES:
+            claimed = sum(1 for r in rows if r["queue"] == queue and r["state"] == "claimed")
+            limit = self.model.limits.get(queue)
+            before = self.claimed_before.get(queue, 0)
+            if limit is not None and limit.max_claimed is not None:
+                assert claimed <= max(limit.max_claimed, before), (
+                    f"queue {queue}: {claimed} claimed, over --max-claimed {limit.max_claimed} (was {before})")
+            self.claimed_before[queue] = claimed
+            for n, (at, most) in enumerate(limit.claims if limit is not None else ()):
+                window = [a for a, _ in limit.claims[: n + 1] if a > at - 60_000]
+                assert len(window) <= most, f"queue {queue}: {len(window)} claims in the minute to {at}, over {most}"
+
     def stats_agree_with_a_recount(self, rows: list[sqlite3.Row]) -> None:
-        recount = count_as_the_next_claim_sees(rows, self.now)
+        recount = count_as_the_next_claim_sees(rows, self.model)
         assert self.run(todos.stats(self.store)) == recount
         empty = QueueStats.empty("d")
         scoped = [s for s in recount if s.queue == "b"] or [QueueStats.empty("b")]

@@ -133,14 +133,14 @@ TWINS: dict[str, list[str]] = {
     "json": [
         "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
         "complete_many", "event_in_scope", "list_events", "event_in_queues", "events_in_play", "todos_by_ids",
-        "dependency_states", "add_dependencies", "cancel_dependents",
+        "dependency_states", "add_dependencies", "cancel_dependents", "log_claims", "prune_queue_claims",
     ],
     # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
     # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.
     "sqlite's own": [
         "next_todo_id", "claim_next", "cancel_pending", "count_pending", "next_event_id", "data_version",
         "rules_of_source", "keep_pruned_delivery", "copy_last_ids", "copy_seed_sequences",
-        "copy_move_sequences", "live_todos_by_key",
+        "copy_move_sequences", "live_todos_by_key", "claim_next_limited", "queue_load",
     ],
     # Times: integer milliseconds in SQLite; timestamptz in PostgreSQL, each parameter through
     # sb_ts() and each column back through sb_ms() (and a todo's payload and result: jsonb there).
@@ -148,7 +148,7 @@ TWINS: dict[str, list[str]] = {
         "set_todo_event", "live_todo_by_key", "get_todo", "attempts_of_todo", "any_lapsed_lease",
         "claim_by_id", "heartbeat", "complete", "fail", "release", "force_release", "cancel",
         "last_ended_attempt", "redrive", "dead_letters", "count_dead_letters", "count_purgeable", "stats",
-        "get_queue", "pause_queue", "resume_queue", "seen_delivery", "remember_delivery", "get_event",
+        "get_queue", "pause_queue", "resume_queue", "set_queue_limit", "seen_delivery", "remember_delivery", "get_event",
         "todos_of_event", "recent_events", "insert_source", "get_source", "list_sources",
         "set_source_enabled", "set_source_secrets", "record_source_health", "advance_schedule", "insert_agent",
         "get_agent",
@@ -165,7 +165,7 @@ TWINS: dict[str, list[str]] = {
     # Locks: a row another transaction may be ending or recovering is locked (FOR UPDATE, SKIP
     # LOCKED) where SQLite's one writer needed nothing.
     "locks": [
-        "end_lapsed_attempts", "end_attempt", "purge_todos",
+        "end_lapsed_attempts", "end_attempt", "purge_todos", "lock_limited_queues",
     ],
     # PostgreSQL recovers lapsed leases in one statement (end_lapsed_attempts): this one is a no-op there.
     "done by another statement": ["recover_lapsed_leases"],

@@ -30,11 +30,14 @@ PLANS = {
     "claim_next": "todos_ready_by_queue",
     "claim_next_in_queue": "todos_ready_by_queue",
     "claim_next_in_queues": "todos_ready_by_queue",
+    "claim_next_limited": "todos_ready_by_queue",  # where a limited queue is in scope
     "claim_by_id": "INTEGER PRIMARY KEY",
     "todos_by_ids": "INTEGER PRIMARY KEY",  # todo wait, wait_todos
     "any_lapsed_lease": "todos_leases",
     "end_lapsed_attempts": "todos_leases",
     "recover_lapsed_leases": "todos_leases",
+    # a limited queue's claimed todos: the few claimed now, never its backlog
+    "queue_load": "todos_leases",
     # the leased verbs and the history
     "heartbeat": "INTEGER PRIMARY KEY",
     "complete": "INTEGER PRIMARY KEY",
@@ -165,9 +168,10 @@ def backlogs(tmp_path_factory: pytest.TempPathFactory):
 
 
 def claim_steps(conn: sqlite3.Connection, statement: str, queues: list[str] | None, max: int,
-                budget: int | None) -> tuple[int, int]:  # fmt: skip
+                budget: int | None, limit: str | None = None) -> tuple[int, int]:  # fmt: skip
     """The virtual machine's steps of one claim (a progress handler called at each:
-    a count, not a timing), and how many todos it claimed; then rolled back."""
+    a count, not a timing), and how many todos it claimed; then rolled back.
+    ``limit``: a statement run first, in the same transaction (a queue's limit set)."""
     steps = 0
 
     def step() -> int:
@@ -180,6 +184,8 @@ def claim_steps(conn: sqlite3.Connection, statement: str, queues: list[str] | No
               "queues": None if queues is None else json.dumps(queues)}  # fmt: skip
     conn.execute("BEGIN")
     try:
+        if limit is not None:
+            conn.execute(limit)
         conn.set_progress_handler(step, 1)
         claimed = conn.execute(getattr(Q, statement), params).fetchall()
     finally:
@@ -198,6 +204,30 @@ def test_each_form_of_claim_does_the_same_work_over_a_backlog_a_hundred_times_de
     shallow, deep = (claim_steps(backlogs[depth], statement, QUEUES[queues], max, budget) for depth in (50, 5_000))
     assert shallow[1] == deep[1] > 0
     assert shallow[0] == deep[0]
+
+
+# Both limits set on every queue of the backlog, never reached: the limited way's own work.
+LIMITS = ("INSERT INTO queues (name, max_claimed, max_per_minute)"
+          " VALUES ('a', 1000, 100000), ('b', 1000, 100000), ('c', 1000, 100000)")  # fmt: skip
+
+
+@pytest.mark.parametrize("queues, size", [(q, s) for q in QUEUES for s in SIZES], ids=lambda x: str(x))
+def test_a_claim_of_limited_queues_does_the_same_work_over_a_backlog_a_hundred_times_deeper(
+    backlogs, queues: str, size: str
+) -> None:
+    # claim_next_limited counts each queue's claimed todos and claims of the last
+    # minute: neither walks nor sorts a backlog, or the deeper one would cost more steps.
+    max, budget = SIZES[size]
+    shallow, deep = (claim_steps(backlogs[depth], "claim_next_limited", QUEUES[queues], max, budget, LIMITS)
+                     for depth in (50, 5_000))  # fmt: skip
+    assert shallow[1] == deep[1] > 0
+    assert shallow[0] == deep[0]
+
+
+def test_the_plain_claims_claim_nothing_from_a_limited_queue(backlogs) -> None:
+    # ... so that a limit is never passed by a claim that did not count: claims.py takes the limited way then.
+    for statement, queues, size in CLAIMS:
+        assert claim_steps(backlogs[50], statement, QUEUES[queues], *SIZES[size], LIMITS)[1] == 0, statement
 
 
 def test_every_index_on_todos_serves_a_plan(conn) -> None:

@@ -17,6 +17,7 @@ from switchboard_local.core.errors import InvalidArgument
 from switchboard_local.core.events import get_event, list_events, todos_of_event
 from switchboard_local.core.leadership import NotLeader
 from switchboard_local.core.store.opener import open_store
+from switchboard_local.core.store.shared import SCHEMA_VERSION
 
 from support.sql import count, pg_connection, run, value
 
@@ -318,5 +319,5 @@ async def test_migrations_11_and_12_keep_sources_events_and_their_ids_and_takes_
         assert (await sources.get(store, "m")).last_tick_at == ms("2026-01-01T00:01:00+00:00")
     version = (value(v10_database, "SELECT max(version) FROM schema_migrations") if isinstance(v10_database, str)
                else value(v10_database, "PRAGMA user_version"))  # fmt: skip
-    assert version == 12
+    assert version == SCHEMA_VERSION
     assert value(v10_database, "SELECT count(*) FROM event_todos WHERE event_id = 41") == 1

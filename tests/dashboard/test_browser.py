@@ -148,6 +148,24 @@ def test_a_blocked_todo_shows_what_it_waits_for_and_turns_ready_when_that_is_don
     assert signed_in.evaluate("window.notReloaded") is True
 
 
+def test_a_queues_limit_and_how_close_it_is_show_on_its_row_without_a_reload(
+    signed_in: Page, board: Board, cli
+) -> None:
+    for title in ("first", "second"):
+        as_json(cli, "todo", "create", "--queue", "deploy", "--title", title)
+    expect(signed_in.locator("#live")).to_have_attribute("data-state", "live", timeout=SEEN)
+    signed_in.evaluate("window.stillTheSamePage = true")
+    row = signed_in.locator('#queues tr[data-queue="deploy"]')
+
+    assert cli("queue", "limit", "deploy", "--max-claimed", "1", "--max-per-minute", "10").code == 0
+    expect(row.locator(".badge.limit")).to_have_text(["0/1 claimed", "0/10 a minute"], timeout=SEEN)
+    as_json(cli, "todo", "claim", "--queue", "deploy")
+    expect(row.locator(".badge.limit")).to_have_text(["1/1 claimed", "1/10 a minute"], timeout=SEEN)
+    expect(row.locator('td[data-label="Ready"]')).to_have_text("1")  # the other waits, ready
+    assert signed_in.evaluate("window.stillTheSamePage") is True
+    assert signed_in.console_errors == []  # type: ignore[attr-defined]
+
+
 def test_a_payload_is_shown_as_text_never_as_html(signed_in: Page, board: Board, cli) -> None:
     github_source(cli, "ci", "builds")
     push(board, "ci", '<img src=x onerror="window.injected=1"><b>bold</b>', "d-3")

@@ -7,7 +7,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from switchboard_local.core import todos
+from switchboard_local.core import queues, todos
 from switchboard_local.core.todo_model import NewTodo
 
 from support.receiver import add_source
@@ -19,6 +19,9 @@ NAMES = {
     "switchboard_todos": "gauge",
     "switchboard_queue_oldest_ready_age_seconds": "gauge",
     "switchboard_queue_paused": "gauge",
+    "switchboard_queue_max_claimed": "gauge",
+    "switchboard_queue_max_per_minute": "gauge",
+    "switchboard_queue_claims_last_minute": "gauge",
     "switchboard_dead_letters": "gauge",
     "switchboard_deliveries": "counter",
     "switchboard_source_events": "gauge",
@@ -48,6 +51,19 @@ async def test_metrics_serve_every_documented_name_with_its_type(board):
     found = scrape(board)
     for name, kind in NAMES.items():
         assert name in found and found[name].type == kind, name
+
+
+async def test_a_limited_queue_has_its_limits_and_its_last_minute(store, board):
+    await queues.set_limit(store, "deploy", max_claimed=2, max_per_minute=30, by="op")
+    await todos.create(store, NewTodo(queue="deploy", title="a"))
+    await todos.claim_next(store, owner="w", queues=["deploy"])
+    await todos.create(store, NewTodo(queue="plain", title="b"))
+    found = scrape(board)
+    assert value(found["switchboard_queue_max_claimed"], queue="deploy") == 2
+    assert value(found["switchboard_queue_max_per_minute"], queue="deploy") == 30
+    assert value(found["switchboard_queue_claims_last_minute"], queue="deploy") == 1
+    assert value(found["switchboard_todos"], queue="deploy", state="claimed") == 1
+    assert [s for s in found["switchboard_queue_max_claimed"].samples if s.labels["queue"] == "plain"] == []
 
 
 async def test_todos_are_counted_by_queue_and_state(store, board):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from switchboard_local.core import events, schedules, todos
+from switchboard_local.core import events, queues, schedules, todos
 from switchboard_local.core.events import NewEvent
 from switchboard_local.core.todo_model import NewTodo
 from switchboard_local.core.todos import Lease
@@ -74,6 +74,21 @@ async def test_the_queues_page_arrives_with_its_counts_and_latest_events(store, 
     assert doc.by_id("summary").text == "2 queues · 1 ready · 1 dead"
     event = doc.one("tr", data_event="1")
     assert cell(event, "Source").text == "gh" and cell(event, "Type").text == "issues"
+
+
+@pytest.mark.both_backends
+async def test_the_queues_page_shows_a_limited_queues_limit_and_how_close_it_is(store, board):
+    for title in ("a", "b"):
+        await make(store, queue="deploy", title=title)
+    await make(store, title="plain")
+    await queues.set_limit(store, "deploy", max_claimed=1, max_per_minute=5, by="op")
+    await todos.claim_next(store, owner="w", queues=["deploy"])
+
+    doc = page(board, "/")
+
+    badges = [b.text for b in cell(doc.one("tr", data_queue="deploy"), "Queue").all("span", class_="limit")]
+    assert badges == ["1/1 claimed", "1/5 a minute"]
+    assert cell(doc.one("tr", data_queue="triage"), "Queue").all("span", class_="limit") == []
 
 
 @pytest.mark.both_backends

@@ -70,6 +70,19 @@ async def test_a_todo_created_by_another_process_on_the_file_shows_up_on_the_str
         assert events.next(timeout=15, event="change").json() == {"topics": ["queues"]}
 
 
+@pytest.mark.both_backends
+async def test_a_queue_limit_changed_by_another_process_shows_up_on_the_queues_stream(board, db_path):
+    def limit(n: int) -> None:
+        subprocess.run([sys.executable, "-m", "switchboard_local", "queue", "limit", "deploy", "--max-claimed", str(n),
+                        "--db", str(db_path)], check=True, capture_output=True, timeout=30)  # fmt: skip
+
+    limit(2)  # the queue's row is there before the stream starts: only its limit changes below
+    with board.stream("queues") as events:
+        events.next(event="ready")
+        limit(3)
+        assert "queues" in events.next(timeout=15, event="change").json()["topics"]
+
+
 async def test_a_stream_hears_only_the_topics_it_asked_for(store, board, db_path):
     await add_source(store, "gh", "github", secret=SECRET, queue="triage")
     with board.stream("dead") as quiet, board.stream("events") as told:

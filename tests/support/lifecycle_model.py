@@ -11,7 +11,10 @@ the next claim or read (pending again, visible since its lease ended, or a
 dead letter after the last attempt). A todo that waits for others (after) is
 blocked, with no visible_at, while any is not done; the completion of the last
 one makes it visible at once; a cancel cancels the blocked todos that wait for
-the cancelled one, and theirs.
+the cancelled one, and theirs. A limited queue gives a claim no todo while it
+has max_claimed claimed, or max_per_minute claims since a minute ago (counted
+from when that limit was set; a limit given alone keeps the other; clearing
+removes both).
 """
 
 from __future__ import annotations
@@ -80,12 +83,51 @@ class Modeled:
         self.owner = self.lease_end = self.token = None
 
 
+@dataclass
+class Limit:
+    """A queue's limits (None: none), and its claims since max_per_minute was set:
+    (instant, the max_per_minute in force then), oldest first."""
+
+    max_claimed: int | None = None
+    max_per_minute: int | None = None
+    claims: list[tuple[int, int]] = field(default_factory=list)
+
+
 class Model:
     """Every todo the store should hold, and the verbs that move them, at the clock's time."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.todos: dict[int, Modeled] = {}
+        self.limits: dict[str, Limit] = {}
+
+    def set_limit(self, queue: str, max_claimed: int | None, max_per_minute: int | None, clear: bool) -> Limit:
+        limit = self.limits.setdefault(queue, Limit())
+        if clear:
+            max_claimed = max_per_minute = None
+        else:
+            max_claimed = limit.max_claimed if max_claimed is None else max_claimed
+            max_per_minute = limit.max_per_minute if max_per_minute is None else max_per_minute
+        limit.max_claimed, limit.max_per_minute = max_claimed, max_per_minute
+        if max_per_minute is None:
+            limit.claims = []  # nothing counts them
+        return limit
+
+    def claimed_on(self, queue: str) -> int:
+        return sum(1 for t in self.todos.values() if t.queue == queue and t.state == "claimed")
+
+    def last_minute(self, queue: str) -> int:
+        limit = self.limits.get(queue)
+        return 0 if limit is None else sum(1 for at, _ in limit.claims if at > self.now - 60_000)
+
+    def has_room(self, queue: str) -> bool:
+        """Whether a claim may take one more of ``queue``'s todos (lapsed leases recovered first)."""
+        limit = self.limits.get(queue)
+        if limit is None:
+            return True
+        if limit.max_claimed is not None and self.claimed_on(queue) >= limit.max_claimed:
+            return False
+        return limit.max_per_minute is None or self.last_minute(queue) < limit.max_per_minute
 
     @property
     def now(self) -> int:
@@ -116,6 +158,7 @@ class Model:
             t
             for t in self.todos.values()
             if t.claimable(self.now) and (queues is None or t.queue in queues) and t.assignee in (None, agent)
+            and self.has_room(t.queue)
         ]
         return max(ready, key=lambda t: (t.priority, -t.id), default=None)
 
@@ -136,6 +179,9 @@ class Model:
         t.state, t.attempt, t.owner, t.visible_at, t.token = "claimed", t.attempt + 1, owner, None, token
         t.lease_end, t.claimed_at = self.now + ms(lease or DEFAULT_LEASE_SECONDS), self.now
         t.history.append([t.attempt, owner, None])
+        limit = self.limits.get(t.queue)
+        if limit is not None and limit.max_per_minute is not None:
+            limit.claims.append((self.now, limit.max_per_minute))
 
     def heartbeat(self, t: Modeled, lease: float) -> None:
         assert t.claimed_at is not None
@@ -173,9 +219,12 @@ class Model:
             self.cancel(d)
 
 
-def count_as_the_next_claim_sees(rows: list[sqlite3.Row], now: int) -> list[QueueStats]:
-    """Stats from the rows: a lapsed lease counts as ready again, or a dead letter after the last attempt."""
-    counts: dict[str, list[int]] = {}
+def count_as_the_next_claim_sees(rows: list[sqlite3.Row], model: Model) -> list[QueueStats]:
+    """Stats from the rows: a lapsed lease counts as ready again, or a dead letter after the last
+    attempt; each queue's limits and claims in the last minute, from the model."""
+    now = model.now
+    counts: dict[str, list[int]] = {q: [0] * 7 for q, limit in model.limits.items()
+                                    if limit.max_claimed is not None or limit.max_per_minute is not None}  # fmt: skip
     oldest: dict[str, int] = {}
     for r in rows:
         lapsed = r["state"] == "claimed" and r["lease_expires_at"] <= now
@@ -193,6 +242,13 @@ def count_as_the_next_claim_sees(rows: list[sqlite3.Row], now: int) -> list[Queu
         if ready:
             oldest[r["queue"]] = min(oldest.get(r["queue"], r["created_at"]), r["created_at"])
     return [
-        QueueStats(queue, *c[:6], None if queue not in oldest else max(0, now - oldest[queue]) / 1000, blocked=c[6])
+        QueueStats(queue, *c[:6], None if queue not in oldest else max(0, now - oldest[queue]) / 1000, blocked=c[6],
+                   **_limits(model, queue))  # fmt: skip
         for queue, c in sorted(counts.items())
     ]
+
+
+def _limits(model: Model, queue: str) -> dict[str, Any]:
+    limit = model.limits.get(queue) or Limit()
+    return {"max_claimed": limit.max_claimed, "max_per_minute": limit.max_per_minute,
+            "claims_last_minute": None if limit.max_per_minute is None else model.last_minute(queue)}  # fmt: skip

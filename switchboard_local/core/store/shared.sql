@@ -31,6 +31,10 @@ SELECT COALESCE(MAX(id), 0) AS id FROM events;
 -- name: queue_has_todos
 SELECT 1 AS "1" FROM todos WHERE queue = :queue LIMIT 1;
 
+-- name: clear_queue_claims
+-- A queue's logged claims, once it has no max_per_minute: nothing counts them.
+DELETE FROM queue_claims WHERE queue = :name;
+
 -- ---- sources and their rules ----
 
 -- name: delete_source

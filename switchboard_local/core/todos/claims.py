@@ -11,6 +11,14 @@ claims nothing while a lease has lapsed; ``_claiming`` then takes lapsed
 leases back (``recover_lapsed``) and claims again, so takeover never waits
 for a sweeper. The other verbs recover first too (reads: ``settle_lapsed``),
 so that what they see is what the next claim would find.
+
+A limited queue (``queues.set_limit``) is never claimed from by those
+statements: one that would take a limited queue's todo claims nothing, and
+``_claiming`` then takes the limited way (``_claiming_limited``): lock the
+limited queues in scope (PostgreSQL; SQLite's one writer needs no lock),
+claim with claim_next_limited (or claim_by_id's ``limited``), each queue
+giving no more than its room, and log the claims the rolling minute counts.
+So the plain claim pays nothing for limits, and racing claimers never pass one.
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..clock import rfc3339
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
-from ..store.interface import Store, Transaction, needs_transaction
+from ..store.interface import Row, Store, Transaction, needs_transaction
 from ..store.queries import Q
 from ..todo_model import INT64_MAX, Todo, hash_token, lease_millis, require_int, require_name
 from .dependencies import with_dependencies
@@ -93,7 +101,8 @@ async def claim(
         now = store.clock.now_ms()
         token = _new_token()
         params = {**_claim_params(owner, agent, token, now, lease_ms), "id": todo_id}
-        row = _claiming(tx, now, lambda: tx.one(Q.claim_by_id, params))
+        rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_by_id, {**params, "limited": limited}), id=todo_id)
+        row = rows[0] if rows else None
         if row is None:
             raise _why_not_claimable(tx, todo_id, agent or owner, now)
         # The open attempt is the claimed row itself; what it waited for comes with it.
@@ -237,7 +246,8 @@ def claim_next_body(store: Store, claim: NextClaim) -> Callable[[Transaction], T
         token = _new_token()
         # A token hash is hex: the one-item JSON array needs no encoder.
         values = {**params, "hashes": f'["{hash_token(token)}"]', "lease_expires_at": now + lease_ms, "now": now}
-        rows = _claiming(tx, now, lambda: tx.all(statement, values))
+        rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_next_limited if limited else statement, values),
+                         queues=params["queues"])
         # The open attempt is the claimed row itself; what it waited for comes with it.
         return with_dependencies(tx, Todo.from_row(rows[0], lease_token=token)) if rows else None
 
@@ -258,7 +268,8 @@ def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Trans
         tokens = {hash_token(token): token for token in (_new_token() for _ in range(max))}
         hashes = list(tokens)
         values = {**params, "hashes": json.dumps(hashes), "lease_expires_at": now + lease_ms, "now": now}
-        rows = _claiming(tx, now, lambda: tx.all(statement, values))
+        rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_next_limited if limited else statement, values),
+                         queues=params["queues"])
         claimed = [
             with_dependencies(tx, Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]])) for row in rows
         ]
@@ -293,17 +304,59 @@ def _claim_params(owner: str, agent: str | None, token: str, now: int, lease_ms:
     }
 
 
-Claimed = TypeVar("Claimed")  # one row or a list of them
+# In tx.cache (the store's, across transactions): whether a scope of claim_next
+# (its queues' JSON, None for every queue) had a limited queue at its last claim,
+# and when each rate-limited queue's old claims were last forgotten. A stale
+# note costs a statement, never a wrong claim: the limited way claims what the
+# plain one would where no limit is set.
+LIMITED_SCOPES = "todos.limited_scopes"
+PRUNED_AT = "todos.claims_pruned_at"
+PRUNE_EVERY_MS = 10_000  # a queue's log keeps at most this much more than its minute
 
 
-def _claiming(tx: Transaction, now: int, claim: Callable[[], Claimed]) -> Claimed:
-    """Run a claim statement. Each claims nothing while a lease has lapsed (one
-    look down todos_leases, inside it), so the common claim is one statement;
-    one that claimed nothing recovers lapsed leases, if any, and claims again."""
-    claimed = claim()
+def _claiming(
+    tx: Transaction, now: int, claim: Callable[[bool], list[Row]], *, queues: str | None = None, id: int | None = None
+) -> list[Row]:
+    """Run a claim statement (``claim(limited)``). Each claims nothing while a
+    lease has lapsed (one look down todos_leases, inside it), nor a limited
+    queue's todo unless ``limited``, so the common claim is one statement; one
+    that claimed nothing takes the limited way when a limited queue is in its
+    scope (``queues``, a JSON array or None for every queue; or todo ``id``'s
+    queue), recovers lapsed leases, if any, and claims again. A scope that had
+    a limited queue at its last claim takes the limited way at once."""
+    hints: dict[str | None, bool] = tx.cache.setdefault(LIMITED_SCOPES, {})
+    if id is None and hints.get(queues):
+        needs_transaction(tx)  # the lock held until the claim commits (PostgreSQL)
+        limited = tx.all(Q.lock_limited_queues, {"queues": queues, "id": id})
+        claimed = claim(bool(limited))
+    else:
+        claimed = claim(False)
+        if claimed:
+            return claimed
+        limited = tx.all(Q.lock_limited_queues, {"queues": queues, "id": id})
+        if limited:
+            needs_transaction(tx)
+            claimed = claim(True)
+    if id is None:
+        if len(hints) >= 1024:  # scopes are an agent's queues: a few; never let odd callers grow it
+            hints.clear()
+        hints[queues] = bool(limited)
     if not claimed and recover_lapsed(tx, now):
-        claimed = claim()
+        claimed = claim(bool(limited))
+    if claimed and any(row["max_per_minute"] is not None for row in limited):
+        _log_claims(tx, now, claimed, [row["name"] for row in limited if row["max_per_minute"] is not None])
     return claimed
+
+
+def _log_claims(tx: Transaction, now: int, claimed: list[Row], rated: list[str]) -> None:
+    """The rolling minute's record of the claims of rate-limited queues (``rated``),
+    and, now and then, their claims older than a minute forgotten."""
+    tx.run(Q.log_claims, {"ids": json.dumps([row["id"] for row in claimed])})
+    pruned: dict[str, int] = tx.cache.setdefault(PRUNED_AT, {})
+    due = [q for q in rated if not 0 <= now - pruned.get(q, -PRUNE_EVERY_MS) < PRUNE_EVERY_MS]
+    if due:
+        tx.run(Q.prune_queue_claims, {"queues": json.dumps(due), "now": now})
+        pruned.update(dict.fromkeys(due, now))
 
 
 # ---------------------------------------------------------------- lapsed leases
@@ -380,8 +433,26 @@ def _why_not_claimable(tx: Transaction, todo_id: int, agent: str, now: int) -> E
         )
     if todo.dead_letter:
         return Conflict(f"todo {todo_id} is a dead letter after {todo.attempt} attempt{'' if todo.attempt == 1 else 's'}; redrive it first")
-    assert todo.visible_at is not None and todo.visible_at > now
-    return Conflict(f"todo {todo_id} is not visible until {rfc3339(todo.visible_at)}")
+    assert todo.visible_at is not None
+    if todo.visible_at > now:
+        return Conflict(f"todo {todo_id} is not visible until {rfc3339(todo.visible_at)}")
+    limit = at_limit(tx, todo.queue, now)
+    if limit is None:  # PostgreSQL: another claim held it, and let it go before this one looked
+        return Conflict(f"todo {todo_id} was held by another claim; try again")
+    return Conflict(f"todo {todo_id} is on queue {todo.queue!r}, which is at its limit: {limit}")
+
+
+def at_limit(tx: Transaction, queue: str, now: int) -> str | None:
+    """Which of ``queue``'s limits it is at, in words, for a refused claim (None: none)."""
+    load = tx.one(Q.queue_load, {"name": queue, "now": now})
+    if load is None:
+        return None
+    words = []
+    if load["max_claimed"] is not None and load["claimed"] >= load["max_claimed"]:
+        words.append(f"{load['claimed']} claimed of --max-claimed {load['max_claimed']}")
+    if load["max_per_minute"] is not None and load["claims_last_minute"] >= load["max_per_minute"]:
+        words.append(f"{load['claims_last_minute']} claims in the last minute of --max-per-minute {load['max_per_minute']}")
+    return "; ".join(words) + "; it waits, ready, until the queue has room" if words else None
 
 
 def by_and_why(todo: Todo) -> str:

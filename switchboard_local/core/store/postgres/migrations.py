@@ -91,6 +91,18 @@ ALTER TABLE sources DROP CONSTRAINT sources_family_check,
     ADD CONSTRAINT sources_family_check CHECK (family IN ('webhook', 'queue', 'schedule'));
 ALTER TABLE sources ADD COLUMN last_tick_at timestamptz;
 """,
+    # Per-queue limits (SQLite's migration 13 says what).
+    13: """
+ALTER TABLE queues ADD COLUMN max_claimed integer CHECK (max_claimed >= 1);
+ALTER TABLE queues ADD COLUMN max_per_minute integer CHECK (max_per_minute >= 1);
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       text COLLATE "C"  NOT NULL,
+    claimed_at  timestamptz       NOT NULL,
+    todo_id     bigint            NOT NULL,
+    lease_token_hash text COLLATE "C" NOT NULL,
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
+);
+""",
 }
 
 

@@ -253,7 +253,9 @@ SELECT 1 AS "1" FROM todos WHERE state = 'claimed' AND lease_expires_at <= sb_ts
 
 -- name: claim_by_id
 -- Every claim leaves a paused queue alone. A todo another transaction holds
--- is waited for, then looked at again as it is.
+-- is waited for, then looked at again as it is. A limited queue's todo only
+-- with :limited, while the queue has room (queries.sql says how); claims.py
+-- has locked the queue's row then (lock_limited_queues says why).
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = sb_ts(:lease_expires_at),
@@ -262,7 +264,16 @@ WHERE id = :id
   AND visible_at <= sb_ts(:now)
   AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
   AND (assignee IS NULL OR assignee = :agent)
-  AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM queues WHERE queues.name = todos.queue
+        AND (queues.paused_at IS NOT NULL
+             OR (queues.max_claimed IS NOT NULL OR queues.max_per_minute IS NOT NULL)
+                AND (NOT CAST(:limited AS boolean)
+                     OR queues.max_claimed <= (SELECT count(*) FROM todos AS held
+                                               WHERE held.state = 'claimed' AND held.queue = queues.name)
+                     OR queues.max_per_minute <= (SELECT count(*) FROM queue_claims
+                                                  WHERE queue_claims.queue = queues.name
+                                                    AND queue_claims.claimed_at > sb_ts(CAST(:now AS bigint) - 60000)))))
 RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
   priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
@@ -279,7 +290,8 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 -- that order while their sizes (payload as text, and last_error six times; a
 -- todo that can be claimed has no result) add up to no more than it, the
 -- first always; each takes the hash of :hashes at its count of candidates
--- after it.
+-- after it. A limited queue in scope makes it claim nothing, and lock nothing
+-- (a test done once, before any row is read): claim_next_limited claims then.
 WITH RECURSIVE pending_queues (name) AS (
     SELECT (SELECT queue FROM todos
             WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
@@ -309,6 +321,10 @@ locked AS (
         WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
+      AND NOT EXISTS (SELECT 1 FROM queues AS limited
+                      WHERE (limited.max_claimed IS NOT NULL OR limited.max_per_minute IS NOT NULL)
+                        AND (CAST(:queues AS jsonb) IS NULL
+                             OR limited.name IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb)))))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT :max
     FOR UPDATE OF candidate SKIP LOCKED
@@ -341,7 +357,8 @@ RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS paylo
 -- name: claim_next_in_queue
 -- One todo from one queue (:queues, a JSON array of that one name), the
 -- oldest highest-priority visible one that no other transaction holds (SKIP
--- LOCKED), unless the queue is paused: its own statement as queries.sql's is.
+-- LOCKED), unless the queue is paused or limited (claim_next_limited claims
+-- from a limited one): its own statement as queries.sql's is.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
@@ -351,7 +368,8 @@ WHERE id = (
     WHERE queue = CAST(:queues AS jsonb) ->> 0
       AND visible_at <= sb_ts(:now)
       AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = CAST(:queues AS jsonb) ->> 0 AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = CAST(:queues AS jsonb) ->> 0
+                      AND (queues.paused_at IS NOT NULL OR queues.max_claimed IS NOT NULL OR queues.max_per_minute IS NOT NULL))
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
     ORDER BY priority DESC, id
     LIMIT 1
@@ -366,7 +384,9 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
 -- One todo from several queues (:queues, a JSON array of their names), as
 -- claim_next claims it with a max of 1: each queue's first ready todos (64)
 -- are the candidates, the best one no other transaction holds is locked
--- (SKIP LOCKED) and claimed. Its own statement as queries.sql's is.
+-- (SKIP LOCKED) and claimed. Its own statement as queries.sql's is. A
+-- limited queue among them makes it claim nothing, and lock nothing:
+-- claim_next_limited claims then.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = CAST(:hashes AS jsonb) ->> 0, lease_expires_at = sb_ts(:lease_expires_at),
@@ -386,6 +406,10 @@ WHERE id = (
         WHERE NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = q.name AND queues.paused_at IS NOT NULL))
       AND candidate.visible_at <= sb_ts(:now)
       AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
+      AND NOT EXISTS (SELECT 1 FROM queues AS limited
+                      WHERE (limited.max_claimed IS NOT NULL OR limited.max_per_minute IS NOT NULL)
+                        AND (CAST(:queues AS jsonb) IS NULL
+                             OR limited.name IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb)))))
     ORDER BY candidate.priority DESC, candidate.id
     LIMIT 1
     FOR UPDATE OF candidate SKIP LOCKED)
@@ -394,6 +418,120 @@ RETURNING id, queue, assignee, title, kind, CAST(payload AS text) AS payload, ev
   sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
   sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
   completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
+
+-- name: claim_next_limited
+-- claim_next where a limited queue is in scope (queries.sql's says what).
+-- READ COMMITTED gives a statement the snapshot of its start: two claims
+-- counting a queue's claimed todos at once would both see the same count and
+-- both claim (pgqueuer's race #761), and SKIP LOCKED hides the other's rows
+-- rather than waiting. So claims.py runs lock_limited_queues first, in the
+-- same transaction: it locks the limited queues' rows, waiting for any other
+-- claim of them to commit or roll back, and this statement, begun after that,
+-- sees every claim committed before it. A limited queue's candidates are its
+-- first `room` ready todos (no other claim takes from it while the lock is
+-- held); an unlimited one's are claim_next's.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    WHERE CAST(:queues AS jsonb) IS NULL
+    UNION ALL
+    SELECT (SELECT queue FROM todos
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+claim_queues (name) AS (
+    SELECT name FROM pending_queues WHERE name IS NOT NULL
+    UNION ALL
+    SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))
+),
+rooms AS (
+    SELECT q.name,
+           setting.max_claimed IS NOT NULL OR setting.max_per_minute IS NOT NULL AS limited,
+           GREATEST(0, LEAST(
+               CAST(:max AS integer),
+               CASE WHEN setting.max_claimed IS NULL THEN CAST(:max AS integer)
+                    ELSE setting.max_claimed - (SELECT count(*) FROM todos AS held
+                                                WHERE held.state = 'claimed' AND held.queue = q.name) END,
+               CASE WHEN setting.max_per_minute IS NULL THEN CAST(:max AS integer)
+                    ELSE setting.max_per_minute - (SELECT count(*) FROM queue_claims
+                                                   WHERE queue_claims.queue = q.name
+                                                     AND queue_claims.claimed_at > sb_ts(CAST(:now AS bigint) - 60000))
+                    END)) AS room
+    FROM claim_queues AS q
+    LEFT JOIN queues AS setting ON setting.name = q.name
+    WHERE setting.paused_at IS NULL
+),
+locked AS (
+    SELECT candidate.id, candidate.priority FROM todos AS candidate
+    WHERE candidate.id IN (
+        SELECT head.id
+        FROM rooms
+        CROSS JOIN LATERAL (
+            SELECT id FROM todos
+            WHERE queue = rooms.name
+              AND visible_at <= sb_ts(:now)
+              AND (assignee IS NULL OR assignee = :agent)
+            ORDER BY priority DESC, id
+            LIMIT CASE WHEN rooms.limited THEN rooms.room ELSE 64 + CAST(:max AS integer) END) AS head)
+      AND candidate.visible_at <= sb_ts(:now)
+      AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= sb_ts(:now))
+    ORDER BY candidate.priority DESC, candidate.id
+    LIMIT :max
+    FOR UPDATE OF candidate SKIP LOCKED
+),
+picked AS (
+    SELECT id, behind FROM (
+        SELECT locked.id,
+               row_number() OVER w AS n,
+               count(*) OVER () - row_number() OVER w AS behind,
+               sum(CASE WHEN CAST(:budget AS bigint) IS NULL THEN 0 ELSE
+                   (SELECT octet_length(CAST(t.payload AS text)) + 6 * COALESCE(octet_length(t.last_error), 0)
+                    FROM todos AS t WHERE t.id = locked.id) END) OVER w AS size
+        FROM locked
+        WINDOW w AS (ORDER BY locked.priority DESC, locked.id)) AS ranked
+    WHERE n = 1 OR CAST(:budget AS bigint) IS NULL OR size <= CAST(:budget AS bigint)
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = CAST(:hashes AS jsonb) ->> CAST(picked.behind AS integer),
+    lease_expires_at = sb_ts(:lease_expires_at),
+    visible_at = NULL, claimed_at = sb_ts(:now), updated_at = sb_ts(:now)
+FROM picked
+WHERE todos.id = picked.id
+RETURNING todos.id, queue, assignee, title, kind, CAST(payload AS text) AS payload, event_id, idempotency_key, state,
+  priority, attempt, max_attempts, owner, lease_token_hash, sb_ms(lease_expires_at) AS lease_expires_at,
+  sb_ms(visible_at) AS visible_at, CAST(result AS text) AS result, last_error, sb_ms(created_at) AS created_at,
+  sb_ms(updated_at) AS updated_at, sb_ms(claimed_at) AS claimed_at, sb_ms(completed_at) AS completed_at,
+  completed_by, cancelled_by, cancel_reason, blocked_by, waits_for;
+
+-- name: lock_limited_queues
+-- The limited queues a claim may take from (queries.sql's says which), each
+-- row locked until the claim's transaction ends, in name order (two claims
+-- lock what they share in the same order: no deadlock). A claim of a limited
+-- queue waits here for another one to commit, so that claim_next_limited and
+-- claim_by_id, run after, count what it claimed: the rows locked are the
+-- limited queues', so the plain claim never waits here.
+SELECT name, max_per_minute FROM queues
+WHERE (max_claimed IS NOT NULL OR max_per_minute IS NOT NULL)
+  AND (CAST(:queues AS jsonb) IS NULL OR name IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb))))
+  AND (CAST(:id AS bigint) IS NULL OR name = (SELECT queue FROM todos WHERE id = CAST(:id AS bigint)))
+ORDER BY name
+FOR UPDATE;
+
+-- name: log_claims
+-- The claims just made (:ids) of the queues with a max_per_minute (queries.sql's says more).
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+SELECT todos.queue, todos.claimed_at, todos.id, todos.lease_token_hash
+FROM todos
+WHERE todos.id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+  AND todos.state = 'claimed'
+  AND EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.max_per_minute IS NOT NULL);
+
+-- name: prune_queue_claims
+-- The claims of :queues older than a minute at :now.
+DELETE FROM queue_claims
+WHERE queue IN (SELECT jsonb_array_elements_text(CAST(:queues AS jsonb)))
+  AND claimed_at <= sb_ts(CAST(:now AS bigint) - 60000);
 
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
@@ -611,23 +749,30 @@ WITH counts AS (
 ), names AS (
     SELECT queue FROM counts
     UNION
-    SELECT name FROM queues WHERE paused_at IS NOT NULL
+    SELECT name FROM queues
+    WHERE paused_at IS NOT NULL OR max_claimed IS NOT NULL OR max_per_minute IS NOT NULL
 )
 SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
        COALESCE(counts.blocked, 0) AS blocked, sb_ms(counts.oldest_ready_created_at) AS oldest_ready_created_at,
-       sb_ms(queues.paused_at) AS paused_at, queues.paused_by
+       sb_ms(queues.paused_at) AS paused_at, queues.paused_by,
+       queues.max_claimed, queues.max_per_minute,
+       CASE WHEN queues.max_per_minute IS NOT NULL THEN
+           (SELECT count(*) FROM queue_claims
+            WHERE queue_claims.queue = names.queue
+              AND queue_claims.claimed_at > sb_ts(CAST(:now AS bigint) - 60000)) END
+           AS claims_last_minute
 FROM names
 LEFT JOIN counts ON counts.queue = names.queue
-LEFT JOIN queues ON queues.name = names.queue AND queues.paused_at IS NOT NULL
+LEFT JOIN queues ON queues.name = names.queue
 ORDER BY names.queue;
 
 -- ---- queues (an operator's settings for a queue: paused or not) ----
 
 -- name: get_queue
-SELECT name, sb_ms(paused_at) AS paused_at, paused_by
+SELECT name, sb_ms(paused_at) AS paused_at, paused_by, max_claimed, max_per_minute
 FROM queues WHERE name = :name;
 
 -- name: pause_queue
@@ -636,11 +781,27 @@ INSERT INTO queues (name, paused_at, paused_by) VALUES (:name, sb_ts(:now), :by)
 ON CONFLICT (name) DO UPDATE
 SET paused_at = COALESCE(queues.paused_at, excluded.paused_at),
     paused_by = CASE WHEN queues.paused_at IS NULL THEN excluded.paused_by ELSE queues.paused_by END
-RETURNING name, sb_ms(paused_at) AS paused_at, paused_by;
+RETURNING name, sb_ms(paused_at) AS paused_at, paused_by, max_claimed, max_per_minute;
 
 -- name: resume_queue
 UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name
-RETURNING name, sb_ms(paused_at) AS paused_at, paused_by;
+RETURNING name, sb_ms(paused_at) AS paused_at, paused_by, max_claimed, max_per_minute;
+
+-- name: set_queue_limit
+INSERT INTO queues (name, max_claimed, max_per_minute) VALUES (:name, :max_claimed, :max_per_minute)
+ON CONFLICT (name) DO UPDATE
+SET max_claimed = excluded.max_claimed, max_per_minute = excluded.max_per_minute
+RETURNING name, sb_ms(paused_at) AS paused_at, paused_by, max_claimed, max_per_minute;
+
+-- name: queue_load
+-- A queue's limits and how close it is to them (queries.sql's says more).
+SELECT max_claimed, max_per_minute,
+       (SELECT count(*) FROM todos WHERE state = 'claimed' AND queue = :name
+          AND lease_expires_at > sb_ts(:now)) AS claimed,
+       (SELECT count(*) FROM queue_claims
+        WHERE queue = :name AND claimed_at > sb_ts(CAST(:now AS bigint) - 60000)) AS claims_last_minute
+FROM queues WHERE name = :name;
+
 
 -- name: insert_event
 -- A new event, unless the delivery was seen (see queries.sql): then it
@@ -1087,7 +1248,9 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT CASE WHEN MAX(updated_at) IS NULL THEN NULL
                     ELSE GREATEST(sb_ms(MAX(updated_at)), COALESCE(sb_ms(MAX(last_poll_at)), 0)) END
         FROM sources) AS sources_updated_at,
-       (SELECT string_agg(name || '=' || COALESCE(CAST(sb_ms(paused_at) AS text), ''), ',' ORDER BY name)
+       (SELECT string_agg(name || '=' || COALESCE(CAST(sb_ms(paused_at) AS text), '') || '/'
+                          || COALESCE(CAST(max_claimed AS text), '') || '/'
+                          || COALESCE(CAST(max_per_minute AS text), ''), ',' ORDER BY name)
         FROM queues) AS queues_setting;
 
 -- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----
@@ -1155,11 +1318,12 @@ VALUES (:name, CAST(:queues AS jsonb), CAST(:tools AS jsonb), sb_ts(:created_at)
         :owner);
 
 -- name: copy_read_queues
-SELECT name, sb_ms(paused_at) AS paused_at, paused_by FROM queues
+SELECT name, sb_ms(paused_at) AS paused_at, paused_by, max_claimed, max_per_minute FROM queues
 WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_queues
-INSERT INTO queues (name, paused_at, paused_by) VALUES (:name, sb_ts(:paused_at), :paused_by);
+INSERT INTO queues (name, paused_at, paused_by, max_claimed, max_per_minute)
+VALUES (:name, sb_ts(:paused_at), :paused_by, :max_claimed, :max_per_minute);
 
 -- name: copy_sizes_events
 SELECT id, size + octet_length(CAST(headers AS text)) AS size FROM events

@@ -402,6 +402,19 @@ FROM sources;
 DROP TABLE sources;
 ALTER TABLE sources_v12 RENAME TO sources;
 """,
+    # Per-queue limits (`queue limit`): a queue's max_claimed and max_per_minute, and the log of the
+    # last minute's claims of a rate-limited queue. Nothing existing changes: no queue has a limit yet.
+    13: """
+ALTER TABLE queues ADD COLUMN max_claimed INTEGER CHECK (max_claimed >= 1);
+ALTER TABLE queues ADD COLUMN max_per_minute INTEGER CHECK (max_per_minute >= 1);
+CREATE TABLE IF NOT EXISTS queue_claims (
+    queue       TEXT    NOT NULL,
+    claimed_at  INTEGER NOT NULL,
+    todo_id     INTEGER NOT NULL,
+    lease_token_hash TEXT NOT NULL,      -- the claim's: one row per claim, however many at one instant
+    PRIMARY KEY (queue, claimed_at, lease_token_hash)
+) WITHOUT ROWID;
+""",
 }
 
 

@@ -195,6 +195,14 @@ SELECT 1 FROM todos WHERE state = 'claimed' AND lease_expires_at <= :now LIMIT 1
 -- before it is always seen. Apart from claim_next (the claim of the next in
 -- line) because their PostgreSQL twins lock differently: this one waits for
 -- a todo another transaction holds, claim_next skips it.
+--
+-- A limited queue (max_claimed, max_per_minute) is claimed from only with
+-- :limited 1, and then only while it has room: fewer than max_claimed of its
+-- todos claimed (the claimed todos are few: a walk down todos_leases, never
+-- the backlog) and fewer than max_per_minute claims in queue_claims since a
+-- minute ago. With :limited 0 (the plain claim) a limited queue's todo is
+-- never claimed: claims.py then takes the limited way (lock_limited_queues,
+-- then :limited 1, then log_claims), so the plain claim pays nothing for limits.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = :lease_token_hash, lease_expires_at = :lease_expires_at,
@@ -202,7 +210,16 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
 WHERE id = :id
   AND visible_at <= :now
   AND (assignee IS NULL OR assignee = :agent)
-  AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM queues WHERE queues.name = todos.queue
+        AND (queues.paused_at IS NOT NULL
+             OR (queues.max_claimed IS NOT NULL OR queues.max_per_minute IS NOT NULL)
+                AND (NOT :limited
+                     OR queues.max_claimed <= (SELECT count(*) FROM todos AS held INDEXED BY todos_leases
+                                               WHERE held.state = 'claimed' AND held.queue = queues.name)
+                     OR queues.max_per_minute <= (SELECT count(*) FROM queue_claims
+                                                  WHERE queue_claims.queue = queues.name
+                                                    AND queue_claims.claimed_at > :now - 60000))))
   AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
 RETURNING *;
 
@@ -229,6 +246,9 @@ RETURNING *;
 -- hashes) at its count of candidates after it, so the last one claimed tells
 -- how many the budget left. The count, the place and the running size come
 -- from one pass of window functions over the heads, in the order of the sort.
+--
+-- A limited queue in scope (every limited queue when :queues is NULL) makes
+-- it claim nothing: claim_next_limited claims then (claim_by_id says why).
 WITH RECURSIVE pending_queues (name) AS (
     SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
             WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
@@ -274,6 +294,9 @@ SET state = 'claimed', owner = :owner, attempt = attempt + 1,
 FROM picked
 WHERE todos.id = picked.id
   AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
+  AND NOT EXISTS (SELECT 1 FROM queues AS limited
+                  WHERE (limited.max_claimed IS NOT NULL OR limited.max_per_minute IS NOT NULL)
+                    AND (:queues IS NULL OR limited.name IN (SELECT value FROM json_each(:queues))))
 RETURNING *;
 
 -- name: claim_next_in_queue
@@ -283,6 +306,8 @@ RETURNING *;
 -- plan is the least there is: one seek down todos_ready_by_queue, no sort and
 -- no temporary table. claim_next's way to the same todo runs 1.7 times its
 -- instructions (valgrind: 448,000 against 259,000 a claim with its commit).
+-- A limited queue gets none here, in the same look at its queues row:
+-- claim_next_limited claims from it (claim_by_id says why).
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = json_extract(:hashes, '$[0]'), lease_expires_at = :lease_expires_at,
@@ -292,7 +317,8 @@ WHERE id = (
     WHERE queue = json_extract(:queues, '$[0]')
       AND visible_at <= :now
       AND (assignee IS NULL OR assignee = :agent)
-      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = json_extract(:queues, '$[0]') AND queues.paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.name = json_extract(:queues, '$[0]')
+                      AND (queues.paused_at IS NOT NULL OR queues.max_claimed IS NOT NULL OR queues.max_per_minute IS NOT NULL))
     ORDER BY priority DESC, id
     LIMIT 1)
   AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
@@ -305,7 +331,10 @@ RETURNING *;
 -- head (a paused queue gets none), then the best of those heads, and no
 -- table of candidates, no counts or sums over them, no recursion to find the
 -- queues. claim_next's way runs 1.6 times its instructions (valgrind:
--- 468,000 against 296,000 a claim with its commit).
+-- 468,000 against 296,000 a claim with its commit). When the best head is a
+-- limited queue's, it claims nothing (one look at that queue's row):
+-- claim_next_limited claims then. A head of a queue without a limit is what
+-- claim_next_limited would take too, a limit only ever holding todos back.
 UPDATE todos
 SET state = 'claimed', owner = :owner, attempt = attempt + 1,
     lease_token_hash = json_extract(:hashes, '$[0]'), lease_expires_at = :lease_expires_at,
@@ -324,7 +353,114 @@ WHERE id = (
     ORDER BY head.priority DESC, head.id
     LIMIT 1)
   AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
+  AND NOT EXISTS (SELECT 1 FROM queues AS limited
+                  WHERE limited.name = todos.queue
+                    AND (limited.max_claimed IS NOT NULL OR limited.max_per_minute IS NOT NULL))
 RETURNING *;
+
+-- name: claim_next_limited
+-- claim_next where a limited queue is in scope: the same claims, in the same
+-- order, but each queue gives no more than its room, the least of :max,
+-- max_claimed less its todos claimed now, and max_per_minute less its claims
+-- since a minute ago (queue_claims). One transaction writes at a time on
+-- SQLite, so what these counts see stays true until the commit; on
+-- PostgreSQL lock_limited_queues ran first. Only claims of a limited queue run it:
+-- the room's counts, a walk down todos_leases (the todos claimed now, never
+-- the backlog) and a seek into queue_claims, cost nothing to the plain claim.
+WITH RECURSIVE pending_queues (name) AS (
+    SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+            WHERE visible_at IS NOT NULL ORDER BY queue LIMIT 1)
+    WHERE :queues IS NULL
+    UNION ALL
+    SELECT (SELECT queue FROM todos INDEXED BY todos_ready_by_queue
+            WHERE visible_at IS NOT NULL AND queue > pending_queues.name ORDER BY queue LIMIT 1)
+    FROM pending_queues WHERE pending_queues.name IS NOT NULL
+),
+claim_queues (name) AS (
+    SELECT name FROM pending_queues WHERE name IS NOT NULL
+    UNION ALL
+    SELECT value FROM json_each(:queues)
+),
+rooms AS (
+    SELECT q.name,
+           min(:max,
+               CASE WHEN setting.max_claimed IS NULL THEN :max
+                    ELSE setting.max_claimed - (SELECT count(*) FROM todos AS held INDEXED BY todos_leases
+                                                WHERE held.state = 'claimed' AND held.queue = q.name) END,
+               CASE WHEN setting.max_per_minute IS NULL THEN :max
+                    ELSE setting.max_per_minute - (SELECT count(*) FROM queue_claims
+                                                   WHERE queue_claims.queue = q.name
+                                                     AND queue_claims.claimed_at > :now - 60000) END) AS room
+    FROM claim_queues AS q
+    LEFT JOIN queues AS setting ON setting.name = q.name
+    WHERE setting.paused_at IS NULL
+),
+heads AS (
+    SELECT head.id, head.priority, head.payload, head.last_error, rooms.room,
+           row_number() OVER (PARTITION BY rooms.name ORDER BY head.priority DESC, head.id) AS place
+    FROM rooms
+    JOIN todos AS head ON head.id IN (
+        SELECT id FROM todos INDEXED BY todos_ready_by_queue
+        WHERE queue = rooms.name
+          AND visible_at <= :now
+          AND (assignee IS NULL OR assignee = :agent)
+        ORDER BY priority DESC, id
+        LIMIT :max)
+    WHERE rooms.room > 0
+),
+ranked AS (
+    SELECT id,
+           row_number() OVER w AS n,
+           count(*) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS heads,
+           sum(CASE WHEN :budget IS NULL THEN 0 ELSE
+               length(CAST(payload AS BLOB)) + 6 * COALESCE(length(CAST(last_error AS BLOB)), 0)
+               END) OVER w AS size
+    FROM heads
+    WHERE place <= room
+    WINDOW w AS (ORDER BY priority DESC, id)
+    ORDER BY priority DESC, id
+    LIMIT :max
+),
+picked AS (
+    SELECT id, min(heads, :max) - n AS behind FROM ranked
+    WHERE n = 1 OR :budget IS NULL OR size <= :budget
+)
+UPDATE todos
+SET state = 'claimed', owner = :owner, attempt = attempt + 1,
+    lease_token_hash = json_extract(:hashes, '$[' || picked.behind || ']'), lease_expires_at = :lease_expires_at,
+    visible_at = NULL, claimed_at = :now, updated_at = :now
+FROM picked
+WHERE todos.id = picked.id
+  AND NOT EXISTS (SELECT 1 FROM todos AS lapsed WHERE lapsed.state = 'claimed' AND lapsed.lease_expires_at <= :now)
+RETURNING *;
+
+-- name: lock_limited_queues
+-- The limited queues a claim may take from: those of :queues (a JSON array;
+-- NULL: every queue), or :id's queue (NULL: any). By name. Nothing to lock on
+-- SQLite, whose one writer makes the counts of a claim statement true until
+-- its commit; PostgreSQL's twin locks them (it says why).
+SELECT name, max_per_minute FROM queues
+WHERE (max_claimed IS NOT NULL OR max_per_minute IS NOT NULL)
+  AND (:queues IS NULL OR name IN (SELECT value FROM json_each(:queues)))
+  AND (:id IS NULL OR name = (SELECT queue FROM todos WHERE id = :id))
+ORDER BY name;
+
+-- name: log_claims
+-- The claims just made (:ids, a JSON array of todo ids) of the queues with a
+-- max_per_minute, each as its queue, instant, todo and lease: what the
+-- rolling minute counts.
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+SELECT todos.queue, todos.claimed_at, todos.id, todos.lease_token_hash
+FROM json_each(:ids) AS claimed
+JOIN todos ON todos.id = claimed.value
+WHERE todos.state = 'claimed'
+  AND EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.max_per_minute IS NOT NULL);
+
+-- name: prune_queue_claims
+-- The claims of :queues (a JSON array) older than a minute at :now: the
+-- rolling minute no longer counts them.
+DELETE FROM queue_claims
+WHERE queue IN (SELECT value FROM json_each(:queues)) AND claimed_at <= :now - 60000;
 
 -- name: end_attempt
 -- A claimed todo's attempt ends (:outcome, :error) and is written to the
@@ -491,8 +627,10 @@ WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancell
 -- again, or a dead letter when its attempts are used up). Pending todos are
 -- ready (claimable now) or delayed (a delay, or a retry's backoff); the oldest
 -- ready todo's creation time gives its age; blocked ones wait for todos not
--- done (neither ready nor delayed). A paused queue is listed even with
--- no todos, with zero counts; paused_at is NULL unless the queue is paused.
+-- done (neither ready nor delayed). A paused or limited queue is listed even
+-- with no todos, with zero counts; paused_at is NULL unless the queue is
+-- paused; max_claimed and max_per_minute are its limits (NULL: none),
+-- claims_last_minute its claims since a minute ago (NULL without max_per_minute).
 WITH counts AS (
     SELECT queue,
            SUM(ready)                                            AS ready,
@@ -511,16 +649,22 @@ WITH counts AS (
 ), names AS (
     SELECT queue FROM counts
     UNION
-    SELECT name FROM queues WHERE paused_at IS NOT NULL
+    SELECT name FROM queues
+    WHERE paused_at IS NOT NULL OR max_claimed IS NOT NULL OR max_per_minute IS NOT NULL
 )
 SELECT names.queue,
        COALESCE(counts.ready, 0) AS ready, COALESCE(counts.delayed, 0) AS delayed,
        COALESCE(counts.claimed, 0) AS claimed, COALESCE(counts.done, 0) AS done,
        COALESCE(counts.dead, 0) AS dead, COALESCE(counts.cancelled, 0) AS cancelled,
-       COALESCE(counts.blocked, 0) AS blocked, counts.oldest_ready_created_at, queues.paused_at, queues.paused_by
+       COALESCE(counts.blocked, 0) AS blocked, counts.oldest_ready_created_at, queues.paused_at, queues.paused_by,
+       queues.max_claimed, queues.max_per_minute,
+       CASE WHEN queues.max_per_minute IS NOT NULL THEN
+           (SELECT count(*) FROM queue_claims
+            WHERE queue_claims.queue = names.queue AND queue_claims.claimed_at > :now - 60000) END
+           AS claims_last_minute
 FROM names
 LEFT JOIN counts ON counts.queue = names.queue
-LEFT JOIN queues ON queues.name = names.queue AND queues.paused_at IS NOT NULL
+LEFT JOIN queues ON queues.name = names.queue
 ORDER BY names.queue;
 
 -- ---- queues (an operator's settings for a queue: paused or not) ----
@@ -538,6 +682,26 @@ RETURNING *;
 
 -- name: resume_queue
 UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name RETURNING *;
+
+-- name: set_queue_limit
+-- A queue's limits, both at once (:max_claimed, :max_per_minute; NULL: none);
+-- its pause, if any, stays as it is.
+INSERT INTO queues (name, max_claimed, max_per_minute) VALUES (:name, :max_claimed, :max_per_minute)
+ON CONFLICT (name) DO UPDATE
+SET max_claimed = excluded.max_claimed, max_per_minute = excluded.max_per_minute
+RETURNING *;
+
+-- name: queue_load
+-- A queue's limits (NULL: none) and how close it is to them at :now: its
+-- todos claimed under a live lease (a walk down todos_leases: the claimed
+-- todos, never the backlog) and its claims since a minute ago. No row: the
+-- queue has no setting.
+SELECT max_claimed, max_per_minute,
+       (SELECT count(*) FROM todos INDEXED BY todos_leases WHERE state = 'claimed' AND queue = :name
+          AND lease_expires_at > :now) AS claimed,
+       (SELECT count(*) FROM queue_claims WHERE queue = :name AND claimed_at > :now - 60000) AS claims_last_minute
+FROM queues WHERE name = :name;
+
 
 -- name: insert_event
 -- A new event, unless the delivery was seen: a stored event with the same
@@ -913,7 +1077,8 @@ SELECT (SELECT MAX(id) FROM events) AS last_event_id,
        (SELECT MAX(updated_at) FROM todos) AS todos_updated_at,
        (SELECT COUNT(*) FROM todos WHERE state = 'failed') AS dead,
        (SELECT MAX(MAX(updated_at), COALESCE(MAX(last_poll_at), 0)) FROM sources) AS sources_updated_at,
-       (SELECT group_concat(name || '=' || COALESCE(paused_at, ''), ',') FROM queues) AS queues_setting;
+       (SELECT group_concat(name || '=' || COALESCE(paused_at, '') || '/' || COALESCE(max_claimed, '') || '/'
+                            || COALESCE(max_per_minute, ''), ',') FROM queues) AS queues_setting;
 
 -- ---- db copy (the copy_ statements; copy_target_holds is in ../shared.sql) ----
 
@@ -979,10 +1144,12 @@ INSERT INTO agents (name, queues, tools, created_at, create_queues, owner)
 VALUES (:name, :queues, :tools, :created_at, :create_queues, :owner);
 
 -- name: copy_read_queues
-SELECT name, paused_at, paused_by FROM queues WHERE name > :after_name ORDER BY name LIMIT :limit;
+SELECT name, paused_at, paused_by, max_claimed, max_per_minute FROM queues
+WHERE name > :after_name ORDER BY name LIMIT :limit;
 
 -- name: copy_insert_queues
-INSERT INTO queues (name, paused_at, paused_by) VALUES (:name, :paused_at, :paused_by);
+INSERT INTO queues (name, paused_at, paused_by, max_claimed, max_per_minute)
+VALUES (:name, :paused_at, :paused_by, :max_claimed, :max_per_minute);
 
 -- name: copy_sizes_events
 -- The next page's ids and sizes: copy.py cuts the page where its bodies pass
