@@ -263,6 +263,35 @@ async def test_a_wait_returns_when_the_last_of_its_todos_finishes_and_not_before
     assert [t.state for t in answer["todos"]] == ["done", "done"]
 
 
+async def test_a_wait_looks_again_only_when_something_commits(store, monkeypatch) -> None:
+    monkeypatch.setattr(todos.waits, "RECHECK_SECONDS", 60.0)  # only a commit can wake it
+    (todo_id,) = await made(store, "t")
+    looks = 0
+    looked = anyio.Event()
+    of_ids = todos.waits.of_ids
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        nonlocal looks
+        looks += 1  # counted as it starts
+        found = await of_ids(*args, **kwargs)
+        looked.set()
+        return found
+
+    monkeypatch.setattr(todos.waits, "of_ids", observed)
+    answer: dict[str, Any] = {}
+    async with watch.following(store) as changes, anyio.create_task_group() as tasks:
+
+        async def wait() -> None:
+            answer["todos"] = await todos.wait_finished(store, [todo_id], wait=30, changes=changes)
+
+        tasks.start_soon(wait)
+        with anyio.fail_after(10):
+            await looked.wait()  # its first look: pending
+            assert looks == 1  # nothing committed since: it waits rather than looking again
+            await todos.complete(store, Lease.of(await todos.claim(store, todo_id, owner="w")))
+    assert [t.state for t in answer["todos"]] == ["done"]
+
+
 async def test_a_wait_that_runs_out_answers_the_todos_as_they_are(store) -> None:
     pending, claimed, done = await made(store, "pending", "claimed", "done")
     await todos.claim(store, claimed, owner="w")
