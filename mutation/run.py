@@ -52,7 +52,7 @@ import sql  # noqa: E402
 
 PACKAGE = "switchboard_local"
 # The modules of core/todos/ (its __init__ only names their verbs).
-TODOS = tuple(f"todos.{module}" for module in ("claims", "lifecycle", "batches", "reads", "operator", "bulk"))
+TODOS = tuple(f"todos.{module}" for module in ("claims", "lifecycle", "batches", "reads", "waits", "operator", "bulk"))
 # area -> (title, mutmut name patterns); "sql" is mutation/sql.py's.
 AREAS: dict[str, tuple[str, list[str]]] = {
     "webhooks": (

@@ -285,7 +285,7 @@ def redact(headers: Mapping[str, str], source: Source) -> dict[str, str]:
     """Headers as stored: each whose name says it holds a secret (a credential, a signature, a
     session, a cookie) replaced, unless the source keeps it; the header an hmac or token source
     reads its secret from, whatever it is called, always."""
-    configured = source.config.get("header") if source.kind in ("hmac", "token") else None
+    configured = source.config.get("header")  # hmac and token sources alone have one (webhook_config.source_config)
     kept = kept_headers(source)
     return {name: REDACTED if _hidden(name.lower(), configured, kept) else value for name, value in headers.items()}
 

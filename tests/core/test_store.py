@@ -22,7 +22,7 @@ from switchboard_local.core.errors import (
 )
 from switchboard_local.core.store.interface import Store
 from switchboard_local.core.store.opener import open_store
-from switchboard_local.core.store.shared import default_path
+from switchboard_local.core.store.shared import busy_timeout_ms, default_path
 from switchboard_local.core.store.sqlite import migrations
 from switchboard_local.core.store.sqlite import store as store_module
 from switchboard_local.core.todo_model import NewTodo, hash_token
@@ -62,6 +62,14 @@ async def test_new_file_folder_and_wal_files_are_owner_only(tmp_path, clock, per
             sidecar = path.with_name(path.name + suffix)
             assert sidecar.exists(), suffix
             assert mode(sidecar) == 0o600, suffix
+
+
+@pytest.mark.sqlite_only
+async def test_a_closed_store_leaves_its_database_as_one_file(db_path, clock) -> None:
+    opened = await open_store(db_path, clock=clock)
+    await todos.create(opened, NewTodo(queue="q", title="t"))  # a write makes -wal and -shm exist
+    await opened.close()  # its last connection closed: SQLite removes them
+    assert sorted(p.name for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)) == [db_path.name]
 
 
 async def test_reopening_a_file_keeps_its_data(db_path, clock):
@@ -622,6 +630,24 @@ async def test_peek_answers_while_the_thread_is_busy_and_sees_every_commit(store
         gate.set()
         await held
     assert seen["name"] == "other"
+
+
+@pytest.mark.sqlite_only
+async def test_a_peek_the_file_refuses_is_read_in_the_write_thread_which_waits_for_the_lock(store) -> None:
+    for n in range(10):  # lone writes enough that the last ran inline on the loop, which never waits for a lock
+        await todos.create(store, NewTodo(queue="q", title=f"t{n}"))
+    tries = 0
+
+    def read(tx):
+        nonlocal tries
+        tries += 1
+        if tries == 1:  # the loop's connection meets the lock (another process recovering the log)
+            raise sqlite3.OperationalError("database is locked")
+        return tx.one("PRAGMA busy_timeout")[0], tx.cache is store.cache
+
+    # Read again where a lock is waited for, in a transaction like any other (the store's cache with it).
+    assert await store.peek(read) == (busy_timeout_ms(), True)
+    assert tries == 2
 
 
 @pytest.mark.sqlite_only

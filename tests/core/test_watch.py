@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from contextlib import aclosing
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -262,6 +263,35 @@ async def test_a_wait_returns_when_the_last_of_its_todos_finishes_and_not_before
     assert [t.state for t in answer["todos"]] == ["done", "done"]
 
 
+async def test_a_wait_looks_again_only_when_something_commits(store, monkeypatch) -> None:
+    monkeypatch.setattr(todos.waits, "RECHECK_SECONDS", 60.0)  # only a commit can wake it
+    (todo_id,) = await made(store, "t")
+    looks = 0
+    looked = anyio.Event()
+    of_ids = todos.waits.of_ids
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        nonlocal looks
+        looks += 1  # counted as it starts
+        found = await of_ids(*args, **kwargs)
+        looked.set()
+        return found
+
+    monkeypatch.setattr(todos.waits, "of_ids", observed)
+    answer: dict[str, Any] = {}
+    async with watch.following(store) as changes, anyio.create_task_group() as tasks:
+
+        async def wait() -> None:
+            answer["todos"] = await todos.wait_finished(store, [todo_id], wait=30, changes=changes)
+
+        tasks.start_soon(wait)
+        with anyio.fail_after(10):
+            await looked.wait()  # its first look: pending
+            assert looks == 1  # nothing committed since: it waits rather than looking again
+            await todos.complete(store, Lease.of(await todos.claim(store, todo_id, owner="w")))
+    assert [t.state for t in answer["todos"]] == ["done"]
+
+
 async def test_a_wait_that_runs_out_answers_the_todos_as_they_are(store) -> None:
     pending, claimed, done = await made(store, "pending", "claimed", "done")
     await todos.claim(store, claimed, owner="w")
@@ -270,6 +300,32 @@ async def test_a_wait_that_runs_out_answers_the_todos_as_they_are(store) -> None
         found = await todos.wait_finished(store, [pending, claimed, done], wait=0, changes=changes)
     assert [t.state for t in found] == ["pending", "claimed", "done"]
     assert [todos.finished(t) for t in found] == [False, False, True]
+
+
+async def test_a_wait_of_under_a_second_still_waits_for_the_commit_that_finishes_its_todo(store, monkeypatch) -> None:
+    # The wait's clock stands still: its half second never runs out, so only the commit can end it.
+    monkeypatch.setattr(todos.waits, "time", SimpleNamespace(monotonic=lambda: 1000.0))
+    (todo_id,) = await made(store, "t")
+    looked = anyio.Event()
+    of_ids = todos.waits.of_ids
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        found = await of_ids(*args, **kwargs)
+        looked.set()
+        return found
+
+    monkeypatch.setattr(todos.waits, "of_ids", observed)
+    answer: dict[str, Any] = {}
+    async with watch.following(store) as changes, anyio.create_task_group() as tasks:
+
+        async def wait() -> None:
+            answer["todos"] = await todos.wait_finished(store, [todo_id], wait=0.5, changes=changes)
+
+        tasks.start_soon(wait)
+        with anyio.fail_after(10):
+            await looked.wait()  # its first look: pending
+            await todos.complete(store, Lease.of(await todos.claim(store, todo_id, owner="w")))
+    assert [t.state for t in answer["todos"]] == ["done"]
 
 
 async def test_a_last_attempt_whose_lease_lapsed_is_waited_on_as_the_dead_letter_it_is(store, clock) -> None:
@@ -310,6 +366,17 @@ async def test_a_todo_the_caller_made_is_answered_wherever_it_put_it(store) -> N
     assert [(t.id, t.queue) for t in found] == [(mine, "mine"), (handed_on, "theirs")]
     with pytest.raises(NotFound, match=rf"todo {other} does not exist$"):
         await todos.of_ids(store, [handed_on, other], queues=["mine"], own={handed_on})
+
+
+async def test_a_wait_answers_what_the_caller_made_outside_its_scope_and_refuses_the_rest(store) -> None:
+    (mine,) = await made(store, "mine", queue="mine")
+    handed_on, other = await made(store, "handed on", "someone else's", queue="theirs")
+    scope: dict[str, Any] = {"queues": ["mine"], "own": {handed_on}}
+    async with watch.following(store) as changes:
+        found = await todos.wait_finished(store, [mine, handed_on], wait=0, changes=changes, **scope)
+        assert [(t.id, t.queue) for t in found] == [(mine, "mine"), (handed_on, "theirs")]
+        with pytest.raises(NotFound, match=rf"todo {other} does not exist$"):
+            await todos.wait_finished(store, [mine, other], wait=0, changes=changes, **scope)
 
 
 @pytest.mark.parametrize(

@@ -198,9 +198,8 @@ class GroupCommit:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._locked, body)
 
     async def close(self) -> None:
-        """Once nothing is waiting: close the connection in its thread, and the thread."""
-        while self._flushing:
-            await asyncio.sleep(0.001)
+        """Close the connection in its thread, and the thread: the caller (the store's
+        close) has refused new writes and waited until nothing is flushing."""
         await self.run_locked(lambda tx: self._conn.close())
         self._thread.shutdown(wait=True)
 
