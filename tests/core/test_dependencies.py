@@ -184,12 +184,12 @@ async def test_a_cancelled_todo_cannot_be_waited_for(store) -> None:
         await todos.create(store, NewTodo(queue="q", title="x", after=(a.id,)))
 
 
-async def test_a_todo_that_waits_cannot_also_be_delayed(store) -> None:
+def test_a_todo_that_waits_cannot_also_be_delayed() -> None:
     with pytest.raises(InvalidArgument, match="a todo that waits for others cannot also be delayed"):
         NewTodo(queue="q", title="x", after=(1,), delay=5)
 
 
-async def test_a_todo_waits_for_at_most_a_hundred_todos(store) -> None:
+def test_a_todo_waits_for_at_most_a_hundred_todos() -> None:
     with pytest.raises(InvalidArgument, match=f"at most {MAX_DEPENDENCIES} todos"):
         NewTodo(queue="q", title="x", after=tuple(range(1, MAX_DEPENDENCIES + 2)))
     with pytest.raises(InvalidArgument, match="after must be an integer"):
