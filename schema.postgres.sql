@@ -316,6 +316,7 @@ CREATE TABLE IF NOT EXISTS rules (
     max_attempts  integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
     stop          boolean     NOT NULL DEFAULT false,
     created_at    timestamptz NOT NULL,
+    chain         boolean     NOT NULL DEFAULT false,  -- its todo waits for the event's earlier todos
     CHECK ((action = 'todo') = (queue IS NOT NULL))
 );
 

@@ -214,6 +214,7 @@ CREATE TABLE IF NOT EXISTS sources (
 
 -- Routing rules, applied in position order to each new event of their
 -- source: every matching rule adds a todo until a 'stop' or 'drop' rule.
+-- A 'chain' rule's todo waits for the todos the event's earlier rules made.
 CREATE TABLE IF NOT EXISTS rules (
     id            INTEGER PRIMARY KEY,
     position      INTEGER NOT NULL,
@@ -228,6 +229,7 @@ CREATE TABLE IF NOT EXISTS rules (
     max_attempts  INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
     stop          INTEGER NOT NULL DEFAULT 0 CHECK (stop IN (0, 1)),
     created_at    INTEGER NOT NULL,
+    chain         INTEGER NOT NULL DEFAULT 0 CHECK (chain IN (0, 1)),
     CHECK ((action = 'todo') = (queue IS NOT NULL))
 );
 

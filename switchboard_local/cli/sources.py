@@ -268,7 +268,8 @@ def _rules_text(found: list[rules.Rule]) -> str:
         return "no rules (each source's events go to its default queue)"
     rows = []
     for r in found:
-        then = "drop" if r.action == "drop" else f"-> {r.queue}" + (" (stop)" if r.stop else "")
+        flags = [flag for flag, on in (("after earlier", r.chain), ("stop", r.stop)) if on]
+        then = "drop" if r.action == "drop" else f"-> {r.queue}" + (f" ({', '.join(flags)})" if flags else "")
         extra = []
         if r.assignee:
             extra.append(f"assignee={r.assignee}")
@@ -297,6 +298,11 @@ def _rules_text(found: list[rules.Rule]) -> str:
     help=f"The todo's attempts before it becomes a dead letter (1-{MAX_ATTEMPTS_CAP}).",
 )
 @click.option("--stop", is_flag=True, help="When this rule matches, no later rule is tried.")
+@click.option(
+    "--chain",
+    is_flag=True,
+    help="The todo waits for the todos the event's earlier rules made: it is blocked until they are done.",
+)
 @common
 def rule_add(db: Path | None, as_json: bool | None, type_: str | None, where: tuple[str, ...], **fields: Any) -> None:
     """Append a rule. Every matching rule adds a todo, until --stop or --drop."""
@@ -356,8 +362,18 @@ def rule_test(
     )
     shown = [
         {"queue": t.queue, "title": t.title, "kind": t.kind, "assignee": t.assignee, "priority": t.priority,
-         "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key}
+         "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key, "after_keys": list(t.after_keys)}
         for t in planned
     ]  # fmt: skip
-    rows = [[t["queue"], t["priority"], t["assignee"] or "-", t["title"]] for t in shown]
-    out.emit(shown, table(["QUEUE", "PRIORITY", "ASSIGNEE", "TITLE"], rows) if rows else "no todos (dropped)")
+    number = {t.idempotency_key: n for n, t in enumerate(planned, start=1)}
+    rows = [
+        [n, t["queue"], t["priority"], t["assignee"] or "-", _waits(t["after_keys"], number), t["title"]]
+        for n, t in enumerate(shown, start=1)
+    ]
+    heading = ["#", "QUEUE", "PRIORITY", "ASSIGNEE", "AFTER", "TITLE"]
+    out.emit(shown, table(heading, rows) if rows else "no todos (dropped)")
+
+
+def _waits(keys: list[str], number: dict[str | None, int]) -> str:
+    """A chain's todo's dependencies, as the numbers of the rows that made them."""
+    return ",".join(f"#{number[key]}" for key in keys) or "-"

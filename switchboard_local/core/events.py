@@ -31,6 +31,7 @@ from .store.queries import Q
 from .todo_model import MAX_LIST_LIMIT, NewTodo, Todo
 from .todos import insert_id, insert_params
 from .todos.claims import settle_lapsed
+from .todos.dependencies import made_before
 from .watch import FOLLOW_BATCH, IDLE_SECONDS, follow
 
 # A source's family, or an operator's (CLI and agent actions come from no source row).
@@ -216,7 +217,8 @@ def _ingest_batch(
     get their ids here (the transaction holds the write lock, so nobody else
     takes one meanwhile) and are inserted with one executemany each, links too.
     A todo whose key a live todo holds, or that an earlier todo of this batch
-    takes, goes the single way (insert_id: the holder answers), after the rest.
+    takes, goes the single way (insert_id: the holder answers), after the rest;
+    so does a routing chain's todo (it waits for its event's earlier todos).
     The answers are those ``_ingest_one`` would give, delivery by delivery.
     """
     seen = [_seen_params(event, now) for event, _ in batch]
@@ -263,7 +265,7 @@ def _ingest_batch(
     single: list[tuple[int, int, NewTodo]] = []
     for n, (position, index, todo) in enumerate(planned):
         key = (todo.queue, todo.idempotency_key) if todo.idempotency_key is not None else None
-        if n in held or (key is not None and key in taken):
+        if n in held or (key is not None and key in taken) or todo.after_keys:
             single.append((position, index, todo))
             continue
         if key is not None:
@@ -272,7 +274,10 @@ def _ingest_batch(
         rows.append(todo_row(todo, now=now, event_id=event_ids[position], id=next_todo))
         next_todo += 1
     tx.many(Q.insert_todo_with_id, rows)
-    for position, index, todo in single:
+    for position, index, todo in single:  # in the batch's order: a chain's todo after those it waits for
+        if todo.after_keys:
+            made = {t.idempotency_key: todo_ids[p, i] for p, i, t in planned if p == position and i < index}
+            todo = made_before(todo, made)
         todo_ids[position, index] = insert_id(tx, todo, now=now, event_id=event_ids[position])
     links = [
         {"event_id": event_ids[position], "position": index, "todo_id": todo_ids[position, index]}
@@ -314,10 +319,13 @@ def _ingest_one(tx: Transaction, now: int, event: NewEvent, todos: Sequence[NewT
         tx.run(Q.remember_delivery, {"source": event.source, "key": seen["body_key"], "event_id": event_id, "now": now})
     derived = todos(tx, event_id, event) if callable(todos) else todos
     todo_ids = []
+    made: dict[str, int] = {}  # the event's todos so far, by key: what a routing chain's todo waits for
     for position, todo in enumerate(derived):
-        todo_id = insert_id(tx, todo, now=now, event_id=event_id)
+        todo_id = insert_id(tx, made_before(todo, made), now=now, event_id=event_id)
         tx.run(Q.link_event_todo, {"event_id": event_id, "position": position, "todo_id": todo_id})
         todo_ids.append(todo_id)
+        if todo.idempotency_key is not None:
+            made[todo.idempotency_key] = todo_id
     return Ingested(event_id, False, tuple(todo_ids))
 
 

@@ -12,6 +12,10 @@ never collide, and no direct producer can take the key first (``event:`` is
 theirs to derive alone). A todo's payload carries the event's context and its
 parsed body (left out when it would pass limits.max_payload); the raw bytes
 stay on the event.
+
+A ``chain`` rule's todo waits for the todos the event's earlier rules made: it
+names them by their keys (``after_keys``), and the ingest transaction, which
+made them, gives it their ids (``dependencies.made_before``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -34,6 +38,7 @@ from .store.queries import Q
 from .text import has_controls, replace_controls
 from .todo_model import DERIVED_KEY_PREFIX, MAX_JSON_DEPTH, MAX_TITLE_LENGTH, NewTodo, dump_json, dump_json_depth
 from .todos import insert_id
+from .todos.dependencies import made_before
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,11 @@ def plan(
         matched = True
         if rule.action == "drop":
             return todos
-        todos.append(_todo(delivery, rule, rule.queue or default_queue, replay, max_payload))
+        todo = _todo(delivery, rule, rule.queue or default_queue, replay, max_payload)
+        if rule.chain and todos:  # it waits for the todos made before it (events.py gives their ids)
+            keys = tuple(t.idempotency_key for t in todos if t.idempotency_key)
+            todo = replace(todo, after_keys=keys, checked_json=todo.payload_json)
+        todos.append(todo)
         if rule.stop:
             return todos
     if not matched:
@@ -323,7 +332,8 @@ async def replay(
     ``:replay`` key suffix): a replay whose todos are still live finds them
     instead of adding more. ``queues`` (an agent's scope) keeps the replay to
     those queues, and an event outside it is not found. ``by`` (an operator)
-    is recorded in the audit trail, with the todos the replay answered.
+    is recorded in the audit trail, with the todos the replay answered. A chain's
+    todo waits for the todos the replay made before it (within ``queues``, when given).
     """
 
     def body(tx: Transaction) -> list[int]:
@@ -333,11 +343,12 @@ async def replay(
             raise NotFound(f"event {event_id} does not exist")
         now = store.clock.now_ms()
         planned = _route_in(tx, _delivery_of(Event.from_row(row)), replay=True)
-        made = [
-            insert_id(tx, todo, now=now, event_id=event_id)
-            for todo in planned
-            if queues is None or todo.queue in queues
-        ]
+        by_key: dict[str, int] = {}  # a chain's todo waits for the todos this replay made before it
+        for todo in planned:
+            if queues is None or todo.queue in queues:
+                chained = made_before(todo, by_key, others=False)
+                by_key[todo.idempotency_key] = insert_id(tx, chained, now=now, event_id=event_id)  # type: ignore[index]
+        made = list(by_key.values())
         if by is not None:
             audit.record(tx, now, by=by, action="event.replay", subject=event_id, todos=made)
         return made

@@ -96,6 +96,8 @@ class Rule:
     priority: int
     max_attempts: int
     stop: bool
+    # Its todo waits for the todos the event's earlier rules made (a chain; a join after a fan-out).
+    chain: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> Rule:
@@ -112,6 +114,7 @@ class Rule:
             priority=row["priority"],
             max_attempts=row["max_attempts"],
             stop=bool(row["stop"]),
+            chain=bool(row["chain"]),
         )
 
     def matches(self, event_type: str, payload: Any) -> bool:
@@ -133,6 +136,7 @@ class Rule:
             "priority": self.priority,
             "max_attempts": self.max_attempts,
             "stop": self.stop,
+            "chain": self.chain,
         }
 
 
@@ -227,6 +231,7 @@ async def add(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     stop: bool = False,
     drop: bool = False,
+    chain: bool = False,
     by: str | None = None,
 ) -> Rule:
     """Append a rule; everything about it is checked now, not at delivery time."""
@@ -235,6 +240,8 @@ async def add(
         raise InvalidArgument("a rule needs exactly one of --queue and --drop")
     if drop and (title or assignee):
         raise InvalidArgument("a --drop rule makes no todo: --title and --assignee do not apply")
+    if drop and chain:
+        raise InvalidArgument("a --drop rule makes no todo: --chain does not apply")
     if title is not None:
         check_template(title)
     if queue is not None:
@@ -251,6 +258,7 @@ async def add(
         "priority": priority,
         "max_attempts": max_attempts,
         "stop": int(stop),
+        "chain": int(chain),
     }
 
     def body(tx: Transaction) -> Rule:

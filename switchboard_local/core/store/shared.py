@@ -19,7 +19,7 @@ from .url import SCHEMES, parse, redacted
 # The schema version this code writes, the same number on both backends. A new
 # version appends one migration to each backend's (sqlite/migrations.py,
 # postgres/migrations.py) and updates schema.sql and schema.postgres.sql.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 APP_NAME = "switchboard-local"
 DB_ENV = "SWITCHBOARD_DB"

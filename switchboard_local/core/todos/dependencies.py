@@ -16,7 +16,7 @@ written (the table's CHECK after_id < todo_id says so too).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .. import settings
@@ -69,6 +69,18 @@ def resolve(
             raise Conflict(f"todo {todo_id} was cancelled: nothing can wait for it")
         not_done += row["state"] != "done"
     return Waits(tuple(ids), not_done)
+
+
+def made_before(todo: NewTodo, made: Mapping[str, int], *, others: bool = True) -> NewTodo:
+    """``todo`` with the keys it waits for that name todos made before it in this transaction
+    (``made``: their idempotency keys and ids) given as those ids: a routing chain's todo waits
+    for the very todos its event's earlier rules made, whichever queues they are on. A key
+    not among them is left to name a live todo (``others``), or dropped."""
+    if not todo.after_keys:
+        return todo
+    ids = tuple(made[key] for key in todo.after_keys if key in made)
+    keys = tuple(key for key in todo.after_keys if key not in made) if others else ()
+    return replace(todo, after=(*todo.after, *ids), after_keys=keys, checked_json=todo.payload_json)
 
 
 def add(tx: Transaction, todo_id: int, waits: Waits) -> None:

@@ -102,6 +102,8 @@ def insert(
 
 def insert_id(tx: Transaction, todo: NewTodo, *, now: int, event_id: int | None = None) -> int:
     """``insert`` for the ingestion back half, which needs only the id."""
+    if todo.after or todo.after_keys:  # a routing chain's: blocked, with its links
+        return insert(tx, todo, now=now, event_id=event_id)[0].id
     row, _created = _insert(tx, Q.insert_todo_id, todo, insert_params(todo, now=now, event_id=event_id), now)
     return int(row["id"])
 

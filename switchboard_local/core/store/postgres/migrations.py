@@ -103,6 +103,10 @@ CREATE TABLE IF NOT EXISTS queue_claims (
     PRIMARY KEY (queue, claimed_at, lease_token_hash)
 );
 """,
+    # Rule chains (SQLite's migration 14 says what).
+    14: """
+ALTER TABLE rules ADD COLUMN chain boolean NOT NULL DEFAULT false;
+""",
 }
 
 

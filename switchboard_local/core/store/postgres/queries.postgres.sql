@@ -1055,20 +1055,24 @@ ORDER BY id;
 
 -- name: insert_rule
 INSERT INTO rules (position, source, type, conditions, action, queue, title, assignee,
-                   priority, max_attempts, stop, created_at)
+                   priority, max_attempts, stop, chain, created_at)
 VALUES ((SELECT COALESCE(MAX(position), 0) + 1 FROM rules), :source, :type, CAST(:conditions AS jsonb), :action,
-        :queue, :title, :assignee, :priority, :max_attempts, CAST(:stop AS integer) <> 0, sb_ts(:now))
+        :queue, :title, :assignee, :priority, :max_attempts, CAST(:stop AS integer) <> 0,
+        CAST(:chain AS integer) <> 0, sb_ts(:now))
 RETURNING id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,
-  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at;
+  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at,
+  CAST(chain AS integer) AS chain;
 
 -- name: list_rules
 SELECT id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,
-  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at
+  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at,
+  CAST(chain AS integer) AS chain
 FROM rules WHERE (CAST(:source AS text) IS NULL OR source = :source) ORDER BY position;
 
 -- name: rules_of_source
 SELECT id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,
-  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at
+  priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at,
+  CAST(chain AS integer) AS chain
 FROM rules WHERE source = :source ORDER BY position;
 
 -- ---- retention ----
@@ -1298,14 +1302,16 @@ VALUES (:name, :family, :kind, :trust_mode, CAST(:enabled AS integer) <> 0, CAST
 
 -- name: copy_read_rules
 SELECT id, position, source, type, CAST(conditions AS text) AS conditions, action, queue, title, assignee,
-       priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at
+       priority, max_attempts, CAST(stop AS integer) AS stop, sb_ms(created_at) AS created_at,
+       CAST(chain AS integer) AS chain
 FROM rules WHERE id > :after_id ORDER BY id LIMIT :limit;
 
 -- name: copy_insert_rules
 INSERT INTO rules (id, position, source, type, conditions, action, queue, title, assignee, priority,
-                   max_attempts, stop, created_at)
+                   max_attempts, stop, chain, created_at)
 VALUES (:id, :position, :source, :type, CAST(:conditions AS jsonb), :action, :queue, :title, :assignee,
-        :priority, :max_attempts, CAST(:stop AS integer) <> 0, sb_ts(:created_at));
+        :priority, :max_attempts, CAST(:stop AS integer) <> 0, CAST(:chain AS integer) <> 0,
+        sb_ts(:created_at));
 
 -- name: copy_read_agents
 SELECT name, CAST(queues AS text) AS queues, CAST(tools AS text) AS tools, sb_ms(created_at) AS created_at,

@@ -415,6 +415,11 @@ CREATE TABLE IF NOT EXISTS queue_claims (
     PRIMARY KEY (queue, claimed_at, lease_token_hash)
 ) WITHOUT ROWID;
 """,
+    # Rule chains (`rule add --chain`): a rule whose todo waits for the todos the event's earlier rules
+    # made. Added last in the table, as schema.sql has it; every existing rule chains nothing.
+    14: """
+ALTER TABLE rules ADD COLUMN chain INTEGER NOT NULL DEFAULT 0 CHECK (chain IN (0, 1));
+""",
 }
 
 

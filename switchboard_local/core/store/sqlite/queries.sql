@@ -915,9 +915,9 @@ LIMIT :limit;
 
 -- name: insert_rule
 INSERT INTO rules (position, source, type, conditions, action, queue, title, assignee,
-                   priority, max_attempts, stop, created_at)
+                   priority, max_attempts, stop, chain, created_at)
 VALUES ((SELECT COALESCE(MAX(position), 0) + 1 FROM rules), :source, :type, :conditions, :action,
-        :queue, :title, :assignee, :priority, :max_attempts, :stop, :now)
+        :queue, :title, :assignee, :priority, :max_attempts, :stop, :chain, :now)
 RETURNING *;
 
 -- name: list_rules
@@ -1126,14 +1126,14 @@ VALUES (:name, :family, :kind, :trust_mode, :enabled, :config, :secrets, :create
 
 -- name: copy_read_rules
 SELECT id, position, source, type, conditions, action, queue, title, assignee, priority,
-       max_attempts, stop, created_at
+       max_attempts, stop, created_at, chain
 FROM rules WHERE id > :after_id ORDER BY id LIMIT :limit;
 
 -- name: copy_insert_rules
 INSERT INTO rules (id, position, source, type, conditions, action, queue, title, assignee, priority,
-                   max_attempts, stop, created_at)
+                   max_attempts, stop, chain, created_at)
 VALUES (:id, :position, :source, :type, :conditions, :action, :queue, :title, :assignee, :priority,
-        :max_attempts, :stop, :created_at);
+        :max_attempts, :stop, :chain, :created_at);
 
 -- name: copy_read_agents
 SELECT name, queues, tools, created_at, create_queues, owner
