@@ -14,7 +14,7 @@ LABELS = {
     "sources": "sources", "rules": "rules", "agents": "agents", "settings": "settings", "queues": "queue settings",
     "events": "events", "todos": "todos", "event_todos": "event-to-todo links",
     "todo_deps": "dependencies", "attempts": "attempts",
-    "delivery_keys": "delivery keys",
+    "delivery_keys": "delivery keys", "queue_claims": "logged claims of rate-limited queues",
 }  # fmt: skip
 
 

@@ -77,6 +77,7 @@ TABLES: tuple[Table, ...] = (
     Table("todo_deps", ("todo_id", "after_id"), (0, 0)),
     Table("attempts", ("todo_id", "seq"), (0, 0)),
     Table("delivery_keys", ("source", "key"), ("", "")),
+    Table("queue_claims", ("queue", "claimed_at", "lease_token_hash"), ("", 0, "")),  # a rate limit's last minute
 )
 
 
@@ -85,7 +86,8 @@ _NOUNS = {
     "sources": "source", "rules": "rule", "agents": "agent", "settings": "setting", "queues": "queue setting",
     "events": "event", "todos": "todo", "event_todos": "event-to-todo link", "attempts": "attempt",
     "todo_deps": "dependency",
-    "delivery_keys": "delivery key", "ingest_leader": "ingest leader (a process uses it)",
+    "delivery_keys": "delivery key", "queue_claims": "logged claim of a rate-limited queue",
+    "ingest_leader": "ingest leader (a process uses it)",
 }  # fmt: skip
 
 

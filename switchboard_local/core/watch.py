@@ -108,6 +108,7 @@ class Arrival:
     state: str
     source: str | None  # the source of the event it came from ('operator' for a direct create); None: no event
     paused: bool = False  # its queue is paused: nothing can claim it for now
+    blocked: bool = False  # it waits for todos not done yet: nothing can claim it until they are
 
 
 async def last_todo_id(store: Store) -> int:
@@ -130,7 +131,18 @@ async def arrivals(
         "limit": limit,
     }
     rows = await store.read_all(Q.todo_arrivals, params)
-    return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"], bool(r["paused"])) for r in rows]
+    return [Arrival(r["id"], r["queue"], r["title"], r["state"], r["source"], bool(r["paused"]), bool(r["blocked"]))
+            for r in rows]  # fmt: skip
+
+
+async def readiness(store: Store, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Of the blocked todos ``ids``: those ready now (pending, no longer blocked), and those that
+    will never be (finished, claimed already, or gone). The others still wait."""
+    rows = await store.read_all(Q.readiness, {"ids": json.dumps(sorted(ids))})
+    found = {int(r["id"]): r for r in rows}
+    ready = [i for i, r in found.items() if r["state"] == "pending" and not r["blocked"]]
+    over = [i for i in ids if i not in found or found[i]["state"] != "pending"]
+    return ready, over
 
 
 # ---------------------------------------------------------------- the live views

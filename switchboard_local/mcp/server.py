@@ -14,6 +14,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -33,6 +34,7 @@ logger = logging.getLogger("switchboard_local.mcp")
 
 DOORBELL_BATCH = 50
 DOORBELL_IDLE_SECONDS = 60.0
+MAX_BLOCKED_WATCHED = 1000  # blocked arrivals a session looks at to ring when they are ready
 
 INSTRUCTIONS = """\
 switchboard-local is a local work queue. Todos are units of work on named \
@@ -129,23 +131,36 @@ async def _watch_forever(changes: watch.Changes) -> None:
 
 
 async def _ring_for_arrivals(session: Session, after_id: int) -> None:
-    """Ring once for each todo that lands in scope, claimable by this agent, while pending.
+    """Ring once for each todo that lands in scope, claimable by this agent, while pending; a
+    blocked one (it waits for others) rings when it becomes ready, if it does.
 
     ``after_id`` only moves forward, so no todo rings twice in one session.
     """
     await session.doorbell.ready.wait()
     scope = session.scope
+    blocked: dict[int, watch.Arrival] = {}  # arrived blocked, not ready yet: looked at after each change
     while True:
         seen = session.changes.count
         try:
             found = await watch.arrivals(
                 session.store, after_id=after_id, agent=scope.agent, queues=scope.queues, limit=DOORBELL_BATCH
             )
+            ready: list[watch.Arrival] = []
+            if blocked:
+                readied, over = await watch.readiness(session.store, list(blocked))
+                ready = [replace(blocked.pop(i), blocked=False) for i in readied]
+                for i in over:
+                    blocked.pop(i, None)
         except Exception:
             logger.exception("reading new todos for the doorbell failed")
-            found = []
-        for arrival in found:
-            after_id = arrival.id
+            found, ready = [], []
+        for arrival in [*ready, *found]:
+            after_id = max(after_id, arrival.id)
+            if arrival.blocked:
+                if len(blocked) >= MAX_BLOCKED_WATCHED:
+                    blocked.pop(next(iter(blocked)))  # the oldest no longer rings when ready
+                blocked[arrival.id] = arrival
+                continue
             if arrival.state != "pending" or arrival.paused:
                 continue  # taken (or finished) before we looked, or on hold: nothing to claim now
             if session.is_polling(arrival.queue):

@@ -225,7 +225,17 @@ class Lifecycle(RuleBasedStateMachine):
                       assignee=assignee, max_attempts=max_attempts, after=after)  # fmt: skip
 
         def judge(outcome: Any) -> None:
-            for a in sorted(set(after)):  # the dependencies are looked at first, oldest first
+            live = self.model.holder(queue, key) if after and key is not None else None
+            if live is not None and not (live.state == "claimed" and live.lease_end <= self.now):
+                # A retried create is answered by its key's holder, whatever became of what it waits for.
+                if live.id in after:
+                    refused(f"create after {after} onto its own key's holder", outcome, InvalidArgument)
+                    return
+                got, created = answer("create", outcome)
+                assert not created, f"create made todo {got.id} though todo {live.id} holds the key"
+                self.agrees(got, live)
+                return
+            for a in sorted(set(after)):  # then the dependencies, oldest first
                 if a not in self.model.todos or self.model.todos[a].state == "cancelled":
                     refused(f"create after {after}", outcome, NotFound if a not in self.model.todos else Conflict)
                     return

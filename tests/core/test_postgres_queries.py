@@ -134,6 +134,7 @@ TWINS: dict[str, list[str]] = {
         "live_keys_held", "list_todos", "list_todos_in_queue", "claim_next_in_queue", "claim_next_in_queues",
         "complete_many", "event_in_scope", "list_events", "event_in_queues", "events_in_play", "todos_by_ids",
         "dependency_states", "add_dependencies", "cancel_dependents", "log_claims", "prune_queue_claims",
+        "readiness",
     ],
     # What only SQLite has: PRAGMA, sqlite_sequence (AUTOINCREMENT), INDEXED BY (the plan
     # tests/core/test_query_plans.py holds it to), INSERT OR IGNORE. claim_next: also SKIP LOCKED there.
@@ -160,7 +161,7 @@ TWINS: dict[str, list[str]] = {
         "copy_read_rules", "copy_insert_rules", "copy_read_agents", "copy_insert_agents",
         "copy_read_queues", "copy_insert_queues", "copy_read_events", "copy_insert_events",
         "copy_read_todos", "copy_insert_todos", "copy_read_attempts", "copy_insert_attempts",
-        "copy_read_delivery_keys", "copy_insert_delivery_keys",
+        "copy_read_delivery_keys", "copy_insert_delivery_keys", "copy_read_queue_claims", "copy_insert_queue_claims",
     ],
     # Locks: a row another transaction may be ending or recovering is locked (FOR UPDATE, SKIP
     # LOCKED) where SQLite's one writer needed nothing.

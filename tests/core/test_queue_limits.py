@@ -396,3 +396,18 @@ async def test_a_claim_racing_one_not_yet_committed_counts_it_and_takes_nothing(
 
 WAITING_ON_A_LOCK = ("SELECT count(*) FROM pg_stat_activity"
                      " WHERE datname = current_database() AND wait_event_type = 'Lock'")  # fmt: skip
+
+
+async def test_a_copy_keeps_the_rolling_minute_of_a_rate_limited_queue(store, clock, tmp_path) -> None:
+    from switchboard_local.core import copy
+
+    await limit(store, max_per_minute=2)
+    for n in range(4):
+        await new(store, title=f"t{n}")
+    assert len(await todos.claim_next(store, owner="w", queues=["limited"], max=4)) == 2
+    target = tmp_path / "target.db"
+    await copy.copy(store, target)
+    async with await open_store(target, clock=clock) as copied:
+        assert await todos.claim_next(copied, owner="w", queues=["limited"]) is None
+        clock.advance(61)
+        assert await todos.claim_next(copied, owner="w", queues=["limited"]) is not None

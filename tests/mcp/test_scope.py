@@ -172,6 +172,20 @@ async def test_the_doorbell_stays_silent_for_a_todo_on_a_paused_queue(store) -> 
     assert [r.meta["queue"] for r in received] == ["open"]
 
 
+async def test_the_doorbell_rings_for_a_blocked_todo_when_it_becomes_ready_not_before(store) -> None:
+    rings = Rings()
+    async with connect(store, None, rings):
+        build = await new(store, "builds", "build")
+        review = await new(store, "reviews", "review", after=(build.id,))
+        marker = await new(store, "other", "after the blocked one")
+        before = await rings.until(marker.id)
+        claimed = await todos.claim(store, build.id, owner="w")
+        await todos.complete(store, Lease.of(claimed))
+        after = await rings.until(review.id)
+    assert [r.meta["todo_id"] for r in before] == [str(build.id), str(marker.id)]  # not the blocked review
+    assert [r.meta["todo_id"] for r in after] == [str(build.id), str(marker.id), str(review.id)]
+
+
 async def test_the_doorbell_neutralises_the_channel_tag_and_newlines_and_caps_the_length(store) -> None:
     rings = Rings()
     async with connect(store, None, rings):

@@ -99,7 +99,7 @@ SELECT (SELECT COUNT(*) FROM sources) AS sources, (SELECT COUNT(*) FROM rules) A
        (SELECT COUNT(*) FROM todos) AS todos, (SELECT COUNT(*) FROM event_todos) AS event_todos,
        (SELECT COUNT(*) FROM todo_deps) AS todo_deps,
        (SELECT COUNT(*) FROM attempts) AS attempts, (SELECT COUNT(*) FROM delivery_keys) AS delivery_keys,
-       (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
+       (SELECT COUNT(*) FROM queue_claims) AS queue_claims, (SELECT COUNT(*) FROM ingest_leader) AS ingest_leader;
 
 -- name: copy_read_settings
 SELECT name, value FROM settings WHERE name > :after_name ORDER BY name LIMIT :limit;

@@ -97,7 +97,7 @@ async def cancel_many(
     _, cancelled = await _in_batches(
         store, Q.cancel_pending, params, by=by, action="todo.cancel", subject=queue,
         noted=lambda ids, _: {"ids": ids, "reason": params["reason"]}, batch=batch, progress=progress,
-        then=lambda tx, ids, now: dependencies.cancel_dependents(tx, ids, by=by, now=now),
+        then=lambda tx, ids, now: _cascaded(dependencies.cancel_dependents(tx, ids, by=by, now=now)),
     )  # fmt: skip
     return cancelled
 
@@ -144,7 +144,7 @@ async def _in_batches(
     noted: Callable[[list[int], list[int]], dict[str, Any]],
     batch: int,
     progress: Callable[[int], None] | None = None,
-    then: Callable[[Transaction, list[int], int], object] | None = None,
+    then: Callable[[Transaction, list[int], int], dict[str, Any]] | None = None,
 ) -> tuple[int, int]:
     """A bulk change, one bounded batch per transaction, until a batch comes back short.
 
@@ -156,7 +156,8 @@ async def _in_batches(
     The cursor (the last id taken: past the ones left as they were) is
     carried out here, not kept by the body, since a body may run more than
     once (group commit). ``progress`` hears the running count done; ``then``
-    runs in the transaction with the ids done. Answers the totals (taken, done).
+    runs in the transaction with the ids done, and what it answers is noted
+    too. Answers the totals (taken, done).
     """
     require_int("batch", batch, low=1, high=MAX_LIST_LIMIT)
 
@@ -166,10 +167,9 @@ async def _in_batches(
             recover_lapsed(tx, now)
             ids = sorted(r["id"] for r in tx.all(take, {**params, "after_id": after_id, "limit": batch, "now": now}))
             done = ids if each is None else [todo_id for todo_id in ids if each(tx, todo_id, now)]
-            if then is not None:
-                then(tx, done, now)
+            also = {} if then is None else then(tx, done, now)
             if by is not None and ids:
-                audit.record(tx, now, by=by, action=action, subject=subject, **noted(ids, done))
+                audit.record(tx, now, by=by, action=action, subject=subject, **noted(ids, done), **also)
             return ids, done
 
         return body
@@ -183,6 +183,11 @@ async def _in_batches(
         if len(ids) < batch:
             return taken, done
         after_id = ids[-1]
+
+
+def _cascaded(ids: list[int]) -> dict[str, Any]:
+    """What the audit record of a cancel notes of the dependents it cancelled with it."""
+    return {"cascaded": ids} if ids else {}
 
 
 # ---------------------------------------------------------------- filters and previews

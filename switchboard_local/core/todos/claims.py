@@ -270,8 +270,10 @@ def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Trans
         values = {**params, "hashes": json.dumps(hashes), "lease_expires_at": now + lease_ms, "now": now}
         rows = _claiming(tx, now, lambda limited: tx.all(Q.claim_next_limited if limited else statement, values),
                          queues=params["queues"])
+        # The results they carry draw on what the budget left once their payloads and errors were weighed.
+        room = None if claim.budget is None else [claim.budget - sum(map(_weight, rows))]
         claimed = [
-            with_dependencies(tx, Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]])) for row in rows
+            with_dependencies(tx, Todo.from_row(row, lease_token=tokens[row["lease_token_hash"]]), room) for row in rows
         ]
         claimed.sort(key=lambda todo: (-todo.priority, todo.id))  # the order one claim after another takes them
         # A candidate takes the hash at its count of candidates after it, so the
@@ -281,6 +283,12 @@ def claim_many_body(store: Store, claim: NextClaim, max: int) -> Callable[[Trans
         return ClaimedBatch(claimed, over_budget=left)
 
     return body
+
+
+def _weight(row: Row) -> int:
+    """A claimed row's bytes as a batch's budget weighs them (the claim statements' ``size``):
+    its payload's, and its last error's six times (JSON may escape each byte as \\u00XX)."""
+    return len(row["payload"].encode("utf-8")) + 6 * len((row["last_error"] or "").encode("utf-8"))
 
 
 def _next_params(claim: NextClaim, queues: list[str] | None, max: int, budget: int | None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from .. import settings
 from ..errors import Conflict, InvalidArgument, NotFound
 from ..store.interface import Transaction
 from ..store.queries import Q
-from ..todo_model import Dependency, NewTodo, Todo
+from ..todo_model import Dependency, NewTodo, Todo, dump_json
 
 
 @dataclass(frozen=True)
@@ -90,25 +90,48 @@ def add(tx: Transaction, todo_id: int, waits: Waits) -> None:
 
 
 def cancel_dependents(tx: Transaction, cancelled: Sequence[int], *, by: str, now: int) -> list[int]:
-    """Cancel the blocked todos that wait for ``cancelled`` (directly or through others); their ids."""
-    if not cancelled:
-        return []
-    rows = tx.all(Q.cancel_dependents, {"ids": json.dumps(list(cancelled)), "by": by, "now": now})
-    return [int(r["id"]) for r in rows]
+    """Cancel the blocked todos that wait for ``cancelled`` (directly or through others); their ids.
+
+    A level at a time, each a statement of its own: on PostgreSQL a statement sees the
+    dependents whose creates committed before it began, and a create that waits for a
+    todo of this level holds it (dependency_states) until it commits, so the next level's
+    statement sees it.
+    """
+    found: list[int] = []
+    level = list(cancelled)
+    while level:
+        rows = tx.all(Q.cancel_dependents, {"ids": json.dumps(level), "by": by, "now": now})
+        level = [int(r["id"]) for r in rows]
+        found += level
+    return found
 
 
-def with_dependencies(tx: Transaction, todo: Todo) -> Todo:
+def with_dependencies(tx: Transaction, todo: Todo, room: list[int] | None = None) -> Todo:
     """``todo`` with what it waits for: each one's id, state and result. The results are
-    inlined, oldest first, while they add up to no more than limits.max_payload; a result
-    past that is named (``result_omitted``), not inlined."""
+    inlined, oldest first, while they add up to no more than limits.max_payload (and to no
+    more than ``room[0]`` bytes, which a batch's todos draw on in turn: what its size budget
+    left); a result past that is named (``result_omitted``), not inlined."""
     if not todo.waits_for:
         return todo
     budget = settings.value_in(tx, settings.MAX_PAYLOAD)
-    found = []
+    if room is not None:
+        budget = min(budget, room[0])
+    found, used = [], 0
     for row in tx.all(Q.dependencies_of, {"id": todo.id}):
-        text, size = row["result"], row["result_bytes"] or 0
+        text, result = row["result"], None
+        size = row["result_bytes"] or 0
+        if text is not None and budget < size <= 2 * budget:
+            # PostgreSQL prints jsonb with a space after each ',' and ':' (at most doubling it):
+            # measured as complete accepted it, compact, it may fit.
+            result = json.loads(text)
+            size = len(dump_json("result", result).encode("utf-8"))
         fits = text is not None and size <= budget
-        budget -= size if fits else 0
-        result = json.loads(text) if fits else None
-        found.append(Dependency(int(row["id"]), row["state"], result, text is not None and not fits))
+        if fits:
+            budget -= size
+            used += size
+        if fits and result is None:
+            result = json.loads(text)
+        found.append(Dependency(int(row["id"]), row["state"], result if fits else None, text is not None and not fits))
+    if room is not None:
+        room[0] -= used
     return replace(todo, dependencies=tuple(found))

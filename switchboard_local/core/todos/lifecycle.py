@@ -85,6 +85,16 @@ def insert(
     own: Collection[int] = (),
 ) -> tuple[Todo, bool]:
     """The insert behind ``create``: the stored (or live, holding the key) todo, and whether it is new."""
+    if (todo.after or todo.after_keys) and todo.idempotency_key is not None:
+        # A retried create is answered by the todo holding its key, whatever became of the
+        # todos it waits for since (done, their keys free; pruned): they are checked only for
+        # a new todo. (A lapsed holder is left to _insert, which recovers it first.)
+        holder = tx.one(Q.live_todo_by_key, {"queue": todo.queue, "idempotency_key": todo.idempotency_key})
+        if holder is not None and not (holder["state"] == "claimed" and holder["lease_expires_at"] <= now):
+            held = Todo.from_row(holder)
+            if held.id in todo.after or todo.idempotency_key in todo.after_keys:
+                raise InvalidArgument(f"todo {held.id} holds this idempotency key already, and cannot wait for itself")
+            return held, False
     waits = dependencies.resolve(tx, todo, scope, own)
     params = insert_params(todo, now=now, event_id=event_id)
     if waits.ids:

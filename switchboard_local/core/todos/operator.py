@@ -94,9 +94,9 @@ async def cancel(store: Store, todo_id: int, *, by: str, reason: str | None = No
         row = tx.one(Q.cancel, {**params, "id": todo_id, "now": now})
         if row is None:
             raise _not_in(tx, todo_id, ("pending", "claimed"), "cancelled")
+        cascaded = dependencies.cancel_dependents(tx, [todo_id], by=by, now=now)
         audit.record(tx, now, by=by, action="todo.cancel", subject=todo_id, queue=row["queue"],
-                     reason=params["reason"])  # fmt: skip
-        dependencies.cancel_dependents(tx, [todo_id], by=by, now=now)
+                     reason=params["reason"], **({"cascaded": cascaded} if cascaded else {}))  # fmt: skip
         return Todo.from_row(row)
 
     return await store.write(body)

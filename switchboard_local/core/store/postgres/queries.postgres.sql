@@ -128,7 +128,13 @@ FROM todos WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb
 -- a completion racing it waits, then its trigger sees the new dependency.
 SELECT id, state, queue FROM todos
 WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+ORDER BY id
 FOR SHARE;
+
+-- name: readiness
+SELECT id, state, CAST(blocked_by > 0 AS integer) AS blocked FROM todos
+WHERE id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
+ORDER BY id;
 
 -- name: live_todos_by_key
 SELECT id, queue FROM todos
@@ -147,16 +153,16 @@ WHERE todo_deps.todo_id = :id
 ORDER BY todos.id;
 
 -- name: cancel_dependents
-WITH RECURSIVE down (id, after_id) AS (
-    SELECT todo_id, after_id FROM todo_deps
-    WHERE after_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint))
-    UNION
-    SELECT todo_deps.todo_id, todo_deps.after_id FROM todo_deps JOIN down ON todo_deps.after_id = down.id
-)
+-- As queries.sql's: one level a statement (see there why).
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, updated_at = sb_ts(:now),
-    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM down WHERE down.id = todos.id) || ' was cancelled'
-WHERE id IN (SELECT id FROM down) AND state = 'pending' AND blocked_by > 0
+    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM todo_deps
+                                      WHERE todo_id = todos.id
+                                        AND after_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint)))
+                    || ' was cancelled'
+WHERE id IN (SELECT todo_id FROM todo_deps
+             WHERE after_id IN (SELECT CAST(jsonb_array_elements_text(CAST(:ids AS jsonb)) AS bigint)))
+  AND state = 'pending' AND blocked_by > 0
 RETURNING id;
 
 -- name: list_todos
@@ -718,6 +724,8 @@ DELETE FROM todos WHERE id = ANY (ARRAY(
     SELECT id FROM todos
     WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before))
+      AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                      WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'))
     ORDER BY id
     LIMIT :limit
     FOR UPDATE))
@@ -727,7 +735,9 @@ RETURNING id;
 -- name: count_purgeable
 SELECT count(*) AS "count(*)" FROM todos
 WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
-  AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before));
+  AND (CAST(:before AS bigint) IS NULL OR updated_at < sb_ts(:before))
+  AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                  WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'));
 
 -- name: stats
 -- Counts per queue as they stand at :now, without writing (see queries.sql).
@@ -1047,9 +1057,10 @@ ORDER BY id;
 -- array, or NULL for all), oldest first, with the source of the event each
 -- came from and whether its queue is paused: what the doorbell rings for.
 -- Waits as todos_after does.
-SELECT id, queue, title, state, source, paused
-FROM sb_todo_arrivals(:after_id, CAST(:queues AS jsonb), :agent, :limit)
-ORDER BY id;
+SELECT a.id, a.queue, a.title, a.state, a.source, a.paused,
+       CAST((SELECT blocked_by FROM todos WHERE todos.id = a.id) > 0 AS integer) AS blocked
+FROM sb_todo_arrivals(:after_id, CAST(:queues AS jsonb), :agent, :limit) AS a
+ORDER BY a.id;
 
 -- ---- rules (routing, applied in position order) ----
 
@@ -1078,10 +1089,13 @@ FROM rules WHERE source = :source ORDER BY position;
 -- ---- retention ----
 
 -- name: prune_finished_todos
--- Finished todos last touched before the cutoff. Live todos are never pruned.
+-- Finished todos last touched before the cutoff. Live todos are never pruned, nor
+-- a finished todo a live one waits for (as purge_todos).
 DELETE FROM todos
 WHERE state IN ('done', 'failed', 'cancelled')
-  AND updated_at < sb_ts(:cutoff);
+  AND updated_at < sb_ts(:cutoff)
+  AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                  WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'));
 
 -- name: prune_events
 -- Events received before the cutoff, or beyond the newest :max_events, unless
@@ -1386,3 +1400,12 @@ ORDER BY source, key LIMIT :limit;
 
 -- name: copy_insert_delivery_keys
 INSERT INTO delivery_keys (source, key, event_id, seen_at) VALUES (:source, :key, :event_id, sb_ts(:seen_at));
+
+-- name: copy_read_queue_claims
+SELECT queue, sb_ms(claimed_at) AS claimed_at, todo_id, lease_token_hash FROM queue_claims
+WHERE (queue, claimed_at, lease_token_hash) > (:after_queue, sb_ts(:after_claimed_at), :after_lease_token_hash)
+ORDER BY queue, claimed_at, lease_token_hash LIMIT :limit;
+
+-- name: copy_insert_queue_claims
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+VALUES (:queue, sb_ts(:claimed_at), :todo_id, :lease_token_hash);

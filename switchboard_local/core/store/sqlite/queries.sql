@@ -76,7 +76,13 @@ SELECT * FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
 -- name: dependency_states
 -- The todos a new todo is to wait for (:ids, a JSON array of todo ids): each
 -- one's state and queue (an id not listed does not exist).
-SELECT id, state, queue FROM todos WHERE id IN (SELECT value FROM json_each(:ids));
+SELECT id, state, queue FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
+-- name: readiness
+-- Of the todos :ids (a JSON array), each one's state and whether it is blocked
+-- (a todo not listed no longer exists): the doorbell's look at the blocked
+-- todos it saw arrive.
+SELECT id, state, blocked_by > 0 AS blocked FROM todos WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
 
 -- name: live_todos_by_key
 -- The live todos holding :idempotency_key, in any queue (`todo create
@@ -98,18 +104,19 @@ WHERE todo_deps.todo_id = :id
 ORDER BY todos.id;
 
 -- name: cancel_dependents
--- The blocked todos that wait, directly or through others, for the todos :ids
--- (a JSON array) just cancelled, cancelled too, in the same transaction, each
--- naming a dependency of its own that was cancelled; the ids it cancelled.
-WITH RECURSIVE down (id, after_id) AS (
-    SELECT todo_id, after_id FROM todo_deps WHERE after_id IN (SELECT value FROM json_each(:ids))
-    UNION
-    SELECT todo_deps.todo_id, todo_deps.after_id FROM todo_deps JOIN down ON todo_deps.after_id = down.id
-)
+-- The blocked todos that wait for the todos :ids (a JSON array) just
+-- cancelled, cancelled too, each naming a dependency of its own that was
+-- cancelled; the ids it cancelled. One level: dependencies.cancel_dependents
+-- runs it again on what it cancelled, until nothing is left (each level a
+-- statement of its own, so that on PostgreSQL it sees a dependent whose create
+-- committed while the level before waited for its lock).
 UPDATE todos
 SET state = 'cancelled', cancelled_by = :by, updated_at = :now,
-    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM down WHERE down.id = todos.id) || ' was cancelled'
-WHERE id IN (SELECT id FROM down) AND state = 'pending' AND blocked_by > 0
+    cancel_reason = 'dependency ' || (SELECT min(after_id) FROM todo_deps
+                                      WHERE todo_id = todos.id AND after_id IN (SELECT value FROM json_each(:ids)))
+                    || ' was cancelled'
+WHERE id IN (SELECT todo_id FROM todo_deps WHERE after_id IN (SELECT value FROM json_each(:ids)))
+  AND state = 'pending' AND blocked_by > 0
 RETURNING id;
 
 -- name: list_todos
@@ -607,11 +614,15 @@ WHERE queue = :queue AND state = 'failed'
 -- name: purge_todos
 -- A queue's finished todos in :state ('done', 'failed' or 'cancelled'), last
 -- touched before :before (NULL: any time), oldest first, a batch at a time.
--- Live todos are never purged; attempts and event links go with them.
+-- Live todos are never purged, nor a finished todo a live one waits for (its
+-- result is that one's input; a dead letter may yet be redriven for it);
+-- attempts and event links go with them.
 DELETE FROM todos WHERE id IN (
     SELECT id FROM todos
     WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
       AND (:before IS NULL OR updated_at < :before)
+      AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                      WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'))
     ORDER BY id
     LIMIT :limit)
 RETURNING id;
@@ -619,7 +630,9 @@ RETURNING id;
 -- name: count_purgeable
 SELECT count(*) FROM todos
 WHERE queue = :queue AND state = :state AND state IN ('done', 'failed', 'cancelled')
-  AND (:before IS NULL OR updated_at < :before);
+  AND (:before IS NULL OR updated_at < :before)
+  AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                  WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'));
 
 -- name: stats
 -- Counts per queue as they stand at :now, without writing: a claimed todo
@@ -901,9 +914,10 @@ LIMIT :limit;
 -- Todos created after :after_id that :agent could claim (no assignee, or
 -- itself) in the queues (a JSON array, or NULL for all), oldest first, with
 -- the source of the event each came from and whether its queue is paused:
--- what the doorbell rings for.
+-- what the doorbell rings for (once a blocked one is ready: readiness).
 SELECT todos.id, todos.queue, todos.title, todos.state, events.source,
-       EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL) AS paused
+       EXISTS (SELECT 1 FROM queues WHERE queues.name = todos.queue AND queues.paused_at IS NOT NULL) AS paused,
+       todos.blocked_by > 0 AS blocked
 FROM todos LEFT JOIN events ON events.id = todos.event_id
 WHERE todos.id > :after_id
   AND (:queues IS NULL OR todos.queue IN (SELECT value FROM json_each(:queues)))
@@ -930,10 +944,13 @@ SELECT * FROM rules INDEXED BY rules_by_source WHERE source = :source ORDER BY p
 
 -- name: prune_finished_todos
 -- Finished todos (done, dead letters, cancelled) last touched before the
--- cutoff. Live todos are never pruned.
+-- cutoff. Live todos are never pruned, nor a finished todo a live one waits
+-- for (as purge_todos).
 DELETE FROM todos
 WHERE state IN ('done', 'failed', 'cancelled')
-  AND updated_at < :cutoff;
+  AND updated_at < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM todo_deps JOIN todos AS waiting ON waiting.id = todo_deps.todo_id
+                  WHERE todo_deps.after_id = todos.id AND waiting.state IN ('pending', 'claimed'));
 
 -- name: prune_events
 -- Events received before the cutoff, or beyond the newest :max_events, unless
@@ -1207,3 +1224,12 @@ ORDER BY source, key LIMIT :limit;
 
 -- name: copy_insert_delivery_keys
 INSERT INTO delivery_keys (source, key, event_id, seen_at) VALUES (:source, :key, :event_id, :seen_at);
+
+-- name: copy_read_queue_claims
+SELECT queue, claimed_at, todo_id, lease_token_hash FROM queue_claims
+WHERE (queue, claimed_at, lease_token_hash) > (:after_queue, :after_claimed_at, :after_lease_token_hash)
+ORDER BY queue, claimed_at, lease_token_hash LIMIT :limit;
+
+-- name: copy_insert_queue_claims
+INSERT INTO queue_claims (queue, claimed_at, todo_id, lease_token_hash)
+VALUES (:queue, :claimed_at, :todo_id, :lease_token_hash);
