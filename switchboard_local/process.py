@@ -25,11 +25,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import workers
 from .core import agents, leadership, retention, schedules
 from .core.adapters import Brokers
 from .core.errors import NotFound, StoreFault
@@ -261,9 +262,17 @@ class Service:
         limits: Any = None,
         store_options: dict[str, Any] | None = None,
         take_over: bool = False,
+        workers: int = 1,
+        worker_args: Sequence[str] = (),
+        worker_env: Mapping[str, str] | None = None,
     ) -> None:
+        """``workers``: processes answering deliveries, this one included (workers.py); each
+        other one runs `serve` with ``worker_args`` and its ``--listen-fd``, in ``worker_env``."""
         self.db = db
         self.take_over = take_over
+        self.workers = workers
+        self.worker_args = worker_args
+        self.worker_env = worker_env
         self.upkeep = upkeep
         self.limits = limits
         self.store_options = store_options or {}
@@ -290,7 +299,10 @@ class Service:
                 app = receiver_app(store, sock, limits, stopping=self._server_exiting)
                 self._server = server(app, limits)
                 self._server.should_exit = self._stopping
-                await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
+                pool = workers.Workers(self.workers, sock, self.worker_args, env=self.worker_env,
+                                       stopping=self._server_exiting)  # fmt: skip
+                async with workers.running(pool):
+                    await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
                 return bool(self._server.started)
 
     def _server_exiting(self) -> bool:
@@ -300,6 +312,34 @@ class Service:
         self._stopping = True
         if self._server is not None:
             self._server.should_exit = True
+
+
+class Worker(Service):
+    """`serve --listen-fd FD`: one of a `serve`'s workers (workers.py). It answers deliveries
+    and serves the dashboard on the socket it was given, and leads nothing; it stops at a
+    stop signal, and when the `serve` that started it is gone."""
+
+    async def serve(self, sock: socket.socket) -> bool:
+        from .http.limits import Limits, server
+
+        parent_gone = workers.end_with_parent()
+        async with await open_store(self.db, **self.store_options) as store:
+            limits = self.limits or Limits()
+            app = receiver_app(store, sock, limits, stopping=self._server_exiting)
+            self._server = server(app, limits)
+            self._server.should_exit = self._stopping
+            orphaned = asyncio.create_task(self._stop_when(parent_gone))
+            try:
+                await self._server.serve(sockets=[sock])
+            finally:
+                orphaned.cancel()
+            return bool(self._server.started)
+
+    async def _stop_when(self, gone: Callable[[], bool]) -> None:
+        while not gone():
+            await asyncio.sleep(workers.PARENT_LOOK_SECONDS)
+        log.warning("the serve that started this worker is gone: stopping")
+        self.stop()
 
 
 @contextlib.asynccontextmanager

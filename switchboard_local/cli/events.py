@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ import click
 
 from ..core import events, retention, routing, sources
 from ..core.store.interface import Store
+from ..core.store.shared import DB_ENV
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
 from . import live
@@ -210,6 +212,11 @@ def prune_command(db: Path | None, as_json: bool | None, older_than: float, max_
               help="Seconds for a request's body to arrive once its headers have (else 408).")  # fmt: skip
 @click.option("--take-over", is_flag=True,
               help="Take the ingest side over from the process that leads it (an `mcp`) instead of standing by.")  # fmt: skip
+@click.option("--workers", type=IntRange(1, 64), default=None,
+              help="Processes answering webhooks on the address, this one included (default: one per two cores, "
+                   "at most 4). Limits such as --max-connections are each one's.")  # fmt: skip
+@click.option("--listen-fd", type=IntRange(0), default=None, hidden=True,
+              help="A worker's: the listening socket its `serve` gave it.")  # fmt: skip
 @common
 def serve_command(
     db: Path | None,
@@ -223,20 +230,31 @@ def serve_command(
     head_timeout: float,
     body_timeout: float,
     take_over: bool,
+    workers: int | None,
+    listen_fd: int | None,
 ) -> None:
     """Run the webhook receiver (POST /hooks/NAME, GET /healthz) and lead ingest, until stopped.
 
     Ingest (the adapters' consumers and the pruner) runs in one process per
     database at a time: this one leads when no other does, and otherwise
     stands by and takes over when the leader goes (--take-over: at once).
+    With --workers N, N - 1 more processes answer webhooks on the same
+    address beside it (each stores what it receives before answering).
     """
     from .. import process  # starlette, uvicorn and the brokers' drivers only for this command
+    from .. import workers as pool
 
     out = Out(db, as_json)
     out.run(sources.list_sources)  # a database that cannot be used stops us here, with its exit code
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    who = "" if listen_fd is None else "worker %(process)d: "
+    handler.setFormatter(SafeFormatter(f"%(asctime)s %(levelname)s {who}%(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+    limits = process.http_limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    if listen_fd is not None:  # one of a serve's workers: its socket is given, it leads nothing
+        if not process.Worker(out.db, limits=limits).run(pool.inherited_socket(listen_fd)):
+            sys.exit(1)
+        return
     try:
         sock = process.listen(host, port)
     except OSError as exc:  # taken, not ours to bind, or a name that does not resolve
@@ -246,9 +264,14 @@ def serve_command(
             click.echo(json.dumps({"error": {"code": "cannot_listen", "message": message}}))
         click.echo(f"switchboard-local: cannot_listen: {escape_controls(message)}", err=True)
         sys.exit(EXIT_CANNOT_LISTEN)
-    limits = process.http_limits(head_timeout=head_timeout, body_timeout=body_timeout, max_connections=max_connections)
     upkeep = process.Upkeep(older_than_days=prune_older_than, max_events=prune_max_events,
                             dedup_horizon_days=dedup_horizon)  # fmt: skip
+    args = ["--head-timeout", str(head_timeout), "--body-timeout", str(body_timeout),
+            "--max-connections", str(max_connections)]  # fmt: skip
+    env = None if out.db is None else {**os.environ, DB_ENV: str(out.db)}
+    service = process.Service(out.db, upkeep=upkeep, limits=limits, take_over=take_over,
+                              workers=pool.default_count() if workers is None else workers,
+                              worker_args=args, worker_env=env)  # fmt: skip
     # Logs "serving on …" once bound and started; returns at a stop signal.
-    if not process.Service(out.db, upkeep=upkeep, limits=limits, take_over=take_over).run(sock):
+    if not service.run(sock):
         sys.exit(1)
