@@ -17,7 +17,8 @@ system, at the same durability: WAL + synchronous=FULL for every SQLite-based sy
      loop with complete(then=…) (one commit per job); 4 processes draining
      one file; 8 concurrent consumers in one process (group commit)
   c  peers: litequeue put, pop+done; persist-queue SQLiteAckQueue put, get+ack
-  d  webhook ingest over loopback HTTP, 1 and 32 senders (bench/webhooks.py),
+  d  webhook ingest over loopback HTTP, 1 and 32 senders, and 32 senders to
+     serve --workers 2 (bench/webhooks.py),
      beside the bare-HTTP ceiling: the receiver's stack answering 202 and
      nothing else, 32 senders (bench/bare_http.py)
   e  every broker's drain (Redis streams, NATS JetStream, RabbitMQ, SQS on moto: those whose server
@@ -517,6 +518,8 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack, pg_server: 
         for senders in (1, 32):
             names = tuple(f"webhook_{senders}_senders_{k}" for k in ("per_s", "p50_ms", "p99_ms"))
             measures.append((names, lambda i, s=senders: tuple(web.run(1000, s, fresh(i, f"w{s}"), i).values())))
+        names = tuple(f"webhook_32_senders_2_workers_{k}" for k in ("per_s", "p50_ms", "p99_ms"))
+        measures.append((names, lambda i: tuple(web.run(1000, 32, fresh(i, "w32x2"), i, workers=2).values())))
         bare = _load("bare_http")
         names = tuple(f"bare_http_32_senders_{k}" for k in ("per_s", "p50_ms", "p99_ms"))
         measures.append((names, lambda i: tuple(bare.run(1000, 32).values())))
@@ -592,6 +595,8 @@ TARGETS = [
     ("commit p99 / p50", "commit_p99_ms", "commit_p50_ms", "at most", 3.0),
     ("webhook ingest, 32 senders vs bare HTTP, 32 senders",
      "webhook_32_senders_per_s", "bare_http_32_senders_per_s", "at least", 0.5),
+    ("webhook ingest, 32 senders, serve --workers 2 vs bare HTTP, 32 senders",
+     "webhook_32_senders_2_workers_per_s", "bare_http_32_senders_per_s", "at least", 0.5),
     ("Redis stream drain, batch 64 vs raw XREADGROUP+XACK", "redis_batch_64_per_s", "redis_raw_per_s", "at least", 0.3),
     *((f"{label} drain, batch {batch} vs the same rows in bare sqlite3", f"{name}_batch_{batch}_per_s",
        f"raw_ingest_rows_batch_{batch}_per_s", "at least", 0.7)

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,24 +46,29 @@ def cli(db: str | Path, *args: str) -> None:
         raise RuntimeError(f"switchboard-local {' '.join(args)}: {done.stderr.strip()}")
 
 
-def start_server(db: str | Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(db: str | Path, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
+    """`serve` on ``port``, answered once every one of its ``workers`` processes serves."""
     env = {**os.environ, "BENCH_SECRET": SECRET.decode()}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db)],
+        [sys.executable, "-m", "switchboard_local", "serve", "--port", str(port), "--db", str(db),
+         "--workers", str(workers)],
         env=env,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("serve did not start")
+    serving = threading.Semaphore(0)
+
+    def drain() -> None:  # its log is read to the end, so that a full pipe never holds it up
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if b"serving on http://" in line:
+                serving.release()
+
+    threading.Thread(target=drain, daemon=True).start()
+    for _ in range(workers):
+        if not serving.acquire(timeout=30):
+            proc.kill()
+            raise RuntimeError("serve did not start")
+    return proc
 
 
 def signed_request(port: int, delivery: str, body: bytes) -> bytes:
@@ -101,13 +107,16 @@ async def send_from(port: int, shares: list[list[bytes]], latencies: list[float]
     return time.perf_counter() - start
 
 
-def run(deliveries: int, senders: int, tmp: Path, n: int, db: str | Path | None = None) -> dict[str, float]:
+def run(
+    deliveries: int, senders: int, tmp: Path, n: int, db: str | Path | None = None, workers: int = 1
+) -> dict[str, float]:
     """One run against a fresh SQLite file in ``tmp``, or against ``db`` (a file or a
-    PostgreSQL URL to a fresh database: bench/postgres.py's webhook measure)."""
-    db = db if db is not None else tmp / f"webhooks-{senders}-{n}.db"
+    PostgreSQL URL to a fresh database: bench/postgres.py's webhook measure), with
+    ``workers`` processes answering (serve --workers)."""
+    db = db if db is not None else tmp / f"webhooks-{senders}-{workers}-{n}.db"
     cli(db, "source", "add", "gh", "--kind", "github", "--secret-env", "BENCH_SECRET")
     port = free_port()
-    server = start_server(db, port)
+    server = start_server(db, port, workers)
     try:
         requests = [
             signed_request(port, f"delivery-{i}", json.dumps({"ref": "refs/heads/main", "after": f"{i:040x}", "n": i}).encode())
