@@ -156,7 +156,7 @@ def raw_ingest_rows(tmp: Path, batch: int = 64) -> float:
              "verify_detail": None, "content_type": None, "headers": "{}", "body": b'{"order": 1}', "size": 12, "now": 1,
              "body_key": None, "window_start": 0}
     todo = {"queue": "q", "assignee": None, "title": "t", "kind": "stream", "payload": '{"body": {"order": 1}}',
-            "priority": 0, "max_attempts": 5, "visible_at": 1, "now": 1}  # fmt: skip
+            "priority": 0, "max_attempts": 5, "visible_at": 1, "now": 1, "blocked_by": 0, "waits_for": 0}  # fmt: skip
     total = N * 5
     start = time.perf_counter()
     for number in range(total // batch):
