@@ -99,7 +99,13 @@ class Workers:
         """One worker slot: a worker in it, started again whenever it dies, until the server stops."""
         pause = FIRST_PAUSE_SECONDS
         while not self.stopping():
-            proc = self._start()
+            try:
+                proc = self._start()
+            except OSError as exc:  # no process could be made (a limit, memory): said, and tried again
+                log.error("cannot start a worker: %s; trying again in %.1f s", exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_SECONDS)
+                continue
             began = time.monotonic()
             status = await asyncio.to_thread(proc.wait)
             self._procs.discard(proc)
