@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import workers
+from . import __version__, workers
 from .core import agents, leadership, retention, schedules
 from .core.adapters import Brokers
 from .core.errors import NotFound, StoreFault
@@ -323,6 +323,11 @@ class Worker(Service):
         from .http.limits import Limits, server
 
         parent_gone = workers.end_with_parent()
+        theirs = os.environ.get(workers.VERSION_ENV)
+        if theirs is not None and theirs != __version__:  # upgraded since its serve started: never mix the two
+            log.error("this worker is version %s, its serve %s: restart serve to run the new version",
+                      __version__, theirs)  # fmt: skip
+            return False
         async with await open_store(self.db, **self.store_options) as store:
             limits = self.limits or Limits()
             app = receiver_app(store, sock, limits, stopping=self._server_exiting)

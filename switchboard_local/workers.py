@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from . import __version__
 
 log = logging.getLogger("switchboard_local.serve")
 
@@ -38,15 +41,29 @@ log = logging.getLogger("switchboard_local.serve")
 QUICK_DEATH_SECONDS = 5.0
 FIRST_PAUSE_SECONDS = 0.5
 MAX_PAUSE_SECONDS = 30.0
-STOP_SECONDS = 30.0  # a stopping worker's in-flight requests finish first; past this it is killed
+STOP_MARGIN_SECONDS = 15.0  # past a worker's own graceful stop, before it is killed
+STOPPING_LOOK_SECONDS = 0.1  # how often the serve looks whether it is stopping, to stop its workers with it
 PARENT_LOOK_SECONDS = 1.0  # how often a worker looks whether its `serve` is gone (where the kernel cannot tell it)
 PARENT_ENV = "SWITCHBOARD_WORKER_OF"  # the pid of the `serve` that started a worker
+VERSION_ENV = "SWITCHBOARD_WORKER_VERSION"  # its version: a worker of another (an upgrade since) refuses to run
 
 
 def default_count() -> int:
-    """One process per two cores, at least one, at most four: the rest of the cores are left to
-    the write connection's commits, the ingest leader's consumers and the agents."""
-    return max(1, min(4, (os.cpu_count() or 1) // 2))
+    """One process per two cores this process may run on (its affinity: a container's), at least
+    one, at most four: the rest are left to the commits, the ingest leader's consumers and the agents."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores // 2))
+
+
+def stop_seconds() -> float:
+    """How long a stopping worker is given: its own graceful stop (http/limits.py: longer than a
+    delivery may wait for another process's write lock) and a margin; then it is killed."""
+    from .core.store.shared import busy_timeout_ms
+
+    return busy_timeout_ms() / 1000 + 15 + STOP_MARGIN_SECONDS
 
 
 def command() -> list[str]:
@@ -73,10 +90,12 @@ class Workers:
         self.sock = sock
         self.args = list(args)  # the `serve` options a worker repeats (its limits)
         # Its environment: the database comes this way, never on a command line `ps` shows.
-        self.env = {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
+        self.env = {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid()), VERSION_ENV: __version__}
         self.stopping = stopping
         self.started = 0  # workers started so far, the replacements included
         self._procs: set[subprocess.Popen[bytes]] = set()
+        # A thread per slot waits for its worker's end: the loop's default pool is left to the store.
+        self._waiters = ThreadPoolExecutor(max_workers=max(1, count - 1) + 1, thread_name_prefix="worker-wait")
 
     @property
     def pids(self) -> list[int]:
@@ -95,23 +114,25 @@ class Workers:
         log.info("worker %d started", proc.pid)
         return proc
 
+    async def _wait(self, proc: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+        return await asyncio.get_running_loop().run_in_executor(self._waiters, proc.wait, timeout)
+
     async def _keep(self) -> None:
         """One worker slot: a worker in it, started again whenever it dies, until the server stops."""
         pause = FIRST_PAUSE_SECONDS
         while not self.stopping():
+            began = time.monotonic()
             try:
                 proc = self._start()
-            except OSError as exc:  # no process could be made (a limit, memory): said, and tried again
-                log.error("cannot start a worker: %s; trying again in %.1f s", exc, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, MAX_PAUSE_SECONDS)
-                continue
-            began = time.monotonic()
-            status = await asyncio.to_thread(proc.wait)
-            self._procs.discard(proc)
-            if self.stopping():
-                return
-            log.warning("worker %d exited (%s); starting another", proc.pid, _status(status))
+                status = await self._wait(proc)
+                self._procs.discard(proc)
+                if self.stopping():
+                    return
+                log.warning("worker %d exited (%s); starting another", proc.pid, _status(status))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # no process could be made (a limit, memory), or anything else: said, and tried again
+                log.exception("worker slot: cannot keep a worker running; trying again in %.1f s", pause)
             if time.monotonic() - began < QUICK_DEATH_SECONDS:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_SECONDS)
@@ -124,31 +145,49 @@ class Workers:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
+        grace = stop_seconds()
         for proc in procs:
             try:
-                await asyncio.to_thread(proc.wait, STOP_SECONDS)
+                await self._wait(proc, grace)
             except subprocess.TimeoutExpired:
-                log.warning("worker %d did not stop within %.0f s; killed", proc.pid, STOP_SECONDS)
+                log.warning("worker %d did not stop within %.0f s; killed", proc.pid, grace)
                 proc.kill()
-                await asyncio.to_thread(proc.wait)
+                await self._wait(proc)
         self._procs.clear()
+
+    async def _stop_with_serve(self) -> None:
+        """Stop the workers as soon as the serve is stopping: they drain beside it, not after it."""
+        while not self.stopping():
+            await asyncio.sleep(STOPPING_LOOK_SECONDS)
+        await self.stop()
 
 
 @contextlib.asynccontextmanager
 async def running(workers: Workers) -> AsyncIterator[Workers]:
-    """``workers`` kept running while the block runs, stopped when it leaves."""
-    slots = [asyncio.create_task(workers._keep(), name=f"worker-slot-{n}") for n in range(workers.count - 1)]
+    """``workers`` kept running while the block runs, stopped when it leaves (or, sooner, when
+    the serve begins to stop)."""
+    if workers.count <= 1:
+        yield workers
+        return
+    tasks = [asyncio.create_task(workers._keep(), name=f"worker-slot-{n}") for n in range(workers.count - 1)]
+    tasks.append(asyncio.create_task(workers._stop_with_serve(), name="workers-stop"))
     try:
         yield workers
     finally:
-        for slot in slots:
-            slot.cancel()
-        await asyncio.gather(*slots, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await workers.stop()
+        workers._waiters.shutdown(wait=False)
 
 
 def _status(status: int) -> str:
-    return f"killed by {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        return f"killed by {signal.Signals(-status).name}"
+    except ValueError:  # a real-time signal has no name
+        return f"killed by signal {-status}"
 
 
 # ---------------------------------------------------------------- in the worker

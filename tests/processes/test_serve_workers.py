@@ -9,6 +9,9 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -142,6 +145,47 @@ def test_a_workers_database_is_never_on_its_command_line(tmp_path: Path) -> None
         command = Path(f"/proc/{worker}/cmdline").read_bytes().split(b"\0")
         assert b"--listen-fd" in command and not [part for part in command if b"secret-place" in part]
         assert serve.stop() == 0
+
+
+def test_more_workers_than_the_loops_thread_pool_holds_are_each_replaced_when_they_die(tmp_path: Path) -> None:
+    # Each worker's end is waited for on a thread of its own: with the loop's default pool
+    # (6 threads on 2 cores) the seventh worker's death would go unseen.
+    db = tmp_path / "db"
+    open_source(db)
+    with serve_process(db, "--workers", "8") as serve:
+        receiver = serve.wait_serving()
+        until(lambda: len(re.findall(r"worker \d+: serving on", serve.stderr)) == 7, "seven workers serving", 60)
+        last = workers_started(serve)[-1]
+        os.kill(last, signal.SIGKILL)
+        until(lambda: len(workers_started(serve)) == 8, "the seventh worker replaced")
+        assert receiver.request("GET", "/healthz").status == 200
+        assert serve.stop() == 0
+
+
+def test_a_worker_killed_by_a_signal_without_a_name_is_replaced_and_said(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    open_source(db)
+    with serve_process(db, "--workers", "2") as serve:
+        serve.wait_serving()
+        until(lambda: len(workers_started(serve)) == 1, "the worker started")
+        (worker,) = workers_started(serve)
+        os.kill(worker, signal.SIGRTMIN + 5)
+        until(lambda: len(workers_started(serve)) == 2, "the worker replaced")
+        assert f"worker {worker} exited (killed by signal {int(signal.SIGRTMIN) + 5}); starting another" in serve.stderr
+        assert serve.stop() == 0
+
+
+def test_a_worker_of_another_version_than_its_serve_refuses_to_run(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    open_source(db)
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        refused = subprocess.run(
+            [sys.executable, "-m", "switchboard_local", "serve", "--listen-fd", str(sock.fileno())],
+            pass_fds=[sock.fileno()], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "SWITCHBOARD_DB": str(db), "SWITCHBOARD_WORKER_VERSION": "0.0.1"},
+        )  # fmt: skip
+    assert refused.returncode == 1
+    assert "its serve 0.0.1: restart serve to run the new version" in refused.stderr
 
 
 @pytest.mark.parametrize("count", ["0", "65", "two"])
