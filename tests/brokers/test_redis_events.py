@@ -16,7 +16,7 @@ from switchboard_local.core.errors import Unavailable
 
 from support.brokers import Running, add_adapter, calls
 from support.redis_server import FakeBroker, free_port
-from support.sql import value
+from support.sql import run, value
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +100,26 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
         assert asyncio.get_running_loop().time() < deadline and not running.task.done()
         await asyncio.sleep(0.05)
     assert await last_error() == "RedisError: environment variable ORDERS_REDIS_URL is not set"
+    assert not running.task.done()  # it backs off and tries again; serve goes on
+    await running.finish()
+
+
+async def test_an_adapter_of_a_broker_this_version_lacks_says_so_in_its_health_and_keeps_retrying(
+    real_store, db_path
+) -> None:
+    await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs")
+    # A row from a later version (or edited by hand): a broker this one does not have.
+    run(db_path, "UPDATE sources SET config = json_set(config, '$.broker', 'kafka') WHERE name = 'orders'")
+    running = Running(real_store, await sources.get(real_store, "orders"))
+
+    async def last_error() -> str | None:
+        return (await sources.get(real_store, "orders")).last_error
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while await last_error() is None:
+        assert asyncio.get_running_loop().time() < deadline and not running.task.done()
+        await asyncio.sleep(0.05)
+    assert (await last_error() or "").endswith("adapter orders: no broker 'kafka' in this version")
     assert not running.task.done()  # it backs off and tries again; serve goes on
     await running.finish()
 
