@@ -14,7 +14,7 @@ from switchboard_local.brokers import loop, redis_list
 from switchboard_local.core import events, sources
 from switchboard_local.core.errors import Unavailable
 
-from support.brokers import Running, add_adapter, calls
+from support.brokers import Running, add_adapter, blocked_in, calls
 from support.redis_server import FakeBroker, free_port
 from support.sql import run, value
 
@@ -60,13 +60,15 @@ async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(r
     await running.finish()
 
 
-# Real server only: it counts the server's XREADGROUP calls with INFO commandstats, which fakeredis does not have.
+# Real server only: it counts the server's XREADGROUP calls with INFO commandstats and sees the blocked read in
+# CLIENT LIST, which fakeredis does not have.
 async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_store, redis_server, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
     reads = calls(r, "xreadgroup")
     await running.until(lambda: calls(r, "xreadgroup") >= reads + 3, True)  # reads that waited on an empty stream
+    await running.until(lambda: blocked_in(r, "xreadgroup"), True)  # waiting in the broker, not polling it
     await running.finish()
     assert caplog.messages == []
 
