@@ -135,6 +135,15 @@ async def test_a_paused_limited_queue_is_never_claimed_from_though_it_has_room(s
     assert (after.state, after.attempt, after.owner) == ("pending", 0, None)
 
 
+async def test_a_limited_queues_lapsed_lease_is_recovered_and_claimed_again_before_the_next_todo(store, clock) -> None:
+    await limit(store, max_claimed=5)
+    lapsed = await todos.claim(store, (await new(store, title="first")).id, owner="gone", lease=10)
+    await new(store, title="second")
+    clock.advance(11)
+    again = await todos.claim_next(store, owner="w", queues=["limited"])
+    assert (again.id, again.attempt) == (lapsed.id, 2)
+
+
 async def test_a_finished_claim_frees_a_slot_for_the_next(store) -> None:
     await limit(store, max_claimed=1)
     first = await todos.claim(store, (await new(store)).id, owner="w")
