@@ -144,6 +144,14 @@ async def test_a_limited_queues_lapsed_lease_is_recovered_and_claimed_again_befo
     assert (again.id, again.attempt) == (lapsed.id, 2)
 
 
+async def test_a_limited_queues_room_goes_to_its_most_urgent_todos(store) -> None:
+    await limit(store, max_claimed=1)
+    await new(store, title="older, routine", priority=1)
+    urgent = await new(store, title="newer, urgent", priority=9)
+    claimed = await todos.claim_next_many(store, NextClaim("w", ["limited"]), 5)
+    assert [t.id for t in claimed] == [urgent.id]
+
+
 async def test_a_finished_claim_frees_a_slot_for_the_next(store) -> None:
     await limit(store, max_claimed=1)
     first = await todos.claim(store, (await new(store)).id, owner="w")
