@@ -256,7 +256,10 @@ async def test_a_batch_claim_always_takes_its_first_todo_however_big(store, limi
     assert (await todos.get(store, small.id)).state == "pending"
 
 
-async def test_a_batch_claim_counts_an_error_text_six_times_as_json_may_escape_each_byte(store, clock):
+@pytest.mark.parametrize("limited", [False, True], ids=["", "limited queue"])
+async def test_a_batch_claim_counts_an_error_text_six_times_as_json_may_escape_each_byte(store, clock, limited):
+    if limited:
+        await queues_module.set_limit(store, "q", by="op", max_claimed=100)
     failed = []
     for i in range(2):
         todo = await new(store, f"t{i}")  # payload null: 4 bytes
