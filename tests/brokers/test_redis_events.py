@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from switchboard_local.brokers import loop
+from switchboard_local.brokers import loop, redis_list
 from switchboard_local.core import events, sources
 from switchboard_local.core.errors import Unavailable
 
-from support.brokers import Running, add_adapter, calls
-from support.redis_server import free_port
-from support.sql import value
+from support.brokers import Running, add_adapter, blocked_in, calls
+from support.redis_server import FakeBroker, free_port
+from support.sql import run, value
 
 pytestmark = pytest.mark.anyio
 
@@ -60,13 +60,15 @@ async def test_an_adapter_reads_its_url_from_the_environment_variable_it_names(r
     await running.finish()
 
 
-# Real server only: it counts the server's XREADGROUP calls with INFO commandstats, which fakeredis does not have.
+# Real server only: it counts the server's XREADGROUP calls with INFO commandstats and sees the blocked read in
+# CLIENT LIST, which fakeredis does not have.
 async def test_an_idle_stream_adapter_waits_on_the_broker_without_errors(real_store, redis_server, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     r = redis_server.client()
     running = Running(real_store, await add_adapter(real_store, redis_server.url, "stream", "orders"))
     reads = calls(r, "xreadgroup")
     await running.until(lambda: calls(r, "xreadgroup") >= reads + 3, True)  # reads that waited on an empty stream
+    await running.until(lambda: blocked_in(r, "xreadgroup"), True)  # waiting in the broker, not polling it
     await running.finish()
     assert caplog.messages == []
 
@@ -104,6 +106,26 @@ async def test_an_adapter_whose_url_variable_is_unset_says_so_in_its_health_and_
     await running.finish()
 
 
+async def test_an_adapter_of_a_broker_this_version_lacks_says_so_in_its_health_and_keeps_retrying(
+    real_store, db_path
+) -> None:
+    await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs")
+    # A row from a later version (or edited by hand): a broker this one does not have.
+    run(db_path, "UPDATE sources SET config = json_set(config, '$.broker', 'kafka') WHERE name = 'orders'")
+    running = Running(real_store, await sources.get(real_store, "orders"))
+
+    async def last_error() -> str | None:
+        return (await sources.get(real_store, "orders")).last_error
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while await last_error() is None:
+        assert asyncio.get_running_loop().time() < deadline and not running.task.done()
+        await asyncio.sleep(0.05)
+    assert (await last_error() or "").endswith("adapter orders: no broker 'kafka' in this version")
+    assert not running.task.done()  # it backs off and tries again; serve goes on
+    await running.finish()
+
+
 async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_retries(real_store, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
     running = Running(real_store, await add_adapter(real_store, f"redis://127.0.0.1:{free_port()}/0", "list", "jobs"))
@@ -113,6 +135,33 @@ async def test_a_broker_that_refuses_connections_is_a_warning_saying_when_it_ret
     assert first.levelno == logging.WARNING
     assert first.getMessage().startswith("adapter orders: ConnectionError: ")
     assert first.getMessage().endswith("; retrying in up to 1 s")
+
+
+async def test_a_failing_adapter_waits_between_half_and_all_of_a_delay_doubling_from_one_second_to_thirty(
+    real_store, monkeypatch, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, logger="switchboard_local.brokers")
+    monkeypatch.delenv("ORDERS_REDIS_URL", raising=False)  # every attempt fails at once
+    adapter = await add_adapter(real_store, None, "list", "jobs", redis_url_env="ORDERS_REDIS_URL")
+    stop = asyncio.Event()
+    consumer = loop.Consumer(real_store, adapter, stop)
+    waits: list[tuple[float, float]] = []
+
+    class Bounds:  # the jitter's range instead of a draw from it
+        def uniform(self, low: float, high: float) -> tuple[float, float]:
+            return (low, high)
+
+    async def wait(bounds: tuple[float, float]) -> None:  # no real waiting: the waits are recorded
+        waits.append(bounds)
+        if len(waits) == 8:
+            stop.set()
+
+    consumer.rng = Bounds()  # type: ignore[assignment]
+    monkeypatch.setattr(consumer, "_sleep", wait)
+    await consumer.run()
+    delays = [1, 2, 4, 8, 16, 30, 30, 30]
+    assert waits == [(delay / 2, delay) for delay in delays]
+    assert [message.rpartition("; ")[2] for message in caplog.messages] == [f"retrying in up to {d} s" for d in delays]
 
 
 async def test_what_was_stored_since_the_last_health_record_counts_once_the_adapter_stops(real_store, broker,
@@ -158,3 +207,29 @@ async def test_a_health_record_that_fails_is_logged_and_its_count_carried_to_the
     await running.finish()
     assert caplog.messages == ["adapter orders: cannot record health: unavailable: the disk is full"]
     assert (await sources.get(real_store, "orders")).messages_stored == 3
+
+
+# fakeredis only: its BLMOVE does not wait out an empty list (see the broker fixture), so polls come without pause.
+async def test_an_idle_adapter_records_its_polls_once_per_health_interval_not_on_each_poll(real_store, monkeypatch) -> None:
+    monkeypatch.setattr(loop, "HEALTH_EVERY", 3600.0)
+    records: list[tuple[str | None, int]] = []
+    real_record = sources.record_health
+
+    async def recorded(store, name, *, error=None, stored=0):  # a spy
+        records.append((error, stored))
+        await real_record(store, name, error=error, stored=stored)
+
+    polls = []
+    real_read = redis_list.ListReader.read
+
+    async def counted(self):  # a spy
+        polls.append(1)
+        return await real_read(self)
+
+    monkeypatch.setattr(sources, "record_health", recorded)
+    monkeypatch.setattr(redis_list.ListReader, "read", counted)
+    broker = FakeBroker()
+    running = Running(real_store, await add_adapter(real_store, broker.url, "list", "jobs"), connect=broker.connect)
+    await running.until(lambda: len(polls) >= 5, True)
+    await running.finish()
+    assert records == [(None, 0)]  # the first poll's, at once; nothing stored since, so none at the stop

@@ -228,10 +228,14 @@ async def test_the_long_poll_with_max_answers_a_list_as_soon_as_one_is_claimable
             await todos.claim_next_waiting(store, NextClaim("w"), wait=0, changes=changes, max=0)
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["", "limited queue"])
 @pytest.mark.parametrize("queues", [None, ["q"], ["q", "other"]], ids=["any queue", "one queue", "several queues"])
-async def test_a_batch_claim_with_a_budget_takes_todos_in_order_while_their_sizes_fit(store, queues):
+async def test_a_batch_claim_with_a_budget_takes_todos_in_order_while_their_sizes_fit(store, queues, limited):
     """A payload's size is its JSON's bytes ('"xx…"': two more than the string);
-    what does not fit is left pending, unclaimed, and counted in over_budget."""
+    what does not fit is left pending, unclaimed, and counted in over_budget.
+    A limited queue with room (claimed its own way) keeps to the budget alike."""
+    if limited:
+        await queues_module.set_limit(store, "q", by="op", max_claimed=100)
     made = [await new(store, f"t{i}", payload="x" * 98) for i in range(5)]  # 100 bytes each
     claimed = await todos.claim_next_many(store, NextClaim("w", queues, budget=300), 5)
     assert [t.id for t in claimed] == [t.id for t in made[:3]]
@@ -241,7 +245,10 @@ async def test_a_batch_claim_with_a_budget_takes_todos_in_order_while_their_size
     assert ([t.id for t in rest], rest.over_budget) == ([t.id for t in made[3:]], 0)
 
 
-async def test_a_batch_claim_always_takes_its_first_todo_however_big(store):
+@pytest.mark.parametrize("limited", [False, True], ids=["", "limited queue"])
+async def test_a_batch_claim_always_takes_its_first_todo_however_big(store, limited):
+    if limited:
+        await queues_module.set_limit(store, "q", by="op", max_claimed=100)
     big = await new(store, "big", payload="x" * 1000)
     small = await new(store, "small")
     claimed = await todos.claim_next_many(store, NextClaim("w", budget=10), 5)
@@ -249,7 +256,10 @@ async def test_a_batch_claim_always_takes_its_first_todo_however_big(store):
     assert (await todos.get(store, small.id)).state == "pending"
 
 
-async def test_a_batch_claim_counts_an_error_text_six_times_as_json_may_escape_each_byte(store, clock):
+@pytest.mark.parametrize("limited", [False, True], ids=["", "limited queue"])
+async def test_a_batch_claim_counts_an_error_text_six_times_as_json_may_escape_each_byte(store, clock, limited):
+    if limited:
+        await queues_module.set_limit(store, "q", by="op", max_claimed=100)
     failed = []
     for i in range(2):
         todo = await new(store, f"t{i}")  # payload null: 4 bytes

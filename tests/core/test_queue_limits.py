@@ -121,6 +121,37 @@ async def test_no_claim_takes_a_todo_past_max_per_minute(store, path, clock) -> 
     assert (await todos.get(store, waiting.id)).state == "pending"
 
 
+@pytest.mark.parametrize("path", CLAIM_PATHS.values(), ids=CLAIM_PATHS.keys())
+async def test_a_paused_limited_queue_is_never_claimed_from_though_it_has_room(store, path) -> None:
+    await limit(store, max_claimed=2, max_per_minute=5)
+    waiting = await new(store, title="waits")
+    await queues.pause(store, "limited", by="op")
+    try:
+        claimed = await path(store)
+    except Conflict:
+        claimed = None
+    assert claimed is None
+    after = await todos.get(store, waiting.id)
+    assert (after.state, after.attempt, after.owner) == ("pending", 0, None)
+
+
+async def test_a_limited_queues_lapsed_lease_is_recovered_and_claimed_again_before_the_next_todo(store, clock) -> None:
+    await limit(store, max_claimed=5)
+    lapsed = await todos.claim(store, (await new(store, title="first")).id, owner="gone", lease=10)
+    await new(store, title="second")
+    clock.advance(11)
+    again = await todos.claim_next(store, owner="w", queues=["limited"])
+    assert (again.id, again.attempt) == (lapsed.id, 2)
+
+
+async def test_a_limited_queues_room_goes_to_its_most_urgent_todos(store) -> None:
+    await limit(store, max_claimed=1)
+    await new(store, title="older, routine", priority=1)
+    urgent = await new(store, title="newer, urgent", priority=9)
+    claimed = await todos.claim_next_many(store, NextClaim("w", ["limited"]), 5)
+    assert [t.id for t in claimed] == [urgent.id]
+
+
 async def test_a_finished_claim_frees_a_slot_for_the_next(store) -> None:
     await limit(store, max_claimed=1)
     first = await todos.claim(store, (await new(store)).id, owner="w")

@@ -68,3 +68,8 @@ class Running:
 def calls(r, command: str) -> int:
     """How many times the server ran ``command`` (all clients)."""
     return r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+
+def blocked_in(r, command: str) -> bool:
+    """Whether a client of the server waits in ``command``, blocked (CLIENT LIST's flag b)."""
+    return any(client["cmd"] == command and "b" in client["flags"] for client in r.client_list())
