@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import re

@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,16 +263,11 @@ class Service:
         store_options: dict[str, Any] | None = None,
         take_over: bool = False,
         workers: int = 1,
-        worker_args: Sequence[str] = (),
-        worker_env: Mapping[str, str] | None = None,
     ) -> None:
-        """``workers``: processes answering deliveries, this one included (workers.py); each
-        other one runs `serve` with ``worker_args`` and its ``--listen-fd``, in ``worker_env``."""
+        """``workers``: processes answering deliveries, this one included (workers.py)."""
         self.db = db
         self.take_over = take_over
         self.workers = workers
-        self.worker_args = worker_args
-        self.worker_env = worker_env
         self.upkeep = upkeep
         self.limits = limits
         self.store_options = store_options or {}
@@ -289,21 +284,25 @@ class Service:
             return runner.run(self.serve(sock))
 
     async def serve(self, sock: socket.socket) -> bool:
-        from .http.limits import Limits, server
-
         async with await open_store(self.db, **self.store_options) as store:
             host, port = sock.getsockname()[:2]
             address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
             async with ingesting(store, "serve", upkeep=self.upkeep, take_over=self.take_over, http=address):
-                limits = self.limits or Limits()
-                app = receiver_app(store, sock, limits, stopping=self._server_exiting)
-                self._server = server(app, limits)
-                self._server.should_exit = self._stopping
-                pool = workers.Workers(self.workers, sock, self.worker_args, env=self.worker_env,
-                                       stopping=self._server_exiting)  # fmt: skip
+                receiver, limits = self._receiver(store, sock)
+                pool = workers.Workers(self.workers, sock, self.db, limits, stopping=self._server_exiting)
                 async with workers.running(pool):
-                    await self._server.serve(sockets=[sock])  # until a stop signal: requests finish first
-                return bool(self._server.started)
+                    await receiver.serve(sockets=[sock])  # until a stop signal: requests finish first
+                return bool(receiver.started)
+
+    def _receiver(self, store: Store, sock: socket.socket) -> tuple[Any, Any]:
+        """The receiver's server (with the dashboard) on ``sock``, stopping when this service
+        stops, and the limits it holds to."""
+        from .http.limits import Limits, server
+
+        limits = self.limits or Limits()
+        self._server = server(receiver_app(store, sock, limits, stopping=self._server_exiting), limits)
+        self._server.should_exit = self._stopping
+        return self._server, limits
 
     def _server_exiting(self) -> bool:
         return self._server is not None and bool(self._server.should_exit)
@@ -320,8 +319,6 @@ class Worker(Service):
     stop signal, and when the `serve` that started it is gone."""
 
     async def serve(self, sock: socket.socket) -> bool:
-        from .http.limits import Limits, server
-
         parent_gone = workers.end_with_parent()
         theirs = os.environ.get(workers.VERSION_ENV)
         if theirs is not None and theirs != __version__:  # upgraded since its serve started: never mix the two
@@ -329,16 +326,13 @@ class Worker(Service):
                       __version__, theirs)  # fmt: skip
             return False
         async with await open_store(self.db, **self.store_options) as store:
-            limits = self.limits or Limits()
-            app = receiver_app(store, sock, limits, stopping=self._server_exiting)
-            self._server = server(app, limits)
-            self._server.should_exit = self._stopping
+            receiver, _ = self._receiver(store, sock)
             orphaned = asyncio.create_task(self._stop_when(parent_gone))
             try:
-                await self._server.serve(sockets=[sock])
+                await receiver.serve(sockets=[sock])
             finally:
                 orphaned.cancel()
-            return bool(self._server.started)
+            return bool(receiver.started)
 
     async def _stop_when(self, gone: Callable[[], bool]) -> None:
         while not gone():

@@ -29,10 +29,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from . import __version__
+from .core.store.shared import DB_ENV, Location
 
 log = logging.getLogger("switchboard_local.serve")
 
@@ -78,28 +80,22 @@ class Workers:
     while it runs, stopped (SIGTERM, requests in flight finish) on leaving."""
 
     def __init__(
-        self,
-        count: int,
-        sock: socket.socket,
-        args: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        stopping: Callable[[], bool],
+        self, count: int, sock: socket.socket, db: Location | None, limits: Any, *, stopping: Callable[[], bool]
     ) -> None:
+        """``db``: the serve's database (None: the default, found alike); ``limits``: its
+        http/limits.py ``Limits``, which each worker takes as its own."""
         self.count = count
         self.sock = sock
-        self.args = list(args)  # the `serve` options a worker repeats (its limits)
+        self.args = ["--head-timeout", str(limits.head_timeout), "--body-timeout", str(limits.body_timeout),
+                     "--max-connections", str(limits.max_connections)]  # fmt: skip
         # Its environment: the database comes this way, never on a command line `ps` shows.
-        self.env = {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid()), VERSION_ENV: __version__}
+        self.env = {**os.environ, PARENT_ENV: str(os.getpid()), VERSION_ENV: __version__}
+        if db is not None:
+            self.env[DB_ENV] = str(db)
         self.stopping = stopping
-        self.started = 0  # workers started so far, the replacements included
         self._procs: set[subprocess.Popen[bytes]] = set()
         # A thread per slot waits for its worker's end: the loop's default pool is left to the store.
         self._waiters = ThreadPoolExecutor(max_workers=max(1, count - 1) + 1, thread_name_prefix="worker-wait")
-
-    @property
-    def pids(self) -> list[int]:
-        return sorted(p.pid for p in self._procs if p.poll() is None)
 
     def _start(self) -> subprocess.Popen[bytes]:
         fd = self.sock.fileno()
@@ -110,7 +106,6 @@ class Workers:
             stdin=subprocess.DEVNULL,
         )
         self._procs.add(proc)
-        self.started += 1
         log.info("worker %d started", proc.pid)
         return proc
 

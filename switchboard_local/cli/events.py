@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from datetime import datetime, timezone
@@ -15,7 +14,6 @@ import click
 
 from ..core import events, retention, routing, sources
 from ..core.store.interface import Store
-from ..core.store.shared import DB_ENV
 from ..core.text import SafeFormatter, escape_controls
 from ..core.todo_model import INT64_MAX, MAX_LIST_LIMIT, Todo
 from . import live
@@ -266,12 +264,8 @@ def serve_command(
         sys.exit(EXIT_CANNOT_LISTEN)
     upkeep = process.Upkeep(older_than_days=prune_older_than, max_events=prune_max_events,
                             dedup_horizon_days=dedup_horizon)  # fmt: skip
-    args = ["--head-timeout", str(head_timeout), "--body-timeout", str(body_timeout),
-            "--max-connections", str(max_connections)]  # fmt: skip
-    env = None if out.db is None else {**os.environ, DB_ENV: str(out.db)}
     service = process.Service(out.db, upkeep=upkeep, limits=limits, take_over=take_over,
-                              workers=pool.default_count() if workers is None else workers,
-                              worker_args=args, worker_env=env)  # fmt: skip
+                              workers=pool.default_count() if workers is None else workers)  # fmt: skip
     # Logs "serving on …" once bound and started; returns at a stop signal.
     if not service.run(sock):
         sys.exit(1)

@@ -346,7 +346,7 @@ async def replay(
         by_key: dict[str, int] = {}  # a chain's todo waits for the todos this replay made before it
         for todo in planned:
             if queues is None or todo.queue in queues:
-                chained = made_before(todo, by_key, others=False)
+                chained = made_before(todo, by_key)
                 by_key[todo.idempotency_key] = insert_id(tx, chained, now=now, event_id=event_id)  # type: ignore[index]
         made = list(by_key.values())
         if by is not None:

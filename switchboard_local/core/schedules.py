@@ -33,7 +33,7 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from itertools import takewhile
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -42,7 +42,7 @@ from cronsim import CronSim, CronSimError
 
 from . import leadership, routing, sources
 from .clock import rfc3339
-from .errors import InvalidArgument, StoreFault
+from .errors import InvalidArgument
 from .events import NewEvent
 from .sources import Source
 from .store.interface import Store, Transaction

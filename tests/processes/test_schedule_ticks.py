@@ -14,8 +14,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
 from support.cli import run_cli
 from support.receiver import ServeProcess
 from support.sql import rows, value

@@ -71,16 +71,14 @@ def resolve(
     return Waits(tuple(ids), not_done)
 
 
-def made_before(todo: NewTodo, made: Mapping[str, int], *, others: bool = True) -> NewTodo:
-    """``todo`` with the keys it waits for that name todos made before it in this transaction
-    (``made``: their idempotency keys and ids) given as those ids: a routing chain's todo waits
-    for the very todos its event's earlier rules made, whichever queues they are on. A key
-    not among them is left to name a live todo (``others``), or dropped."""
+def made_before(todo: NewTodo, made: Mapping[str, int]) -> NewTodo:
+    """A routing chain's ``todo`` waiting for the todos made before it in this transaction, by id
+    (``made``: their idempotency keys and ids), whichever queues they are on. A key it names that
+    is not among them (a replay kept to some queues made none there) is dropped."""
     if not todo.after_keys:
         return todo
     ids = tuple(made[key] for key in todo.after_keys if key in made)
-    keys = tuple(key for key in todo.after_keys if key not in made) if others else ()
-    return replace(todo, after=(*todo.after, *ids), after_keys=keys, checked_json=todo.payload_json)
+    return replace(todo, after=(*todo.after, *ids), after_keys=(), checked_json=todo.payload_json)
 
 
 def add(tx: Transaction, todo_id: int, waits: Waits) -> None:
