@@ -200,7 +200,7 @@ def _event_params(event: NewEvent, now: int) -> dict[str, Any]:
         "verified": int(event.verified),
         "verify_detail": event.verify_detail,
         "content_type": event.content_type,
-        "headers": json.dumps(dict(event.headers), ensure_ascii=False),
+        "headers": json.dumps(dict(event.headers), ensure_ascii=False) if event.headers else "{}",
         "body": bytes(event.body),
         "size": len(event.body),
         "now": now,

@@ -108,12 +108,18 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+# json.loads with an option would make a new decoder at every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _strict_json(text: str | bytes) -> tuple[Any, str | None]:
     """Standard JSON that a todo's payload can hold (see todo_model.dump_json),
     with its text when it is shallow enough to nest; anything else (_NOT_JSON)
     is kept as the event's raw bytes alone."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        if isinstance(text, (bytes, bytearray)):  # as json.loads reads bytes: UTF-8, -16 or -32, found from the first bytes
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        value = _DECODER.decode(text)
         dumped, depth = dump_json_depth("payload", value)
     except (ValueError, RecursionError, InvalidArgument):  # 1e999 parses as inf: dump_json refuses it
         return _NOT_JSON, None

@@ -232,14 +232,18 @@ class NewTodo:
             raise InvalidArgument(f"title is longer than {MAX_TITLE_LENGTH} characters")
         require_text("title", title)
         object.__setattr__(self, "title", title)
-        for name in ("kind", "assignee", "idempotency_key"):
-            value = getattr(self, name)
-            if value is not None:
-                require_name(name, value)
+        if self.kind is not None:
+            require_name("kind", self.kind)
+        if self.assignee is not None:
+            require_name("assignee", self.assignee)
+        if self.idempotency_key is not None:
+            require_name("idempotency_key", self.idempotency_key)
         require_int("priority", self.priority, INT64_MIN, INT64_MAX)
         require_int("max_attempts", self.max_attempts, low=1, high=MAX_ATTEMPTS_CAP)
-        require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
-        self._check_after()
+        if self.delay.__class__ is not float or self.delay != 0.0:  # the default needs no look
+            require_seconds("delay", self.delay, low=0.0, high=MAX_DELAY_SECONDS)
+        if self.after or self.after_keys or self.after.__class__ is not tuple or self.after_keys.__class__ is not tuple:
+            self._check_after()
         text = dump_json("payload", self.payload) if checked_json is None else checked_json
         object.__setattr__(self, "payload_json", text)
 
@@ -301,6 +305,7 @@ def require_seconds(name: str, value: object, low: float, high: float | None = N
 
 
 MAX_JSON_DEPTH = 64
+SHALLOW_JSON = MAX_JSON_DEPTH // 2  # a depth every caller may take as it is (see dump_json_depth)
 
 
 # json.dumps with these options would make a new encoder at every call.
@@ -313,19 +318,26 @@ def dump_json(name: str, value: Any) -> str:
 
 
 def dump_json_depth(name: str, value: Any) -> tuple[str, int]:
-    """``dump_json``'s text, and how deep the value is nested (to nest it in another)."""
+    """``dump_json``'s text, and how deep the value is nested (to nest it in another) or, when
+    that is at most SHALLOW_JSON, a bound on it as small: the count of brackets its text opens
+    (a value opens one for each level it nests, so most values, small, are never walked)."""
     if value is None:  # most results and many payloads
         return "null", 0
-    depth = json_depth(value)
-    if depth > MAX_JSON_DEPTH:
-        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         text = _ENCODER.encode(value)
         text.encode("utf-8")
+    except RecursionError:  # deeper than the interpreter goes: far past the limit
+        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     except UnicodeEncodeError:
         raise InvalidArgument(f"{name} holds text that is not valid UTF-8") from None
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{name} is not JSON-serialisable: {exc}") from None
+    opened = text.count("{") + text.count("[")
+    if opened <= SHALLOW_JSON:
+        return text, opened
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
     return text, depth
 
 
