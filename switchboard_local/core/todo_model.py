@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field, fields
 from operator import itemgetter
 from typing import Any, Literal, get_args
@@ -130,10 +131,15 @@ class Todo:
         # instance is filled without its generated __init__, which sets each of its 28
         # fields through object.__setattr__ (6.3 us a todo, against 2.3 this way).
         keys = tuple(row.keys())
-        pick = _PICKS.get(keys)
-        if pick is None:
-            pick = _PICKS[keys] = itemgetter(*(keys.index(column) for column in _COLUMNS))
-        state = dict(zip(_COLUMNS, pick(tuple(row.values()) if isinstance(row, dict) else tuple(row))))
+        pick = _PICKS.get(keys, False)
+        if pick is False:
+            pick = _PICKS[keys] = _picker(keys)
+        values = tuple(row.values()) if isinstance(row, Mapping) else tuple(row)
+        if pick is not None and len(values) == len(keys):
+            columns = pick(values)
+        else:  # a column named twice, or in another case: each as the row itself finds it
+            columns = tuple(row[column] for column in _COLUMNS)
+        state = dict(zip(_COLUMNS, columns))
         # Most payloads and results of a drain are null.
         payload, result = state["payload"], state["result"]
         state["payload"] = None if payload == "null" else json.loads(payload)
@@ -187,7 +193,16 @@ class Todo:
 
 # Todo.from_row's columns: every field but the claim's token and what readers add.
 _COLUMNS = tuple(f.name for f in fields(Todo) if f.name not in ("lease_token", "attempts", "dependencies"))
-_PICKS: dict[tuple[str, ...], itemgetter[tuple[Any, ...]]] = {}  # a row's keys -> its _COLUMNS, in order
+_PICKS: dict[tuple[str, ...], itemgetter[tuple[Any, ...]] | None] = {}  # a row's keys -> its _COLUMNS, in order
+
+
+def _picker(keys: tuple[str, ...]) -> itemgetter[tuple[Any, ...]] | None:
+    """Where each of _COLUMNS is in a row of these keys; None when one is missing, or when a
+    name is there twice or in another case (sqlite3.Row and PgRow find names regardless of case)."""
+    lowered = [key.lower() for key in keys]
+    if len(set(lowered)) < len(lowered) or not set(_COLUMNS) <= set(keys):
+        return None
+    return itemgetter(*(keys.index(column) for column in _COLUMNS))
 
 
 @dataclass(frozen=True)
