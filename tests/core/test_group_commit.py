@@ -444,6 +444,38 @@ async def test_a_grouped_write_that_changes_rows_moves_the_data_version(store) -
     assert await store.data_version() != before
 
 
+async def test_a_lone_writer_that_never_waits_still_lets_the_other_tasks_run(store) -> None:
+    await warm_up_the_inline_regime(store)
+    written, seen = 0, []
+
+    async def writer() -> None:
+        nonlocal written
+        for n in range(4 * group_commit.PROBE_EVERY):  # inline writes: none of them waits for anything
+            await store.write(lambda tx, n=n: todos.insert(tx, NewTodo(queue="q", title=f"t{n}"), now=0))
+            written += 1
+
+    async def other() -> None:  # first in line after the writer's first step
+        seen.append(written)
+
+    await asyncio.gather(writer(), other())
+    assert seen and seen[0] <= group_commit.PROBE_EVERY, seen  # it ran while the writer was still writing
+
+
+async def test_a_second_writer_turning_up_beside_a_lone_one_shares_its_commits(store) -> None:
+    await warm_up_the_inline_regime(store)
+    before = store._commits
+
+    async def writer(name: str) -> None:
+        for n in range(2 * group_commit.PROBE_EVERY):
+            await todos.create(store, NewTodo(queue="q", title=f"{name} {n}"))
+
+    first = asyncio.create_task(writer("first"))
+    await asyncio.sleep(0)  # the first writes alone, inline, before the second turns up
+    await asyncio.gather(first, writer("second"))
+    # Once noticed, the two go through the thread together: fewer commits than writes.
+    assert store._commits - before < 4 * group_commit.PROBE_EVERY
+
+
 async def test_a_write_that_raises_leaves_nothing_behind_on_the_inline_path_too(store, db_path) -> None:
     await warm_up_the_inline_regime(store)
 

@@ -41,8 +41,10 @@ MAX_GROUP = 256  # writes that may share one transaction
 OPTIMISTIC_RETRIES = 2  # reruns with savepoints only where an item raised, before one for every item
 GROUP_SECONDS = 0.005  # work one transaction takes on before it commits; the rest waits for the next
 # A lone writer skips the hop to the store's thread (about 140 us here) once
-# this many flushes in a row had nobody to share with; every PROBE_EVERY-th
-# write then still goes through the thread, so company is noticed again.
+# this many flushes in a row had nobody to share with; before every
+# PROBE_EVERY-th write it lets the loop run the other tasks, so company is
+# noticed again (once a hop through the thread: 400 us each, 13 us a job of
+# a lone drain).
 INLINE_AFTER = 8
 PROBE_EVERY = 32
 
@@ -157,6 +159,7 @@ class GroupCommit:
         self._lone_flushes = 0
         self._inline_count = 0
         self._inline_tick_task: asyncio.Task[Any] | None = None
+        self._looking: asyncio.Task[Any] | None = None  # the lone writer letting the others run (_look_around)
         self._waits_for_locks = True  # busy_timeout is busy_ms (else 0)
 
     @property
@@ -171,19 +174,23 @@ class GroupCommit:
 
     async def write(self, body: Callable[[SQLiteTransaction], T]) -> T:
         loop = asyncio.get_running_loop()
-        tick_owner = self._inline_tick_task
-        if self._lone_flushes >= INLINE_AFTER and (tick_owner is None or tick_owner is asyncio.current_task()):
+        task = asyncio.current_task()
+        # While the lone writer looks around (below), another task's write goes to the thread,
+        # and the lone writer's next write joins it there: a group, if they are company.
+        alone = self._looking is None or self._looking is task
+        if alone and self._lone_flushes >= INLINE_AFTER and self._inline_tick_task in (None, task):
             self._inline_count += 1
-            if self._inline_count % PROBE_EVERY:
-                done, result = self._inline(body)
-                if done:
-                    # Other tasks' writes that queued up behind this one (the
-                    # loop was busy with its fsync) go to the thread, to share
-                    # one commit; this task's next write may stay inline.
-                    if tick_owner is None:
-                        self._inline_tick_task = asyncio.current_task()
-                        loop.call_soon(self._end_inline_tick)
-                    return result  # type: ignore[no-any-return]
+            if not self._inline_count % PROBE_EVERY:
+                await self._look_around(task)
+            done, result = self._inline(body)
+            if done:
+                # Other tasks' writes that queued up behind this one (the
+                # loop was busy with its fsync) go to the thread, to share
+                # one commit; this task's next write may stay inline.
+                if self._inline_tick_task is None:
+                    self._inline_tick_task = task
+                    loop.call_soon(self._end_inline_tick)
+                return result  # type: ignore[no-any-return]
         waiter: asyncio.Future[T] = loop.create_future()
         with self._writes_lock:
             self._writes.append((body, waiter))
@@ -205,6 +212,16 @@ class GroupCommit:
 
     def _end_inline_tick(self) -> None:
         self._inline_tick_task = None
+
+    async def _look_around(self, task: asyncio.Task[Any] | None) -> None:
+        """Let the loop run the other tasks once: a lone writer that never waits would hold
+        them off, and a write one of them makes meanwhile is company (it goes to the thread,
+        busy then, so this writer's next write queues behind it: a group)."""
+        self._looking = task
+        try:
+            await asyncio.sleep(0)
+        finally:
+            self._looking = None
 
     def _locked(self, body: Callable[[SQLiteTransaction], T]) -> T:
         with self._conn_lock:
