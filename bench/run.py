@@ -508,10 +508,10 @@ def plan(sections: set[str], tmp: Path, stack: contextlib.ExitStack, pg_server: 
             (("raw_ingest_rows_batch_64_per_s",), lambda i: (raw_ingest_rows(fresh(i, "rg")),)),
             (("fdatasync_ms",), lambda i: (fdatasync_ms(fresh(i, "fs")),)),
         ]
-        floors = _load("floors")
+        statements = _load("floors")
         measures += [
-            (("raw_drain_same_statements_per_s",), lambda i: (floors.drain_one_commit(fresh(i, "fd"), N),)),
-            (("raw_batch_10_same_statements_per_s",), lambda i: (floors.drain_batches(fresh(i, "fb"), N),)),
+            (("raw_drain_same_statements_per_s",), lambda i: (statements.drain_one_commit(fresh(i, "fd"), N),)),
+            (("raw_batch_10_same_statements_per_s",), lambda i: (statements.drain_batches(fresh(i, "fb"), N),)),
         ]
     if "b" in sections:
         core = _load("core")
