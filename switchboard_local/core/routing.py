@@ -86,6 +86,7 @@ def parse_payload(body: bytes, content_type: str | None) -> Any:
 def parse_payload_json(body: bytes, content_type: str | None) -> tuple[Any, str | None]:
     """``parse_payload``'s value, and its JSON text when that was made checking it
     and the value may be nested in a todo's payload (``Delivery.payload_json``)."""
+    body = bytes(body)  # a memoryview, which NewEvent takes too, as its bytes (bytes themselves are not copied)
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
         try:

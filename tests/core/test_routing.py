@@ -271,6 +271,18 @@ def test_a_body_too_deep_to_nest_in_a_payload_brings_no_text_to_splice() -> None
     assert payload is not None and text is None  # the whole payload is made, and refused, as before
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+async def test_a_delivery_whose_body_is_a_memoryview_routes_as_its_bytes(store, content_type: str) -> None:
+    await add_source(store)
+    body = b'{"a": 1}' if content_type == "application/json" else b'payload=%7B%22a%22%3A+1%7D'
+    result = await routing.deliver(store, NewEvent(
+        source="gh", family="webhook", type="push", external_id="d-mv", trust_mode="github", verified=True,
+        body=memoryview(body), content_type=content_type,
+    ))  # fmt: skip
+    (todo_id,) = result.todo_ids
+    assert (await todos.get(store, todo_id)).payload["body"] == {"a": 1}
+
+
 async def test_a_delivery_with_a_payload_no_todo_can_hold_still_routes_with_an_empty_body(store) -> None:
     await add_source(store)
     result = await routing.deliver(store, NewEvent(
