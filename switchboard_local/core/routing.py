@@ -118,7 +118,7 @@ def _strict_json(text: str | bytes) -> tuple[Any, str | None]:
     with its text when it is shallow enough to nest; anything else (_NOT_JSON)
     is kept as the event's raw bytes alone."""
     try:
-        if isinstance(text, (bytes, bytearray)):  # as json.loads reads bytes: UTF-8, -16 or -32, found from the first bytes
+        if isinstance(text, bytes):  # as json.loads reads bytes: UTF-8, -16 or -32, found from the first bytes
             text = text.decode(json.detect_encoding(text), "surrogatepass")
         value = _DECODER.decode(text)
         dumped, depth = dump_json_depth("payload", value)
